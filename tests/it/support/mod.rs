@@ -1,0 +1,1 @@
+//! Test support: in-process peers the tests drive.
