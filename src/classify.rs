@@ -1,0 +1,882 @@
+//! What an upstream outcome means: the one flat, ordered decision.
+//!
+//! [`classify`] turns one attempt at the upstream (an error, or a response head with at most a
+//! peeked body) into a [`Verdict`]. It reads top to bottom in the order of the behaviour table in
+//! the README; the proxy acts on the verdict and nothing else decides what the client sees.
+//!
+//! The distinction that matters most is between *the backend is missing* (the request provably
+//! never reached the application: nothing answered, or a router answered by itself) and *the
+//! request may have reached the application* (it was sent and then something went wrong). Only the
+//! first may become a 503 that invites a retry.
+
+use std::collections::HashMap;
+use std::error::Error as StdError;
+use std::io;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use bytes::Bytes;
+use http::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE};
+use http::StatusCode;
+
+use crate::config::RawSignature;
+use crate::upstream::{ConnectError, ConnectErrorKind};
+
+/// What one attempt at the upstream means for the client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// The application answered: its response passes through untouched.
+    Application,
+    /// A router answered by itself, but its answer must reach the client as it is.
+    RouterPassthrough(PassReason),
+    /// The backend is missing: the client gets a 503 with Retry-After.
+    Missing(Missing),
+    /// The request may have reached the application and then failed: 502, never replayed.
+    Failed(FailReason),
+}
+
+/// Why a router's own answer is passed through rather than rewritten.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PassReason {
+    /// The path is not one the application is known to serve, so the 404 is the truth.
+    RouteNotExpected,
+    /// The route has been missing for longer than the horizon: likely a wrong upstream URL.
+    HorizonExceeded,
+}
+
+/// A "backend missing" verdict: why, and whether the request provably never reached the app.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Missing {
+    /// The reason, also the `reason` label of `holdfast_rewrites_total`.
+    pub reason: RewriteReason,
+    /// True when the request provably never reached the application.
+    pub never_reached_app: bool,
+}
+
+impl Missing {
+    /// Whether sending this request again cannot execute it twice.
+    pub fn is_safe_to_replay(&self) -> bool {
+        self.never_reached_app
+    }
+}
+
+/// Why a response was rewritten to 503. A bounded set: it is a metric label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum RewriteReason {
+    /// TCP connection refused: nothing listens (container gone or starting).
+    ConnectRefused,
+    /// TCP connect did not complete in time.
+    ConnectTimeout,
+    /// The upstream host name did not resolve (container removed from DNS).
+    Dns,
+    /// No route to the host or network.
+    Unreachable,
+    /// Any other failure while connecting, before a byte of the request was sent.
+    ConnectError,
+    /// A router said "no route" with a known 404 signature.
+    RouteMissing404,
+    /// A router said "no server" / could not dial with a known 5xx signature.
+    RouterUnavailable,
+}
+
+impl RewriteReason {
+    /// Every reason, for pre-registering metrics and for docs.
+    pub const ALL: [RewriteReason; 7] = [
+        RewriteReason::ConnectRefused,
+        RewriteReason::ConnectTimeout,
+        RewriteReason::Dns,
+        RewriteReason::Unreachable,
+        RewriteReason::ConnectError,
+        RewriteReason::RouteMissing404,
+        RewriteReason::RouterUnavailable,
+    ];
+
+    /// The label value and the `holdfast-reason` header value.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            RewriteReason::ConnectRefused => "connect_refused",
+            RewriteReason::ConnectTimeout => "connect_timeout",
+            RewriteReason::Dns => "dns",
+            RewriteReason::Unreachable => "unreachable",
+            RewriteReason::ConnectError => "connect_error",
+            RewriteReason::RouteMissing404 => "route_missing_404",
+            RewriteReason::RouterUnavailable => "router_unavailable",
+        }
+    }
+}
+
+/// Why a request that may have reached the application failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailReason {
+    /// No response headers within `client.response_timeout_secs`.
+    ResponseTimeout,
+    /// The connection broke after the request was (partly) sent.
+    UpstreamReset,
+    /// The upstream sent something that is not HTTP.
+    Protocol,
+    /// The client's request body failed while it was being forwarded.
+    ClientBody,
+}
+
+impl FailReason {
+    /// Short name for logs and the `holdfast-reason` header.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            FailReason::ResponseTimeout => "response_timeout",
+            FailReason::UpstreamReset => "upstream_reset",
+            FailReason::Protocol => "upstream_protocol",
+            FailReason::ClientBody => "client_body",
+        }
+    }
+}
+
+/// One attempt's outcome, as the classifier sees it.
+pub enum Outcome<'a> {
+    /// Sending failed. The error's source chain is walked.
+    Error(&'a (dyn StdError + 'static)),
+    /// The response headers arrived waiting longer than allowed.
+    ResponseTimeout,
+    /// A response arrived. `body` is the complete body when it was peeked (a candidate status
+    /// with a small enough body), `None` when it was not read.
+    Response {
+        /// Response status.
+        status: StatusCode,
+        /// Response headers.
+        headers: &'a HeaderMap,
+        /// The complete body, if peeked.
+        body: Option<&'a [u8]>,
+    },
+}
+
+/// What the classifier needs to know about the request and the upstream's recent history.
+pub struct Context<'a> {
+    /// Active signatures, in order.
+    pub signatures: &'a [Signature],
+    /// Whether the application is expected to serve this request's path.
+    pub route_expected: bool,
+    /// Whether the last healthy answer is older than the horizon.
+    pub beyond_horizon: bool,
+}
+
+/// The decision, top to bottom. The first matching row wins.
+pub fn classify(outcome: &Outcome<'_>, cx: &Context<'_>) -> Verdict {
+    match outcome {
+        // 1. The connection failed before anything was sent: the backend is missing, and the
+        //    request certainly never reached it.
+        Outcome::Error(err) if find_cause::<ConnectError>(*err).is_some() => {
+            let connect = find_cause::<ConnectError>(*err).expect("checked by the guard");
+            Verdict::Missing(Missing {
+                reason: match connect.kind() {
+                    ConnectErrorKind::Refused => RewriteReason::ConnectRefused,
+                    ConnectErrorKind::Timeout => RewriteReason::ConnectTimeout,
+                    ConnectErrorKind::Dns => RewriteReason::Dns,
+                    ConnectErrorKind::Unreachable => RewriteReason::Unreachable,
+                    ConnectErrorKind::Other => RewriteReason::ConnectError,
+                },
+                never_reached_app: true,
+            })
+        }
+
+        // 2. and 3. A router answered by itself (a known signature).
+        Outcome::Response {
+            status,
+            headers,
+            body,
+        } => match cx
+            .signatures
+            .iter()
+            .find(|s| s.matches(*status, headers, *body))
+        {
+            // A router's 404 on a path the application is not known to serve is the truth
+            // (e.g. OAuth discovery under /.well-known/ when only /mcp is routed).
+            Some(sig) if sig.is_route_missing() && !cx.route_expected => {
+                Verdict::RouterPassthrough(PassReason::RouteNotExpected)
+            }
+            // Missing for longer than the horizon: a wrong upstream must surface, not hide.
+            Some(sig) if sig.is_route_missing() && cx.beyond_horizon => {
+                Verdict::RouterPassthrough(PassReason::HorizonExceeded)
+            }
+            Some(sig) => Verdict::Missing(Missing {
+                reason: if sig.is_route_missing() {
+                    RewriteReason::RouteMissing404
+                } else {
+                    RewriteReason::RouterUnavailable
+                },
+                never_reached_app: sig.replay_safe,
+            }),
+            // 4. Everything else is the application's own answer, whatever its status.
+            None => Verdict::Application,
+        },
+
+        // 5. Sent, then no answer in time: it may be executing right now.
+        Outcome::ResponseTimeout => Verdict::Failed(FailReason::ResponseTimeout),
+        Outcome::Error(err) => {
+            if find_cause::<crate::body::ClientBodyError>(*err).is_some() {
+                Verdict::Failed(FailReason::ClientBody)
+            } else if let Some(h) = find_cause::<hyper::Error>(*err) {
+                if h.is_parse() || h.is_parse_status() {
+                    Verdict::Failed(FailReason::Protocol)
+                } else {
+                    // Closed, reset, incomplete message, canceled: the request may have been
+                    // written, so the application may have executed it.
+                    Verdict::Failed(FailReason::UpstreamReset)
+                }
+            } else if find_cause::<io::Error>(*err).is_some() {
+                Verdict::Failed(FailReason::UpstreamReset)
+            } else {
+                // The unexpected arm: still a 502 (never assume "not sent"), but say so loudly.
+                tracing::warn!(error = %ErrorChain(*err), "unexpected upstream error; answering 502");
+                Verdict::Failed(FailReason::UpstreamReset)
+            }
+        }
+    }
+}
+
+/// Walks an error's source chain for a cause of type `E`.
+pub fn find_cause<'a, E: StdError + 'static>(err: &'a (dyn StdError + 'static)) -> Option<&'a E> {
+    let mut cur: Option<&'a (dyn StdError + 'static)> = Some(err);
+    while let Some(e) = cur {
+        if let Some(found) = e.downcast_ref::<E>() {
+            return Some(found);
+        }
+        // `io::Error::source` skips the error it wraps (it returns the wrapped error's source),
+        // so step into the wrapped error explicitly.
+        cur = match e.downcast_ref::<io::Error>().and_then(|io| io.get_ref()) {
+            Some(inner) => Some(inner as &(dyn StdError + 'static)),
+            None => e.source(),
+        };
+    }
+    None
+}
+
+/// Displays an error with all its causes (`a: b: c`), for logs.
+pub struct ErrorChain<'a>(pub &'a (dyn StdError + 'static));
+
+impl std::fmt::Display for ErrorChain<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)?;
+        let mut cur = self.0.source();
+        while let Some(e) = cur {
+            write!(f, ": {e}")?;
+            cur = e.source();
+        }
+        Ok(())
+    }
+}
+
+/// A router's recognisable answer.
+#[derive(Debug, Clone)]
+pub struct Signature {
+    /// Name for logs.
+    pub name: String,
+    /// Status that must match.
+    pub status: StatusCode,
+    /// `None`: any; `Some("")`: no Content-Type header; otherwise equal, ignoring ASCII case.
+    pub content_type: Option<String>,
+    /// Body condition.
+    pub body: BodyMatch,
+    /// Header conditions: present (`None`) or equal (`Some`).
+    pub headers: Vec<(HeaderName, Option<HeaderValue>)>,
+    /// Whether the router's answer proves the request never reached the application.
+    pub replay_safe: bool,
+}
+
+/// How a signature matches the body.
+#[derive(Debug, Clone)]
+pub enum BodyMatch {
+    /// Any body (not read).
+    Any,
+    /// Exactly these bytes.
+    Exact(Bytes),
+    /// Contains these bytes.
+    Contains(Bytes),
+}
+
+impl Signature {
+    /// 404 signatures say "no route"; 5xx ones say "no server".
+    pub fn is_route_missing(&self) -> bool {
+        self.status == StatusCode::NOT_FOUND
+    }
+
+    /// Body bytes that must be read to decide (0 when the body does not matter).
+    pub fn body_len_needed(&self) -> usize {
+        match &self.body {
+            BodyMatch::Any => 0,
+            BodyMatch::Exact(b) | BodyMatch::Contains(b) => b.len(),
+        }
+    }
+
+    /// Whether a response matches. `body` is the complete body when it was read; a signature
+    /// with a body condition never matches an unread (too large) body.
+    pub fn matches(&self, status: StatusCode, headers: &HeaderMap, body: Option<&[u8]>) -> bool {
+        if status != self.status {
+            return false;
+        }
+        let ct_ok = match (&self.content_type, headers.get(CONTENT_TYPE)) {
+            (None, _) => true,
+            (Some(want), None) => want.is_empty(),
+            (Some(want), Some(got)) => got.as_bytes().eq_ignore_ascii_case(want.as_bytes()),
+        };
+        let headers_ok = self.headers.iter().all(|(name, want)| {
+            let mut values = headers.get_all(name).iter();
+            match want {
+                None => values.next().is_some(),
+                Some(v) => values.any(|got| got == v),
+            }
+        });
+        let body_ok = match (&self.body, body) {
+            (BodyMatch::Any, _) => true,
+            (_, None) => false,
+            (BodyMatch::Exact(want), Some(got)) => got == &want[..],
+            (BodyMatch::Contains(want), Some(got)) => {
+                want.is_empty() || got.windows(want.len()).any(|w| w == &want[..])
+            }
+        };
+        ct_ok && headers_ok && body_ok
+    }
+
+    /// Validates a user-defined signature.
+    pub fn from_raw(raw: &RawSignature) -> Result<Signature, String> {
+        let status = StatusCode::from_u16(raw.status)
+            .map_err(|_| format!("status {} is not an HTTP status", raw.status))?;
+        if status != StatusCode::NOT_FOUND && !status.is_server_error() {
+            return Err(format!(
+                "status {} cannot be a router signature: use 404 (route missing) or a 5xx (router unavailable)",
+                raw.status
+            ));
+        }
+        let body = match (&raw.body, &raw.body_contains) {
+            (Some(_), Some(_)) => return Err("set `body` or `body_contains`, not both".into()),
+            (Some(b), None) => BodyMatch::Exact(Bytes::from(b.clone())),
+            (None, Some(b)) => BodyMatch::Contains(Bytes::from(b.clone())),
+            (None, None) => BodyMatch::Any,
+        };
+        let mut headers = Vec::new();
+        for h in &raw.headers {
+            let name = HeaderName::from_bytes(h.name.as_bytes())
+                .map_err(|_| format!("`{}` is not a valid header name", h.name))?;
+            let value = match &h.value {
+                Some(v) => Some(
+                    HeaderValue::from_str(v)
+                        .map_err(|_| format!("`{v}` is not a valid header value"))?,
+                ),
+                None => None,
+            };
+            headers.push((name, value));
+        }
+        if raw.content_type.is_none() && matches!(body, BodyMatch::Any) && headers.is_empty() {
+            // A bare status would turn every application 404 (or 5xx) into a router's answer.
+            return Err(
+                "a signature needs at least one of content_type, body, body_contains or headers"
+                    .into(),
+            );
+        }
+        Ok(Signature {
+            name: if raw.name.is_empty() {
+                format!("custom-{}", raw.status)
+            } else {
+                raw.name.clone()
+            },
+            status,
+            content_type: raw.content_type.clone(),
+            body,
+            headers,
+            // A user signature says "the router answered by itself"; the user asserts that.
+            replay_safe: status == StatusCode::NOT_FOUND
+                || status == StatusCode::SERVICE_UNAVAILABLE,
+        })
+    }
+}
+
+/// Built-in router signatures (shared/mcp-notes.md, "What routers send when the route is missing").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Preset {
+    /// Traefik, no router matched (Go's `http.NotFound`).
+    Traefik404,
+    /// Traefik, router without a healthy server.
+    Traefik503,
+    /// Traefik, dial error (`Bad Gateway`).
+    Traefik502,
+    /// Traefik, upstream timeout (`Gateway Timeout`). Rewritten to 503, but never replayed: the
+    /// request may have been sent and be running.
+    Traefik504,
+    /// nginx's built-in 404 page (no matching location).
+    Nginx404,
+    /// The Kubernetes default backend (ingress-gce, ingress-nginx's default-http-backend).
+    IngressGce404,
+    /// Envoy's empty no-route 404. Off by default: an application's empty 404 behind an Envoy
+    /// sidecar looks the same.
+    Envoy404,
+}
+
+impl Preset {
+    const ALL: [Preset; 7] = [
+        Preset::Traefik404,
+        Preset::Traefik503,
+        Preset::Traefik502,
+        Preset::Traefik504,
+        Preset::Nginx404,
+        Preset::IngressGce404,
+        Preset::Envoy404,
+    ];
+
+    /// Config name.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Preset::Traefik404 => "traefik-404",
+            Preset::Traefik503 => "traefik-503",
+            Preset::Traefik502 => "traefik-502",
+            Preset::Traefik504 => "traefik-504",
+            Preset::Nginx404 => "nginx-404",
+            Preset::IngressGce404 => "ingress-gce-404",
+            Preset::Envoy404 => "envoy-404",
+        }
+    }
+
+    /// Every preset name.
+    pub fn names() -> Vec<&'static str> {
+        Preset::ALL.iter().map(Preset::name).collect()
+    }
+
+    /// Looks a preset up by its config name.
+    pub fn from_name(name: &str) -> Option<Preset> {
+        Preset::ALL.into_iter().find(|p| p.name() == name)
+    }
+
+    /// The signature.
+    pub fn signature(&self) -> Signature {
+        let text_utf8 = Some("text/plain; charset=utf-8".to_string());
+        let nosniff = (
+            HeaderName::from_static("x-content-type-options"),
+            Some(HeaderValue::from_static("nosniff")),
+        );
+        let (status, content_type, body, headers, replay_safe) = match self {
+            Preset::Traefik404 => (
+                StatusCode::NOT_FOUND,
+                text_utf8,
+                BodyMatch::Exact(Bytes::from_static(b"404 page not found\n")),
+                vec![nosniff],
+                true,
+            ),
+            Preset::Traefik503 => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                None,
+                BodyMatch::Exact(Bytes::from_static(b"no available server\n")),
+                vec![],
+                true,
+            ),
+            // Traefik writes the bare status text. A dial error never sent the request, but
+            // Traefik answers the same 502 when the backend closed after reading it: not safe.
+            Preset::Traefik502 => (
+                StatusCode::BAD_GATEWAY,
+                None,
+                BodyMatch::Exact(Bytes::from_static(b"Bad Gateway")),
+                vec![],
+                false,
+            ),
+            Preset::Traefik504 => (
+                StatusCode::GATEWAY_TIMEOUT,
+                None,
+                BodyMatch::Exact(Bytes::from_static(b"Gateway Timeout")),
+                vec![],
+                false,
+            ),
+            Preset::Nginx404 => (
+                StatusCode::NOT_FOUND,
+                Some("text/html".to_string()),
+                BodyMatch::Contains(Bytes::from_static(b"<hr><center>nginx")),
+                vec![],
+                true,
+            ),
+            Preset::IngressGce404 => (
+                StatusCode::NOT_FOUND,
+                None,
+                BodyMatch::Contains(Bytes::from_static(b"default backend - 404")),
+                vec![],
+                true,
+            ),
+            Preset::Envoy404 => (
+                StatusCode::NOT_FOUND,
+                None,
+                BodyMatch::Exact(Bytes::new()),
+                vec![(
+                    HeaderName::from_static("server"),
+                    Some(HeaderValue::from_static("envoy")),
+                )],
+                true,
+            ),
+        };
+        Signature {
+            name: self.name().into(),
+            status,
+            content_type,
+            body,
+            headers,
+            replay_safe,
+        }
+    }
+}
+
+/// Which paths the application is expected to serve, so a router's 404 there means "missing".
+///
+/// Two sources: configured endpoint prefixes (default `/mcp`) and, when learning is on, exact
+/// paths the application itself answered within the learn TTL. The learned set is bounded; when
+/// full, the stalest entry goes.
+pub struct ExpectedRoutes {
+    endpoints: Vec<String>,
+    learn: bool,
+    ttl: Duration,
+    learned: Mutex<HashMap<String, Instant>>,
+}
+
+/// Most learned paths kept: memory stays bounded whatever paths clients send.
+const MAX_LEARNED_PATHS: usize = 1024;
+
+impl ExpectedRoutes {
+    /// From validated config.
+    pub fn new(endpoints: Vec<String>, learn: bool, ttl: Duration) -> Self {
+        Self {
+            endpoints,
+            learn,
+            ttl,
+            learned: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Whether a router's 404 for `path` means the backend is missing.
+    pub fn is_expected(&self, path: &str, now: Instant) -> bool {
+        if self.endpoints.iter().any(|e| prefix_matches(e, path)) {
+            return true;
+        }
+        self.learn
+            && self
+                .learned
+                .lock()
+                .expect("learned-path lock")
+                .get(path)
+                .is_some_and(|seen| now.saturating_duration_since(*seen) <= self.ttl)
+    }
+
+    /// Records that the application answered `path` with something other than a 404.
+    pub fn learn(&self, path: &str, now: Instant) {
+        if !self.learn || self.endpoints.iter().any(|e| prefix_matches(e, path)) {
+            return;
+        }
+        let mut learned = self.learned.lock().expect("learned-path lock");
+        if learned.len() >= MAX_LEARNED_PATHS && !learned.contains_key(path) {
+            let stalest = learned
+                .iter()
+                .min_by_key(|(_, seen)| **seen)
+                .map(|(p, _)| p.clone());
+            if let Some(p) = stalest {
+                learned.remove(&p);
+            }
+        }
+        learned.insert(path.to_string(), now);
+    }
+}
+
+/// Segment-aligned prefix match: `/mcp` matches `/mcp`, `/mcp/` and `/mcp/x`, not `/mcpx`.
+fn prefix_matches(prefix: &str, path: &str) -> bool {
+    prefix == "/"
+        || path
+            .strip_prefix(prefix)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.append(*k, HeaderValue::from_static(v));
+        }
+        h
+    }
+
+    fn presets() -> Vec<Signature> {
+        crate::config::defaults::PRESETS
+            .iter()
+            .map(|n| Preset::from_name(n).unwrap().signature())
+            .collect()
+    }
+
+    fn verdict(status: u16, h: &HeaderMap, body: &[u8], expected: bool, beyond: bool) -> Verdict {
+        let sigs = presets();
+        classify(
+            &Outcome::Response {
+                status: StatusCode::from_u16(status).unwrap(),
+                headers: h,
+                body: Some(body),
+            },
+            &Context {
+                signatures: &sigs,
+                route_expected: expected,
+                beyond_horizon: beyond,
+            },
+        )
+    }
+
+    const TRAEFIK: &[(&str, &str)] = &[
+        ("content-type", "text/plain; charset=utf-8"),
+        ("x-content-type-options", "nosniff"),
+    ];
+
+    #[test]
+    fn traefik_404_is_missing_only_when_expected_and_within_horizon() {
+        let h = headers(TRAEFIK);
+        let missing = Verdict::Missing(Missing {
+            reason: RewriteReason::RouteMissing404,
+            never_reached_app: true,
+        });
+        assert_eq!(
+            verdict(404, &h, b"404 page not found\n", true, false),
+            missing
+        );
+        assert_eq!(
+            verdict(404, &h, b"404 page not found\n", false, false),
+            Verdict::RouterPassthrough(PassReason::RouteNotExpected)
+        );
+        assert_eq!(
+            verdict(404, &h, b"404 page not found\n", true, true),
+            Verdict::RouterPassthrough(PassReason::HorizonExceeded)
+        );
+    }
+
+    #[test]
+    fn near_misses_of_traefik_are_the_application() {
+        let h = headers(TRAEFIK);
+        // Trailing newline missing, different text, or a header missing: not Traefik.
+        assert_eq!(
+            verdict(404, &h, b"404 page not found", true, false),
+            Verdict::Application
+        );
+        assert_eq!(
+            verdict(404, &h, b"Session not found\n", true, false),
+            Verdict::Application
+        );
+        let no_nosniff = headers(&[("content-type", "text/plain; charset=utf-8")]);
+        assert_eq!(
+            verdict(404, &no_nosniff, b"404 page not found\n", true, false),
+            Verdict::Application
+        );
+        // Same bytes, other status.
+        assert_eq!(
+            verdict(410, &h, b"404 page not found\n", true, false),
+            Verdict::Application
+        );
+    }
+
+    #[test]
+    fn mcp_servers_own_404s_are_the_application() {
+        let json = headers(&[("content-type", "application/json")]);
+        let ts =
+            br#"{"jsonrpc":"2.0","error":{"code":-32001,"message":"Session not found"},"id":null}"#;
+        assert_eq!(verdict(404, &json, ts, true, false), Verdict::Application);
+        let m = br#"{"jsonrpc":"2.0","id":3,"error":{"code":-32601,"message":"Method not found"}}"#;
+        assert_eq!(verdict(404, &json, m, true, false), Verdict::Application);
+        // rmcp: no Content-Type at all.
+        let none = HeaderMap::new();
+        assert_eq!(
+            verdict(404, &none, b"Not Found: Session not found", true, false),
+            Verdict::Application
+        );
+        // An unread body never matches a body signature.
+        let sigs = presets();
+        let v = classify(
+            &Outcome::Response {
+                status: StatusCode::NOT_FOUND,
+                headers: &headers(TRAEFIK),
+                body: None,
+            },
+            &Context {
+                signatures: &sigs,
+                route_expected: true,
+                beyond_horizon: false,
+            },
+        );
+        assert_eq!(v, Verdict::Application);
+    }
+
+    #[test]
+    fn router_5xx_signatures() {
+        let h = HeaderMap::new();
+        assert_eq!(
+            verdict(503, &h, b"no available server\n", true, false),
+            Verdict::Missing(Missing {
+                reason: RewriteReason::RouterUnavailable,
+                never_reached_app: true
+            })
+        );
+        // Not replay-safe, but still "missing" (503 + Retry-After), even past the horizon:
+        // the horizon only un-masks 404s.
+        assert_eq!(
+            verdict(502, &h, b"Bad Gateway", true, true),
+            Verdict::Missing(Missing {
+                reason: RewriteReason::RouterUnavailable,
+                never_reached_app: false
+            })
+        );
+        // The application's own 5xx.
+        assert_eq!(verdict(503, &h, b"busy", true, false), Verdict::Application);
+        assert_eq!(verdict(500, &h, b"boom", true, false), Verdict::Application);
+    }
+
+    #[test]
+    fn other_presets() {
+        let html = headers(&[("content-type", "text/html")]);
+        let page = b"<html>\r\n<head><title>404 Not Found</title></head>\r\n<body>\r\n<center><h1>404 Not Found</h1></center>\r\n<hr><center>nginx/1.22.1</center>\r\n</body>\r\n</html>\r\n";
+        assert!(matches!(
+            verdict(404, &html, page, true, false),
+            Verdict::Missing(_)
+        ));
+        let plain = headers(&[("content-type", "text/plain")]);
+        assert!(matches!(
+            verdict(404, &plain, b"default backend - 404", true, false),
+            Verdict::Missing(_)
+        ));
+        // Envoy's preset is off by default: an empty 404 is the application's.
+        let envoy = headers(&[("server", "envoy")]);
+        assert_eq!(verdict(404, &envoy, b"", true, false), Verdict::Application);
+        let sigs = vec![Preset::Envoy404.signature()];
+        let v = classify(
+            &Outcome::Response {
+                status: StatusCode::NOT_FOUND,
+                headers: &envoy,
+                body: Some(b""),
+            },
+            &Context {
+                signatures: &sigs,
+                route_expected: true,
+                beyond_horizon: false,
+            },
+        );
+        assert!(matches!(v, Verdict::Missing(_)));
+    }
+
+    #[test]
+    fn connect_errors_are_missing_and_others_failed() {
+        let sigs = presets();
+        let cx = Context {
+            signatures: &sigs,
+            route_expected: true,
+            beyond_horizon: false,
+        };
+        for (kind, reason) in [
+            (ConnectErrorKind::Refused, RewriteReason::ConnectRefused),
+            (ConnectErrorKind::Timeout, RewriteReason::ConnectTimeout),
+            (ConnectErrorKind::Dns, RewriteReason::Dns),
+            (ConnectErrorKind::Unreachable, RewriteReason::Unreachable),
+            (ConnectErrorKind::Other, RewriteReason::ConnectError),
+        ] {
+            // Wrapped, as hyper-util wraps it, to prove the chain is walked.
+            let inner = ConnectError::new(kind, io::Error::other("x"));
+            let outer = io::Error::other(inner);
+            assert_eq!(
+                classify(&Outcome::Error(&outer), &cx),
+                Verdict::Missing(Missing {
+                    reason,
+                    never_reached_app: true
+                })
+            );
+        }
+        let reset = io::Error::from(io::ErrorKind::ConnectionReset);
+        assert_eq!(
+            classify(&Outcome::Error(&reset), &cx),
+            Verdict::Failed(FailReason::UpstreamReset)
+        );
+        assert_eq!(
+            classify(&Outcome::ResponseTimeout, &cx),
+            Verdict::Failed(FailReason::ResponseTimeout)
+        );
+    }
+
+    #[test]
+    fn user_signatures_are_validated() {
+        let ok = RawSignature {
+            name: "caddy".into(),
+            status: 404,
+            body: Some("nope".into()),
+            ..Default::default()
+        };
+        assert!(Signature::from_raw(&ok).is_ok());
+        let bare = RawSignature {
+            status: 404,
+            ..Default::default()
+        };
+        assert!(Signature::from_raw(&bare)
+            .unwrap_err()
+            .contains("at least one"));
+        let ok200 = RawSignature {
+            status: 200,
+            body: Some("".into()),
+            ..Default::default()
+        };
+        assert!(Signature::from_raw(&ok200).unwrap_err().contains("404"));
+        let both = RawSignature {
+            status: 404,
+            body: Some("a".into()),
+            body_contains: Some("a".into()),
+            ..Default::default()
+        };
+        assert!(Signature::from_raw(&both).unwrap_err().contains("not both"));
+    }
+
+    #[test]
+    fn user_signature_with_headers_and_no_content_type() {
+        let raw = RawSignature {
+            status: 404,
+            content_type: Some(String::new()),
+            headers: vec![crate::config::RawHeaderMatch {
+                name: "X-Router".into(),
+                value: None,
+            }],
+            ..Default::default()
+        };
+        let sig = Signature::from_raw(&raw).unwrap();
+        let h = headers(&[("x-router", "edge-1")]);
+        assert!(sig.matches(StatusCode::NOT_FOUND, &h, None));
+        let h2 = headers(&[("x-router", "edge-1"), ("content-type", "text/plain")]);
+        assert!(!sig.matches(StatusCode::NOT_FOUND, &h2, None));
+    }
+
+    #[test]
+    fn expected_routes() {
+        let now = Instant::now();
+        let r = ExpectedRoutes::new(vec!["/mcp".into()], true, Duration::from_secs(60));
+        assert!(r.is_expected("/mcp", now));
+        assert!(r.is_expected("/mcp/", now));
+        assert!(r.is_expected("/mcp/x", now));
+        assert!(!r.is_expected("/mcpx", now));
+        assert!(!r.is_expected("/.well-known/oauth-protected-resource", now));
+        r.learn("/.well-known/oauth-protected-resource", now);
+        assert!(r.is_expected("/.well-known/oauth-protected-resource", now));
+        assert!(!r.is_expected(
+            "/.well-known/oauth-protected-resource",
+            now + Duration::from_secs(61)
+        ));
+        let off = ExpectedRoutes::new(vec!["/mcp".into()], false, Duration::from_secs(60));
+        off.learn("/other", now);
+        assert!(!off.is_expected("/other", now));
+    }
+
+    #[test]
+    fn learned_paths_are_bounded() {
+        let now = Instant::now();
+        let r = ExpectedRoutes::new(vec![], true, Duration::from_secs(60));
+        for i in 0..(MAX_LEARNED_PATHS + 10) {
+            r.learn(&format!("/p{i}"), now + Duration::from_millis(i as u64));
+        }
+        assert_eq!(r.learned.lock().unwrap().len(), MAX_LEARNED_PATHS);
+        // The oldest went first; the newest stayed.
+        assert!(!r.is_expected("/p0", now + Duration::from_secs(1)));
+        assert!(r.is_expected(
+            &format!("/p{}", MAX_LEARNED_PATHS + 9),
+            now + Duration::from_secs(1)
+        ));
+    }
+}

@@ -1,0 +1,82 @@
+//! Command-line interface. Flags are the top configuration layer; only flags the user actually
+//! gave are passed on, so lower layers (environment, file, defaults) show through the rest.
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+use crate::config::RawFlags;
+
+/// holdfast: keeps MCP clients connected while their server's container is recreated.
+///
+/// Forwards everything to one MCP server (Streamable HTTP). While the server is missing
+/// (connection refused, DNS failure, a router's route-missing 404) clients get 503 with
+/// Retry-After instead of a 404 that they would read as "session expired".
+#[derive(Debug, Parser)]
+#[command(name = "holdfast", version, about, long_about)]
+pub struct Cli {
+    /// What to do; without a subcommand holdfast runs the proxy.
+    #[command(subcommand)]
+    pub command: Option<Command>,
+
+    /// TOML configuration file (also HOLDFAST_CONFIG).
+    #[arg(long, global = true, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+
+    /// Proxy listen address [default: 0.0.0.0:8080].
+    #[arg(long, global = true, value_name = "ADDR")]
+    pub listen: Option<String>,
+
+    /// The MCP server's base URL, e.g. http://mcp-backend:8000.
+    #[arg(long, global = true, value_name = "URL")]
+    pub upstream: Option<String>,
+
+    /// Admin listen address for /metrics, /healthz, /readyz [default: 127.0.0.1:9090].
+    #[arg(long, global = true, value_name = "ADDR")]
+    pub admin: Option<String>,
+
+    /// Retry-After seconds on synthetic 503s [default: 2].
+    #[arg(long, global = true, value_name = "SECS")]
+    pub retry_after: Option<u64>,
+
+    /// Log format [default: text].
+    #[arg(long, global = true, value_enum)]
+    pub log_format: Option<LogFormatArg>,
+
+    /// Log one line per request (target holdfast::access).
+    #[arg(long, global = true)]
+    pub access_log: bool,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Print the effective configuration, or every error in it, and exit (non-zero on errors).
+    CheckConfig,
+}
+
+/// `--log-format` values.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum LogFormatArg {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+impl Cli {
+    /// The flags as the top configuration layer.
+    pub fn flags(&self) -> RawFlags {
+        RawFlags {
+            listen: self.listen.clone(),
+            upstream: self.upstream.clone(),
+            admin: self.admin.clone(),
+            retry_after_secs: self.retry_after,
+            log_format: self.log_format.map(|f| match f {
+                LogFormatArg::Text => "text".into(),
+                LogFormatArg::Json => "json".into(),
+            }),
+            access_log: self.access_log.then_some(true),
+        }
+    }
+}

@@ -1,0 +1,717 @@
+//! Configuration in two phases.
+//!
+//! Phase one ([`RawConfig`]) is a plain serde struct that figment fills from, in rising order of
+//! precedence: built-in defaults, a TOML file (`--config FILE` or `HOLDFAST_CONFIG`), the
+//! environment (`HOLDFAST_` prefix, `__` between nested keys) and command-line flags. Phase two
+//! ([`Config::from_raw`]) checks every value, reports *every* problem at once, each naming its key
+//! and the layer it came from, and produces the validated [`Config`] that the rest of the crate
+//! uses. Nothing outside this module sees a raw value.
+//!
+//! Every default lives in [`defaults`] and is documented in `config/holdfast.toml`.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use figment::providers::{Env, Format, Serialized, Toml};
+use figment::Figment;
+use http::Uri;
+use serde::{Deserialize, Serialize};
+
+/// The documented defaults, one constant each.
+pub mod defaults {
+    /// Proxy listener.
+    pub const LISTEN: &str = "0.0.0.0:8080";
+    /// Admin listener (metrics, health). Loopback so metrics are not exposed by accident.
+    pub const ADMIN: &str = "127.0.0.1:9090";
+    /// `Retry-After` on synthetic 503s, in seconds. Short: a container recreation takes seconds.
+    pub const RETRY_AFTER_SECS: u64 = 2;
+    /// TCP connect timeout to the upstream. A missing container usually refuses at once; a
+    /// blackholed address (a stale IP after recreation) needs this bound.
+    pub const CONNECT_TIMEOUT_SECS: f64 = 2.0;
+    /// Time allowed from sending a request to the upstream's response headers. Generous because
+    /// an MCP tool call answered as JSON sends its headers only when the tool is done.
+    pub const RESPONSE_TIMEOUT_SECS: f64 = 300.0;
+    /// How long an idle pooled upstream connection is kept.
+    pub const POOL_IDLE_TIMEOUT_SECS: f64 = 30.0;
+    /// Idle timeout between body frames (both directions). Reset by every frame; there is no
+    /// total deadline, so an SSE stream with regular events lives as long as it likes.
+    pub const STREAM_IDLE_TIMEOUT_SECS: f64 = 300.0;
+    /// Paths on which a router's 404 means "the backend is missing".
+    pub const ENDPOINTS: &[&str] = &["/mcp"];
+    /// Route-missing 404s later than this after the last healthy answer pass through.
+    pub const HORIZON_SECS: f64 = 120.0;
+    /// How long a path the application answered counts as "known to exist".
+    pub const LEARN_TTL_SECS: f64 = 3600.0;
+    /// Most body bytes read from an error response to decide whether a router sent it.
+    pub const MAX_PEEK_BYTES: usize = 4096;
+    /// Built-in router signatures that are on by default.
+    pub const PRESETS: &[&str] = &[
+        "traefik-404",
+        "traefik-503",
+        "traefik-502",
+        "traefik-504",
+        "nginx-404",
+        "ingress-gce-404",
+    ];
+    /// Largest request head accepted from a client.
+    pub const MAX_HEADER_BYTES: usize = 64 * 1024;
+    /// Time a client has to send a complete request head (slowloris guard).
+    pub const HEADER_READ_TIMEOUT_SECS: f64 = 10.0;
+    /// Concurrent client connections; past this, accepting pauses until one closes.
+    pub const MAX_CONNECTIONS: usize = 10_000;
+    /// Time in-flight requests get to finish after SIGTERM before streams are closed.
+    pub const DRAIN_TIMEOUT_SECS: f64 = 30.0;
+}
+
+/// Phase one: what figment deserializes. Every field optional-by-default so that each layer may
+/// set any subset; unknown keys are errors (a typo must not be silently ignored).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawConfig {
+    /// Proxy listen address.
+    pub listen: String,
+    /// Upstream base URL (`http://host:port[/prefix]`).
+    pub upstream: String,
+    /// Admin listen address.
+    pub admin: String,
+    /// `Retry-After` seconds on synthetic 503s.
+    pub retry_after_secs: u64,
+    /// `text` or `json`.
+    pub log_format: String,
+    /// One log line per request (target `holdfast::access`).
+    pub access_log: bool,
+    /// Upstream connection settings.
+    pub client: RawClient,
+    /// Stream settings.
+    pub streams: RawStreams,
+    /// Route-missing detection.
+    pub routes: RawRoutes,
+    /// Inbound limits.
+    pub limits: RawLimits,
+    /// Shutdown behaviour.
+    pub shutdown: RawShutdown,
+}
+
+/// `[client]`: how holdfast talks to the upstream.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawClient {
+    /// `preserve` (the client's Host) or `upstream` (the upstream URL's authority).
+    pub host_header: String,
+    /// TCP connect timeout.
+    pub connect_timeout_secs: f64,
+    /// Time from sending to response headers.
+    pub response_timeout_secs: f64,
+    /// Idle pooled connection lifetime.
+    pub pool_idle_timeout_secs: f64,
+}
+
+/// `[streams]`: body timeouts.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawStreams {
+    /// Idle timeout between body frames, both directions.
+    pub idle_timeout_secs: f64,
+}
+
+/// `[routes]`: when is a 404 the router's and not the application's.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawRoutes {
+    /// Path prefixes where the route is expected to exist.
+    pub endpoints: Vec<String>,
+    /// Also treat paths the application answered recently as expected.
+    pub learn: bool,
+    /// How long a learned path stays expected.
+    pub learn_ttl_secs: f64,
+    /// Route-missing answers later than this after the last healthy answer pass through.
+    pub horizon_secs: f64,
+    /// Most body bytes read to match a signature.
+    pub max_peek_bytes: usize,
+    /// Built-in signatures to use (names from [`crate::classify::Preset`]).
+    pub presets: Vec<String>,
+    /// User-defined signatures.
+    pub signatures: Vec<RawSignature>,
+}
+
+/// One user-defined router signature (`[[routes.signatures]]`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawSignature {
+    /// Name used in logs.
+    pub name: String,
+    /// Status to match: 404 (route missing) or a 5xx (router unavailable).
+    pub status: u16,
+    /// Exact `Content-Type` value (case-insensitive); absent means any, `""` means none sent.
+    pub content_type: Option<String>,
+    /// The whole body, exactly.
+    pub body: Option<String>,
+    /// A substring of the body.
+    pub body_contains: Option<String>,
+    /// Headers that must be present (`value` absent) or equal (`value` set).
+    pub headers: Vec<RawHeaderMatch>,
+}
+
+/// A header condition of a signature.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawHeaderMatch {
+    /// Header name.
+    pub name: String,
+    /// Exact value, or any value when absent.
+    pub value: Option<String>,
+}
+
+/// `[limits]`: protection against misbehaving clients.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawLimits {
+    /// Largest request head.
+    pub max_header_bytes: usize,
+    /// Time to receive a full request head.
+    pub header_read_timeout_secs: f64,
+    /// Concurrent client connections.
+    pub max_connections: usize,
+}
+
+/// `[shutdown]`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawShutdown {
+    /// Time in-flight requests get after SIGTERM.
+    pub drain_timeout_secs: f64,
+}
+
+impl Default for RawConfig {
+    fn default() -> Self {
+        Self {
+            listen: defaults::LISTEN.into(),
+            upstream: String::new(),
+            admin: defaults::ADMIN.into(),
+            retry_after_secs: defaults::RETRY_AFTER_SECS,
+            log_format: "text".into(),
+            access_log: false,
+            client: RawClient::default(),
+            streams: RawStreams::default(),
+            routes: RawRoutes::default(),
+            limits: RawLimits::default(),
+            shutdown: RawShutdown::default(),
+        }
+    }
+}
+
+impl Default for RawClient {
+    fn default() -> Self {
+        Self {
+            host_header: "preserve".into(),
+            connect_timeout_secs: defaults::CONNECT_TIMEOUT_SECS,
+            response_timeout_secs: defaults::RESPONSE_TIMEOUT_SECS,
+            pool_idle_timeout_secs: defaults::POOL_IDLE_TIMEOUT_SECS,
+        }
+    }
+}
+
+impl Default for RawStreams {
+    fn default() -> Self {
+        Self {
+            idle_timeout_secs: defaults::STREAM_IDLE_TIMEOUT_SECS,
+        }
+    }
+}
+
+impl Default for RawRoutes {
+    fn default() -> Self {
+        Self {
+            endpoints: defaults::ENDPOINTS.iter().map(|s| s.to_string()).collect(),
+            learn: true,
+            learn_ttl_secs: defaults::LEARN_TTL_SECS,
+            horizon_secs: defaults::HORIZON_SECS,
+            max_peek_bytes: defaults::MAX_PEEK_BYTES,
+            presets: defaults::PRESETS.iter().map(|s| s.to_string()).collect(),
+            signatures: Vec::new(),
+        }
+    }
+}
+
+impl Default for RawLimits {
+    fn default() -> Self {
+        Self {
+            max_header_bytes: defaults::MAX_HEADER_BYTES,
+            header_read_timeout_secs: defaults::HEADER_READ_TIMEOUT_SECS,
+            max_connections: defaults::MAX_CONNECTIONS,
+        }
+    }
+}
+
+impl Default for RawShutdown {
+    fn default() -> Self {
+        Self {
+            drain_timeout_secs: defaults::DRAIN_TIMEOUT_SECS,
+        }
+    }
+}
+
+/// Phase two: the validated configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Proxy listen address.
+    pub listen: SocketAddr,
+    /// Admin listen address.
+    pub admin: SocketAddr,
+    /// Upstream base.
+    pub upstream: UpstreamUrl,
+    /// `Retry-After` on synthetic 503s.
+    pub retry_after: Duration,
+    /// Log output format.
+    pub log_format: LogFormat,
+    /// Whether to log one line per request.
+    pub access_log: bool,
+    /// Which Host header the upstream sees.
+    pub host_header: HostHeader,
+    /// TCP connect timeout.
+    pub connect_timeout: Duration,
+    /// Time from sending to response headers.
+    pub response_timeout: Duration,
+    /// Idle pooled connection lifetime.
+    pub pool_idle_timeout: Duration,
+    /// Idle timeout between body frames.
+    pub stream_idle_timeout: Duration,
+    /// Route-missing detection settings.
+    pub routes: Routes,
+    /// Largest request head.
+    pub max_header_bytes: usize,
+    /// Time to receive a request head.
+    pub header_read_timeout: Duration,
+    /// Concurrent client connections.
+    pub max_connections: usize,
+    /// Drain time on shutdown.
+    pub drain_timeout: Duration,
+}
+
+/// Validated `[routes]`.
+#[derive(Debug, Clone)]
+pub struct Routes {
+    /// Path prefixes (segment-aligned) where the route is expected.
+    pub endpoints: Vec<String>,
+    /// Learn expected paths from the application's answers.
+    pub learn: bool,
+    /// Lifetime of a learned path.
+    pub learn_ttl: Duration,
+    /// Horizon after which route-missing 404s pass through.
+    pub horizon: Duration,
+    /// Most bytes peeked from a candidate body.
+    pub max_peek_bytes: usize,
+    /// Every active signature, presets first, in match order.
+    pub signatures: Vec<crate::classify::Signature>,
+}
+
+/// The upstream base URL, split into what the proxy needs per request.
+#[derive(Debug, Clone)]
+pub struct UpstreamUrl {
+    /// The URL as configured (for logs).
+    pub original: String,
+    /// `scheme://host:port` of the upstream.
+    pub authority: http::uri::Authority,
+    /// Path prefix without a trailing slash (`""` when none).
+    pub path_prefix: String,
+}
+
+/// Which `Host` header the upstream sees.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HostHeader {
+    /// The client's Host (MCP SDK servers check it against their allowed hosts).
+    Preserve,
+    /// The upstream URL's authority.
+    Upstream,
+}
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// One problem found while loading or validating the configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    /// The dotted key at fault (`client.connect_timeout_secs`).
+    pub key: String,
+    /// Where the value came from (`default`, a file path, `environment variable HOLDFAST_…`, `flag`).
+    pub origin: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} (from {}): {}", self.key, self.origin, self.message)
+    }
+}
+
+/// Every problem found, reported together so a user fixes them in one round.
+#[derive(Debug, thiserror::Error)]
+#[error("invalid configuration:\n{}", .problems.iter().map(|p| format!("  - {p}")).collect::<Vec<_>>().join("\n"))]
+pub struct ConfigError {
+    /// The problems, in key order of discovery.
+    pub problems: Vec<Problem>,
+}
+
+/// Name of the environment variable that points at the config file.
+pub const CONFIG_ENV: &str = "HOLDFAST_CONFIG";
+/// Prefix of environment variables that set keys.
+pub const ENV_PREFIX: &str = "HOLDFAST_";
+
+/// Builds the layered figment: defaults < file < environment < flags.
+///
+/// `file` is the `--config` flag; when absent `HOLDFAST_CONFIG` is consulted. `flags` holds only
+/// the values the user actually passed on the command line.
+pub fn figment(file: Option<&Path>, flags: &RawFlags) -> Figment {
+    let file: Option<PathBuf> = file
+        .map(Path::to_path_buf)
+        .or_else(|| std::env::var_os(CONFIG_ENV).map(PathBuf::from));
+    let mut fig = Figment::from(Named(
+        Serialized::defaults(RawConfig::default()),
+        ORIGIN_DEFAULT,
+    ));
+    if let Some(path) = file {
+        // `file_exact`: a missing file is an error, not silently an empty layer.
+        fig = fig.merge(Toml::file_exact(path));
+    }
+    fig.merge(
+        Env::prefixed(ENV_PREFIX)
+            .split("__")
+            // HOLDFAST_CONFIG names the file; it is not a key.
+            .ignore(&["config"]),
+    )
+    .merge(Named(Serialized::defaults(flags), ORIGIN_FLAG))
+}
+
+const ORIGIN_DEFAULT: &str = "default";
+const ORIGIN_FLAG: &str = "command-line flag";
+
+/// A provider under a name of our choosing, so errors can say "default" or "command-line flag"
+/// instead of figment's generic name for both serialized layers.
+struct Named<P>(P, &'static str);
+
+impl<P: figment::Provider> figment::Provider for Named<P> {
+    fn metadata(&self) -> figment::Metadata {
+        figment::Metadata::named(self.1)
+    }
+
+    fn data(
+        &self,
+    ) -> Result<figment::value::Map<figment::Profile, figment::value::Dict>, figment::Error> {
+        self.0.data()
+    }
+}
+
+/// Values given as flags. `None` means "not given", so lower layers show through.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct RawFlags {
+    /// `--listen`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub listen: Option<String>,
+    /// `--upstream`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub upstream: Option<String>,
+    /// `--admin`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub admin: Option<String>,
+    /// `--retry-after`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retry_after_secs: Option<u64>,
+    /// `--log-format`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub log_format: Option<String>,
+    /// `--access-log`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub access_log: Option<bool>,
+}
+
+/// Loads and validates: the one entry point the binary uses.
+pub fn load(file: Option<&Path>, flags: &RawFlags) -> Result<Config, ConfigError> {
+    Config::from_figment(&figment(file, flags))
+}
+
+impl Config {
+    /// Extracts the raw layer from `fig` and validates it, naming origins from `fig`'s metadata.
+    pub fn from_figment(fig: &Figment) -> Result<Config, ConfigError> {
+        let raw: RawConfig = fig.extract().map_err(|e| ConfigError {
+            problems: e
+                .into_iter()
+                .map(|e| Problem {
+                    key: if e.path.is_empty() {
+                        "(top level)".into()
+                    } else {
+                        e.path.join(".")
+                    },
+                    origin: e
+                        .metadata
+                        .as_ref()
+                        .map(describe_origin)
+                        .unwrap_or_else(|| "configuration".into()),
+                    message: e.kind.to_string(),
+                })
+                .collect(),
+        })?;
+        let origin = |key: &str| {
+            fig.find_metadata(key)
+                .map(describe_origin)
+                .unwrap_or_else(|| "default".into())
+        };
+        Config::from_raw(&raw, &origin)
+    }
+
+    /// Validates `raw`. `origin(key)` names the layer a key came from, for error messages.
+    pub fn from_raw(
+        raw: &RawConfig,
+        origin: &dyn Fn(&str) -> String,
+    ) -> Result<Config, ConfigError> {
+        let mut v = Validator {
+            problems: Vec::new(),
+            origin,
+        };
+
+        let listen = v.socket_addr("listen", &raw.listen);
+        let admin = v.socket_addr("admin", &raw.admin);
+        let upstream = v.upstream("upstream", &raw.upstream);
+        let log_format = match raw.log_format.as_str() {
+            "text" => Some(LogFormat::Text),
+            "json" => Some(LogFormat::Json),
+            other => v.fail(
+                "log_format",
+                format!("expected `text` or `json`, got `{other}`"),
+            ),
+        };
+        let host_header = match raw.client.host_header.as_str() {
+            "preserve" => Some(HostHeader::Preserve),
+            "upstream" => Some(HostHeader::Upstream),
+            other => v.fail(
+                "client.host_header",
+                format!("expected `preserve` or `upstream`, got `{other}`"),
+            ),
+        };
+        if raw.retry_after_secs == 0 {
+            v.fail::<()>("retry_after_secs", "must be at least 1".into());
+        }
+        let connect_timeout = v.secs(
+            "client.connect_timeout_secs",
+            raw.client.connect_timeout_secs,
+        );
+        let response_timeout = v.secs(
+            "client.response_timeout_secs",
+            raw.client.response_timeout_secs,
+        );
+        let pool_idle_timeout = v.secs(
+            "client.pool_idle_timeout_secs",
+            raw.client.pool_idle_timeout_secs,
+        );
+        let stream_idle_timeout =
+            v.secs("streams.idle_timeout_secs", raw.streams.idle_timeout_secs);
+        let learn_ttl = v.secs("routes.learn_ttl_secs", raw.routes.learn_ttl_secs);
+        let horizon = v.secs("routes.horizon_secs", raw.routes.horizon_secs);
+        let header_read_timeout = v.secs(
+            "limits.header_read_timeout_secs",
+            raw.limits.header_read_timeout_secs,
+        );
+        let drain_timeout = v.secs(
+            "shutdown.drain_timeout_secs",
+            raw.shutdown.drain_timeout_secs,
+        );
+
+        let mut endpoints = Vec::new();
+        for (i, e) in raw.routes.endpoints.iter().enumerate() {
+            if !e.starts_with('/') {
+                v.fail::<()>(
+                    &format!("routes.endpoints[{i}]"),
+                    format!("a path must start with `/`, got `{e}`"),
+                );
+            } else {
+                // Stored without a trailing slash; matching is segment-aligned (see classify).
+                let trimmed = e.trim_end_matches('/');
+                endpoints.push(if trimmed.is_empty() {
+                    "/".into()
+                } else {
+                    trimmed.into()
+                });
+            }
+        }
+        if raw.routes.max_peek_bytes == 0 || raw.routes.max_peek_bytes > 1 << 20 {
+            v.fail::<()>(
+                "routes.max_peek_bytes",
+                "must be between 1 and 1048576".into(),
+            );
+        }
+        let mut signatures = Vec::new();
+        for (i, name) in raw.routes.presets.iter().enumerate() {
+            match crate::classify::Preset::from_name(name) {
+                Some(p) => signatures.push(p.signature()),
+                None => {
+                    v.fail::<()>(
+                        &format!("routes.presets[{i}]"),
+                        format!(
+                            "unknown preset `{name}`; known: {}",
+                            crate::classify::Preset::names().join(", ")
+                        ),
+                    );
+                }
+            }
+        }
+        for (i, s) in raw.routes.signatures.iter().enumerate() {
+            let key = format!("routes.signatures[{i}]");
+            match crate::classify::Signature::from_raw(s) {
+                Ok(sig) => {
+                    if sig.body_len_needed() > raw.routes.max_peek_bytes {
+                        v.fail::<()>(
+                            &key,
+                            format!(
+                                "its body is longer than routes.max_peek_bytes ({}), so it could never match",
+                                raw.routes.max_peek_bytes
+                            ),
+                        );
+                    }
+                    signatures.push(sig);
+                }
+                Err(msg) => {
+                    v.fail::<()>(&key, msg);
+                }
+            }
+        }
+        // hyper's HTTP/1 read buffer cannot be smaller than 8 KiB.
+        if raw.limits.max_header_bytes < 8192 {
+            v.fail::<()>("limits.max_header_bytes", "must be at least 8192".into());
+        }
+        if raw.limits.max_connections == 0 {
+            v.fail::<()>("limits.max_connections", "must be at least 1".into());
+        }
+
+        if !v.problems.is_empty() {
+            return Err(ConfigError {
+                problems: v.problems,
+            });
+        }
+        // Every Option below is Some: a None always recorded a problem above.
+        let ok = "validated above";
+        Ok(Config {
+            listen: listen.expect(ok),
+            admin: admin.expect(ok),
+            upstream: upstream.expect(ok),
+            retry_after: Duration::from_secs(raw.retry_after_secs),
+            log_format: log_format.expect(ok),
+            access_log: raw.access_log,
+            host_header: host_header.expect(ok),
+            connect_timeout: connect_timeout.expect(ok),
+            response_timeout: response_timeout.expect(ok),
+            pool_idle_timeout: pool_idle_timeout.expect(ok),
+            stream_idle_timeout: stream_idle_timeout.expect(ok),
+            routes: Routes {
+                endpoints,
+                learn: raw.routes.learn,
+                learn_ttl: learn_ttl.expect(ok),
+                horizon: horizon.expect(ok),
+                max_peek_bytes: raw.routes.max_peek_bytes,
+                signatures,
+            },
+            max_header_bytes: raw.limits.max_header_bytes,
+            header_read_timeout: header_read_timeout.expect(ok),
+            max_connections: raw.limits.max_connections,
+            drain_timeout: drain_timeout.expect(ok),
+        })
+    }
+}
+
+/// Collects problems while validating.
+struct Validator<'a> {
+    problems: Vec<Problem>,
+    origin: &'a dyn Fn(&str) -> String,
+}
+
+impl Validator<'_> {
+    fn fail<T>(&mut self, key: &str, message: String) -> Option<T> {
+        // Array elements share their array's origin.
+        let base = key.split('[').next().unwrap_or(key);
+        self.problems.push(Problem {
+            key: key.into(),
+            origin: (self.origin)(base),
+            message,
+        });
+        None
+    }
+
+    fn socket_addr(&mut self, key: &str, value: &str) -> Option<SocketAddr> {
+        match value.parse() {
+            Ok(a) => Some(a),
+            Err(_) => self.fail(
+                key,
+                format!("expected an IP address and port such as `0.0.0.0:8080`, got `{value}`"),
+            ),
+        }
+    }
+
+    fn secs(&mut self, key: &str, value: f64) -> Option<Duration> {
+        if value.is_finite() && value > 0.0 && value < 1e9 {
+            Some(Duration::from_secs_f64(value))
+        } else {
+            self.fail(
+                key,
+                format!("must be a positive number of seconds, got {value}"),
+            )
+        }
+    }
+
+    fn upstream(&mut self, key: &str, value: &str) -> Option<UpstreamUrl> {
+        if value.is_empty() {
+            return self.fail(
+                key,
+                "required: the MCP server's base URL, e.g. `--upstream http://mcp-backend:8000` \
+                 or HOLDFAST_UPSTREAM"
+                    .into(),
+            );
+        }
+        let uri: Uri = match value.parse() {
+            Ok(u) => u,
+            Err(e) => return self.fail(key, format!("not a URL ({e}): `{value}`")),
+        };
+        match uri.scheme_str() {
+            Some("http") => {}
+            Some("https") => {
+                return self.fail(
+                    key,
+                    "https upstreams are not supported yet; use http://".into(),
+                )
+            }
+            _ => return self.fail(key, format!("expected an http:// URL, got `{value}`")),
+        }
+        let Some(authority) = uri.authority().cloned() else {
+            return self.fail(key, format!("the URL has no host: `{value}`"));
+        };
+        if authority.as_str().contains('@') {
+            return self.fail(
+                key,
+                "credentials in the upstream URL are not supported".into(),
+            );
+        }
+        if uri.query().is_some() {
+            return self.fail(key, "the upstream URL must not have a query".into());
+        }
+        Some(UpstreamUrl {
+            original: value.into(),
+            authority,
+            path_prefix: uri.path().trim_end_matches('/').into(),
+        })
+    }
+}
+
+/// Names where a value came from in the terms a user knows.
+fn describe_origin(md: &figment::Metadata) -> String {
+    match &md.source {
+        Some(figment::Source::File(p)) => format!("file {}", p.display()),
+        _ if md.name.contains("environment") => "environment (HOLDFAST_*)".into(),
+        _ => md.name.to_string(),
+    }
+}

@@ -1,0 +1,195 @@
+//! Header rewriting between the client and the upstream.
+//!
+//! Hop-by-hop headers describe one connection and must not cross the proxy (RFC 9110 §7.6.1):
+//! the fixed list below plus every name listed in `Connection`. Everything else passes untouched,
+//! in particular the MCP headers (`Mcp-Session-Id`, `MCP-Protocol-Version`, `Mcp-Method`,
+//! `Mcp-Name`, `Last-Event-ID`) and `Authorization` / `WWW-Authenticate` / `Retry-After`.
+
+use std::net::IpAddr;
+
+use http::header::{HeaderMap, HeaderName, HeaderValue, CONNECTION, HOST};
+
+/// Always hop-by-hop (RFC 9110 §7.6.1, plus the RFC 2616 §13.5.1 proxy-auth pair and the
+/// non-standard `Proxy-Connection` that old clients still send).
+const HOP_BY_HOP: [&str; 9] = [
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+];
+
+/// Removes hop-by-hop headers, including those named in `Connection` (any case, any spacing,
+/// across repeated `Connection` headers).
+pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    let listed: Vec<HeaderName> = headers
+        .get_all(CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
+        .collect();
+    for name in listed {
+        headers.remove(name);
+    }
+    for name in HOP_BY_HOP {
+        headers.remove(name);
+    }
+}
+
+/// Appends `value` to a comma-separated header, creating it when absent.
+fn append_list(headers: &mut HeaderMap, name: HeaderName, value: &str) {
+    // Joining keeps a single field line; appending a second field would also be valid HTTP, but
+    // many readers of X-Forwarded-For look at the first line only.
+    let joined = match headers.get(&name).and_then(|v| v.to_str().ok()) {
+        Some(existing) if !existing.trim().is_empty() => format!("{existing}, {value}"),
+        _ => value.to_string(),
+    };
+    if let Ok(v) = HeaderValue::from_str(&joined) {
+        headers.insert(name, v);
+    }
+}
+
+/// Adds `X-Forwarded-For`, `-Proto` and `-Host` for the client at `peer`.
+pub fn add_forwarded(headers: &mut HeaderMap, peer: IpAddr, proto: &str, host: Option<&str>) {
+    append_list(
+        headers,
+        HeaderName::from_static("x-forwarded-for"),
+        &peer.to_string(),
+    );
+    append_list(headers, HeaderName::from_static("x-forwarded-proto"), proto);
+    if let Some(host) = host {
+        append_list(headers, HeaderName::from_static("x-forwarded-host"), host);
+    }
+}
+
+/// Sets `Host`.
+pub fn set_host(headers: &mut HeaderMap, host: &str) {
+    if let Ok(v) = HeaderValue::from_str(host) {
+        headers.insert(HOST, v);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn map(pairs: &[(&str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.append(
+                HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                HeaderValue::from_str(v).unwrap(),
+            );
+        }
+        h
+    }
+
+    /// (headers in, names that must survive, names that must go)
+    type Case = (
+        &'static [(&'static str, &'static str)],
+        &'static [&'static str],
+        &'static [&'static str],
+    );
+
+    #[test]
+    fn hop_by_hop_table() {
+        let cases: &[Case] = &[
+            (
+                &[
+                    ("Connection", "keep-alive"),
+                    ("Keep-Alive", "timeout=5"),
+                    ("Mcp-Session-Id", "abc"),
+                ],
+                &["mcp-session-id"],
+                &["connection", "keep-alive"],
+            ),
+            // Names listed in Connection, mixed case and odd spacing, over two fields.
+            (
+                &[
+                    ("Connection", " X-Foo ,x-BAR"),
+                    ("connection", "close"),
+                    ("x-foo", "1"),
+                    ("X-Bar", "2"),
+                    ("x-baz", "3"),
+                ],
+                &["x-baz"],
+                &["x-foo", "x-bar", "connection"],
+            ),
+            // Garbage in Connection is ignored, not fatal.
+            (
+                &[
+                    ("Connection", ",,, bad name, ok"),
+                    ("ok", "1"),
+                    ("authorization", "Bearer t"),
+                ],
+                &["authorization"],
+                &["ok"],
+            ),
+            (
+                &[
+                    ("TE", "trailers"),
+                    ("Transfer-Encoding", "chunked"),
+                    ("Upgrade", "h2c"),
+                    ("Proxy-Authorization", "Basic x"),
+                    ("Proxy-Connection", "keep-alive"),
+                    ("Trailer", "x"),
+                    ("MCP-Protocol-Version", "2025-06-18"),
+                    ("Last-Event-ID", "42"),
+                    ("Mcp-Method", "tools/call"),
+                    ("Mcp-Name", "count"),
+                    ("WWW-Authenticate", "Bearer"),
+                    ("Retry-After", "5"),
+                ],
+                &[
+                    "mcp-protocol-version",
+                    "last-event-id",
+                    "mcp-method",
+                    "mcp-name",
+                    "www-authenticate",
+                    "retry-after",
+                ],
+                &[
+                    "te",
+                    "transfer-encoding",
+                    "upgrade",
+                    "proxy-authorization",
+                    "proxy-connection",
+                    "trailer",
+                ],
+            ),
+        ];
+        for (input, keep, gone) in cases {
+            let mut h = map(input);
+            strip_hop_by_hop(&mut h);
+            for k in *keep {
+                assert!(h.contains_key(*k), "{k} should survive {input:?}");
+            }
+            for k in *gone {
+                assert!(!h.contains_key(*k), "{k} should be removed from {input:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn forwarded_headers_append() {
+        let mut h = map(&[("X-Forwarded-For", "203.0.113.7")]);
+        add_forwarded(
+            &mut h,
+            "10.1.2.3".parse().unwrap(),
+            "http",
+            Some("example.com"),
+        );
+        assert_eq!(h["x-forwarded-for"], "203.0.113.7, 10.1.2.3");
+        assert_eq!(h["x-forwarded-proto"], "http");
+        assert_eq!(h["x-forwarded-host"], "example.com");
+        let mut h = HeaderMap::new();
+        add_forwarded(&mut h, "::1".parse().unwrap(), "https", None);
+        assert_eq!(h["x-forwarded-for"], "::1");
+        assert!(!h.contains_key("x-forwarded-host"));
+    }
+}

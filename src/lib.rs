@@ -1,0 +1,36 @@
+//! holdfast: a reverse-proxy sidecar that keeps MCP clients connected while their backend's
+//! container is recreated.
+//!
+//! When the backend is missing (connection refused, DNS failure, a router's route-missing 404),
+//! holdfast answers `503` with `Retry-After` instead of the 404 that MCP clients read as "session
+//! expired". The MCP server's own answers, its own 404s included, pass through byte for byte, and
+//! SSE streams flow frame by frame.
+//!
+//! # Layout
+//! - [`config`]: two-phase configuration (figment layers, then validation).
+//! - [`cli`]: command-line flags and subcommands.
+//! - [`server`]: accept loop, connection limits, graceful shutdown.
+//! - [`proxy`]: forwarding one request; acts on the classifier's verdict.
+//! - [`headers`]: hop-by-hop removal, Host, X-Forwarded-*.
+//! - [`body`]: streaming bodies with idle timeouts and a bounded request copy.
+//! - [`upstream`]: the pooled client and its connector (typed connect failures).
+//! - [`classify`]: the one flat decision of what an upstream outcome means; router signatures.
+//! - [`outage`]: upstream health, outage logging, the horizon.
+//! - [`respond`]: every synthetic response.
+//! - [`metrics`]: Prometheus metrics, registered explicitly.
+//! - [`admin`]: `/metrics`, `/healthz`, `/readyz`.
+//! - [`telemetry`]: logging setup.
+
+pub mod admin;
+pub mod body;
+pub mod classify;
+pub mod cli;
+pub mod config;
+pub mod headers;
+pub mod metrics;
+pub mod outage;
+pub mod proxy;
+pub mod respond;
+pub mod server;
+pub mod telemetry;
+pub mod upstream;

@@ -1,0 +1,247 @@
+//! Prometheus metrics, without a global registry.
+//!
+//! [`Metrics::register`] creates every metric and registers it in the caller's registry; the
+//! proxy gets an `Arc<Metrics>` passed down. Every label is a bounded enum or a status code: no
+//! label value ever comes from a path, a session id or any other unbounded input.
+//!
+//! Names are fixed (dashboards and alert rules rely on them) and listed in the README.
+
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+use crate::classify::{FailReason, RewriteReason};
+
+/// Buckets of `holdfast_request_duration_seconds`, in seconds: from 1 ms (a proxied answer on
+/// loopback) to 5 min (a long tool call answered as JSON). Measured to the response *head*: a
+/// stream's lifetime is not a request's latency.
+pub const DURATION_BUCKETS: [f64; 16] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0,
+];
+
+/// All of holdfast's metrics.
+#[derive(Debug)]
+pub struct Metrics {
+    /// `holdfast_rewrites_total{reason}`: answers turned into 503 + Retry-After.
+    pub rewrites: Family<ReasonLabel, Counter>,
+    /// `holdfast_requests_total{method,status}`: every answer, by the status the client saw.
+    pub requests: Family<RequestLabels, Counter>,
+    /// `holdfast_request_duration_seconds`: time to the response head.
+    pub request_duration: Histogram,
+    /// `holdfast_upstream_up`: 1 unless an outage is open.
+    pub upstream_up: Gauge,
+    /// `holdfast_sse_streams_active`: SSE responses being streamed now.
+    pub sse_streams_active: Gauge,
+    /// `holdfast_passthrough_404_total`: the application's own 404s, passed through.
+    pub passthrough_404: Counter,
+    /// `holdfast_router_passthrough_total{reason}`: a router's 404 passed through unmasked.
+    pub router_passthrough: Family<PassLabel, Counter>,
+    /// `holdfast_upstream_failures_total{reason}`: requests answered 502 after they may have
+    /// reached the application.
+    pub upstream_failures: Family<FailLabel, Counter>,
+}
+
+/// Label set of `holdfast_rewrites_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabel {
+    /// Why the answer was rewritten.
+    pub reason: Reason,
+}
+
+/// Bounded rewrite reasons (mirrors [`RewriteReason`]).
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)]
+pub enum Reason {
+    /// Connection refused.
+    connect_refused,
+    /// Connect timed out.
+    connect_timeout,
+    /// Name did not resolve.
+    dns,
+    /// Host or network unreachable.
+    unreachable,
+    /// Other connect failure.
+    connect_error,
+    /// A router's route-missing 404.
+    route_missing_404,
+    /// A router's own 5xx.
+    router_unavailable,
+}
+
+impl From<RewriteReason> for ReasonLabel {
+    fn from(r: RewriteReason) -> Self {
+        let reason = match r {
+            RewriteReason::ConnectRefused => Reason::connect_refused,
+            RewriteReason::ConnectTimeout => Reason::connect_timeout,
+            RewriteReason::Dns => Reason::dns,
+            RewriteReason::Unreachable => Reason::unreachable,
+            RewriteReason::ConnectError => Reason::connect_error,
+            RewriteReason::RouteMissing404 => Reason::route_missing_404,
+            RewriteReason::RouterUnavailable => Reason::router_unavailable,
+        };
+        ReasonLabel { reason }
+    }
+}
+
+/// Label set of `holdfast_upstream_failures_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FailLabel {
+    /// Why the request failed.
+    pub reason: Fail,
+}
+
+/// Bounded failure reasons (mirrors [`FailReason`]).
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)]
+pub enum Fail {
+    /// No response head in time.
+    response_timeout,
+    /// Connection broke after sending.
+    upstream_reset,
+    /// Not HTTP.
+    upstream_protocol,
+    /// The client's body failed.
+    client_body,
+}
+
+impl From<FailReason> for FailLabel {
+    fn from(r: FailReason) -> Self {
+        let reason = match r {
+            FailReason::ResponseTimeout => Fail::response_timeout,
+            FailReason::UpstreamReset => Fail::upstream_reset,
+            FailReason::Protocol => Fail::upstream_protocol,
+            FailReason::ClientBody => Fail::client_body,
+        };
+        FailLabel { reason }
+    }
+}
+
+/// Label set of `holdfast_router_passthrough_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PassLabel {
+    /// Why the router's answer was not masked.
+    pub reason: Pass,
+}
+
+/// Bounded pass-through reasons.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)]
+pub enum Pass {
+    /// The path is not one the application is known to serve.
+    route_not_expected,
+    /// Missing for longer than the horizon.
+    horizon_exceeded,
+}
+
+/// Label set of `holdfast_requests_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RequestLabels {
+    /// Request method, folded into a bounded set.
+    pub method: Method,
+    /// Status code the client saw (bounded by HTTP: 100..=999).
+    pub status: u16,
+}
+
+/// Methods as a bounded label.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(clippy::upper_case_acronyms)]
+pub enum Method {
+    /// GET.
+    GET,
+    /// POST.
+    POST,
+    /// DELETE.
+    DELETE,
+    /// PUT.
+    PUT,
+    /// PATCH.
+    PATCH,
+    /// HEAD.
+    HEAD,
+    /// OPTIONS.
+    OPTIONS,
+    /// Anything else (extension methods are unbounded).
+    OTHER,
+}
+
+impl From<&http::Method> for Method {
+    fn from(m: &http::Method) -> Self {
+        match *m {
+            http::Method::GET => Method::GET,
+            http::Method::POST => Method::POST,
+            http::Method::DELETE => Method::DELETE,
+            http::Method::PUT => Method::PUT,
+            http::Method::PATCH => Method::PATCH,
+            http::Method::HEAD => Method::HEAD,
+            http::Method::OPTIONS => Method::OPTIONS,
+            _ => Method::OTHER,
+        }
+    }
+}
+
+impl Metrics {
+    /// Creates every metric and registers it under the `holdfast_` prefix.
+    pub fn register(registry: &mut Registry) -> Self {
+        let m = Metrics {
+            rewrites: Family::default(),
+            requests: Family::default(),
+            request_duration: Histogram::new(DURATION_BUCKETS),
+            upstream_up: Gauge::default(),
+            sse_streams_active: Gauge::default(),
+            passthrough_404: Counter::default(),
+            router_passthrough: Family::default(),
+            upstream_failures: Family::default(),
+        };
+        // Start "up": holdfast has no evidence of an outage until a request meets one.
+        m.upstream_up.set(1);
+        // Pre-create every reason so dashboards show zeros instead of gaps.
+        for r in RewriteReason::ALL {
+            let _ = m.rewrites.get_or_create(&r.into());
+        }
+        let r = registry.sub_registry_with_prefix("holdfast");
+        r.register(
+            "rewrites",
+            "Answers rewritten to 503 + Retry-After because the backend was missing",
+            m.rewrites.clone(),
+        );
+        r.register(
+            "requests",
+            "Requests answered, by method and the status the client saw",
+            m.requests.clone(),
+        );
+        r.register(
+            "request_duration_seconds",
+            "Time from receiving a request to sending the response head",
+            m.request_duration.clone(),
+        );
+        r.register(
+            "upstream_up",
+            "1 while the upstream answers, 0 while an outage is open",
+            m.upstream_up.clone(),
+        );
+        r.register(
+            "sse_streams_active",
+            "SSE responses currently streaming to clients",
+            m.sse_streams_active.clone(),
+        );
+        r.register(
+            "passthrough_404",
+            "The MCP server's own 404s, passed through untouched",
+            m.passthrough_404.clone(),
+        );
+        r.register(
+            "router_passthrough",
+            "Router 404s passed through unmasked (path not expected, or horizon exceeded)",
+            m.router_passthrough.clone(),
+        );
+        r.register(
+            "upstream_failures",
+            "Requests answered 502 after they may have reached the application",
+            m.upstream_failures.clone(),
+        );
+        m
+    }
+}

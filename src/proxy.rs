@@ -1,0 +1,451 @@
+//! Forwarding: one client request, one upstream attempt, one answer.
+//!
+//! [`Proxy::handle`] never fails: every failure has become a response by the time it returns
+//! (hyper's service error type is `Infallible`). The steps, in order:
+//!
+//! 1. rewrite the request for the upstream (URI, Host, hop-by-hop, X-Forwarded-*);
+//! 2. send it, streaming the body, with a deadline on the response *head* only;
+//! 3. for a status some router signature could match, peek at a bounded body prefix;
+//! 4. ask [`classify`] what the outcome means, and act on the [`Verdict`]: pass through, answer
+//!    503 ([`Proxy::on_missing`], the one place that decides what "backend missing" does), or
+//!    answer 502.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use http::header::{HeaderValue, CONTENT_LENGTH, CONTENT_TYPE, HOST};
+use http::{Request, Response, StatusCode, Uri, Version};
+use http_body::Body as _;
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use prometheus_client::metrics::gauge::Gauge;
+use tokio::time::Instant;
+
+use crate::body::{BodyHandle, ProxyBody, Timed, UpstreamBody};
+use crate::classify::{
+    self, ErrorChain, ExpectedRoutes, FailReason, Missing, Outcome, PassReason, Verdict,
+};
+use crate::config::{Config, HostHeader};
+use crate::headers;
+use crate::metrics::{Metrics, RequestLabels};
+use crate::outage::Health;
+use crate::respond;
+use crate::upstream::{self, Client};
+
+/// Bytes of each request body copied as it streams, to echo a JSON-RPC id in a synthetic 503.
+/// MCP requests are small JSON documents; a larger body simply gets a text/plain 503.
+const REQUEST_COPY_CAP: usize = 64 * 1024;
+
+/// How long to wait for the rest of an unsent request body when building a 503 for it. The
+/// client has usually sent it already; this bounds a slow one.
+const BODY_ID_WAIT: Duration = Duration::from_secs(1);
+
+/// Header added to SSE responses so nginx in front does not buffer them.
+const X_ACCEL_BUFFERING: &str = "x-accel-buffering";
+
+/// The forwarding service, shared by every connection.
+pub struct Proxy {
+    upstream: crate::config::UpstreamUrl,
+    host_header: HostHeader,
+    retry_after: Duration,
+    response_timeout: Duration,
+    stream_idle_timeout: Duration,
+    horizon: Duration,
+    max_peek_bytes: usize,
+    access_log: bool,
+    signatures: Vec<classify::Signature>,
+    routes: ExpectedRoutes,
+    client: Client,
+    health: Health,
+    metrics: Arc<Metrics>,
+}
+
+/// What happened, for the access log.
+struct Note {
+    upstream_status: Option<StatusCode>,
+    action: &'static str,
+}
+
+impl Proxy {
+    /// Builds the proxy from validated configuration.
+    pub fn new(cfg: &Config, metrics: Arc<Metrics>) -> Self {
+        Self {
+            upstream: cfg.upstream.clone(),
+            host_header: cfg.host_header,
+            retry_after: cfg.retry_after,
+            response_timeout: cfg.response_timeout,
+            stream_idle_timeout: cfg.stream_idle_timeout,
+            horizon: cfg.routes.horizon,
+            max_peek_bytes: cfg.routes.max_peek_bytes,
+            access_log: cfg.access_log,
+            signatures: cfg.routes.signatures.clone(),
+            routes: ExpectedRoutes::new(
+                cfg.routes.endpoints.clone(),
+                cfg.routes.learn,
+                cfg.routes.learn_ttl,
+            ),
+            client: upstream::client(cfg.connect_timeout, cfg.pool_idle_timeout),
+            health: Health::new(metrics.clone()),
+            metrics,
+        }
+    }
+
+    /// Answers one client request. Never fails.
+    pub async fn handle(&self, req: Request<Incoming>, peer: SocketAddr) -> Response<ProxyBody> {
+        let start = Instant::now();
+        let method = req.method().clone();
+        let path = req.uri().path().to_owned();
+        let (resp, note) = self.forward(req, peer).await;
+        let elapsed = start.elapsed();
+        self.metrics
+            .requests
+            .get_or_create(&RequestLabels {
+                method: (&method).into(),
+                status: resp.status().as_u16(),
+            })
+            .inc();
+        self.metrics.request_duration.observe(elapsed.as_secs_f64());
+        if self.access_log {
+            // Path only: a query may carry tokens. Never headers or bodies.
+            tracing::info!(
+                target: "holdfast::access",
+                method = %method,
+                path = %path,
+                status = resp.status().as_u16(),
+                upstream_status = note.upstream_status.map(|s| s.as_u16()),
+                action = note.action,
+                duration_ms = elapsed.as_secs_f64() * 1000.0,
+            );
+        }
+        resp
+    }
+
+    async fn forward(
+        &self,
+        req: Request<Incoming>,
+        peer: SocketAddr,
+    ) -> (Response<ProxyBody>, Note) {
+        let version = req.version();
+        let path = req.uri().path().to_owned();
+        let (mut parts, body) = req.into_parts();
+
+        let uri = match self.upstream_uri(&parts.uri) {
+            Ok(uri) => uri,
+            Err(why) => {
+                return (
+                    respond::bad_request(why, version),
+                    Note {
+                        upstream_status: None,
+                        action: "bad_request",
+                    },
+                )
+            }
+        };
+        // The client's host: `Host` on HTTP/1.1, `:authority` on HTTP/2.
+        let client_host = parts
+            .headers
+            .get(HOST)
+            .and_then(|h| h.to_str().ok())
+            .map(str::to_owned)
+            .or_else(|| parts.uri.authority().map(|a| a.to_string()));
+        headers::strip_hop_by_hop(&mut parts.headers);
+        headers::add_forwarded(
+            &mut parts.headers,
+            peer.ip(),
+            "http",
+            client_host.as_deref(),
+        );
+        match (self.host_header, &client_host) {
+            (HostHeader::Preserve, Some(host)) => headers::set_host(&mut parts.headers, host),
+            _ => headers::set_host(&mut parts.headers, self.upstream.authority.as_str()),
+        }
+        parts.uri = uri;
+        // The upstream connection speaks HTTP/1.1 whatever the client spoke.
+        parts.version = Version::HTTP_11;
+
+        let (body, handle) = UpstreamBody::new(body, REQUEST_COPY_CAP, self.stream_idle_timeout);
+        let sent = tokio::time::timeout(
+            self.response_timeout,
+            self.client.request(Request::from_parts(parts, body)),
+        )
+        .await;
+
+        let now = Instant::now();
+        let cx = |route_expected| classify::Context {
+            signatures: &self.signatures,
+            route_expected,
+            beyond_horizon: self.health.beyond_horizon(self.horizon),
+        };
+        let resp = match sent {
+            Err(_elapsed) => {
+                let verdict = classify::classify(&Outcome::ResponseTimeout, &cx(true));
+                return self.act_without_response(verdict, &handle, version).await;
+            }
+            Ok(Err(err)) => {
+                let verdict = classify::classify(&Outcome::Error(&err), &cx(true));
+                if let Verdict::Failed(_) = verdict {
+                    tracing::debug!(error = %ErrorChain(&err), "upstream request failed");
+                }
+                return self.act_without_response(verdict, &handle, version).await;
+            }
+            Ok(Ok(resp)) => resp,
+        };
+
+        let (mut head, body) = resp.into_parts();
+        let status = head.status;
+        let peek = if self.signatures.iter().any(|s| s.status == status) {
+            match self.peek(&head.headers, body).await {
+                Ok(p) => p,
+                Err(err) => {
+                    // The upstream broke before its (small) body arrived: nothing reached the
+                    // client yet, and the request did reach the upstream.
+                    tracing::debug!(error = %ErrorChain(err.as_ref()), "upstream body failed while peeking");
+                    return self.failed(FailReason::UpstreamReset, version, Some(status));
+                }
+            }
+        } else {
+            Peeked {
+                complete: None,
+                prefix: None,
+                rest: body,
+            }
+        };
+        let verdict = classify::classify(
+            &Outcome::Response {
+                status,
+                headers: &head.headers,
+                body: peek.complete.as_deref(),
+            },
+            &cx(self.routes.is_expected(&path, now)),
+        );
+        let note = |action| Note {
+            upstream_status: Some(status),
+            action,
+        };
+        match verdict {
+            Verdict::Application => {
+                self.health.answered();
+                if status == StatusCode::NOT_FOUND {
+                    self.metrics.passthrough_404.inc();
+                } else {
+                    self.routes.learn(&path, now);
+                }
+                (self.pass(&mut head, peek), note("passed"))
+            }
+            Verdict::RouterPassthrough(reason) => {
+                self.metrics
+                    .router_passthrough
+                    .get_or_create(&crate::metrics::PassLabel {
+                        reason: match reason {
+                            PassReason::RouteNotExpected => {
+                                crate::metrics::Pass::route_not_expected
+                            }
+                            PassReason::HorizonExceeded => crate::metrics::Pass::horizon_exceeded,
+                        },
+                    })
+                    .inc();
+                if reason == PassReason::HorizonExceeded {
+                    self.health
+                        .horizon_exceeded(self.horizon, &self.upstream.original);
+                }
+                (self.pass(&mut head, peek), note("router_passed"))
+            }
+            Verdict::Missing(missing) => {
+                // The router's body is dropped here; holdfast answers in its place.
+                (self.on_missing(missing, &handle).await, note("rewritten"))
+            }
+            Verdict::Failed(reason) => self.failed(reason, version, Some(status)),
+        }
+    }
+
+    /// Acts on a verdict reached without a response (an error or a timeout).
+    async fn act_without_response(
+        &self,
+        verdict: Verdict,
+        handle: &BodyHandle,
+        version: Version,
+    ) -> (Response<ProxyBody>, Note) {
+        match verdict {
+            Verdict::Missing(missing) => (
+                self.on_missing(missing, handle).await,
+                Note {
+                    upstream_status: None,
+                    action: "rewritten",
+                },
+            ),
+            Verdict::Failed(reason) => self.failed(reason, version, None),
+            // Only responses can be passed through; the classifier never says so for errors.
+            Verdict::Application | Verdict::RouterPassthrough(_) => {
+                unreachable!("a verdict without a response cannot pass one through")
+            }
+        }
+    }
+
+    /// The one decision about a missing backend: answer 503 + Retry-After.
+    async fn on_missing(&self, missing: Missing, handle: &BodyHandle) -> Response<ProxyBody> {
+        self.metrics
+            .rewrites
+            .get_or_create(&missing.reason.into())
+            .inc();
+        self.health.missing(missing.reason);
+        let body = handle.read_prefix(BODY_ID_WAIT).await;
+        respond::unavailable(missing.reason, self.retry_after, body.as_deref())
+    }
+
+    fn failed(
+        &self,
+        reason: FailReason,
+        version: Version,
+        upstream_status: Option<StatusCode>,
+    ) -> (Response<ProxyBody>, Note) {
+        self.metrics
+            .upstream_failures
+            .get_or_create(&reason.into())
+            .inc();
+        tracing::warn!(
+            reason = reason.as_str(),
+            "upstream failed after the request was sent; answering 502"
+        );
+        (
+            respond::bad_gateway(reason, version),
+            Note {
+                upstream_status,
+                action: "failed",
+            },
+        )
+    }
+
+    /// Passes an upstream response through: hop-by-hop headers removed, body streamed under the
+    /// idle timeout, SSE marked unbuffered and counted while it lives.
+    fn pass(&self, head: &mut http::response::Parts, peek: Peeked) -> Response<ProxyBody> {
+        headers::strip_hop_by_hop(&mut head.headers);
+        let is_sse = head
+            .headers
+            .get(CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|ct| {
+                ct.trim_start()
+                    .get(..17)
+                    .is_some_and(|p| p.eq_ignore_ascii_case("text/event-stream"))
+            });
+        let prefix = peek.complete.or(peek.prefix);
+        let timed = Timed::new(prefix, peek.rest, self.stream_idle_timeout);
+        let body = if is_sse {
+            head.headers
+                .entry(X_ACCEL_BUFFERING)
+                .or_insert(HeaderValue::from_static("no"));
+            timed
+                .with_guard(SseGuard::new(&self.metrics.sse_streams_active))
+                .boxed_unsync()
+        } else {
+            timed.boxed_unsync()
+        };
+        let mut resp = Response::new(body);
+        *resp.status_mut() = head.status;
+        *resp.headers_mut() = std::mem::take(&mut head.headers);
+        resp
+    }
+
+    /// Reads a candidate error body, up to `max_peek_bytes`. A larger body (by Content-Length or
+    /// by what arrives) is not matched and passes through intact: the bytes read so far are kept
+    /// as a prefix.
+    async fn peek(
+        &self,
+        headers: &http::HeaderMap,
+        mut body: Incoming,
+    ) -> Result<Peeked, crate::body::BoxError> {
+        let declared = headers
+            .get(CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
+        if declared.is_some_and(|n| n > self.max_peek_bytes as u64) {
+            return Ok(Peeked {
+                complete: None,
+                prefix: None,
+                rest: body,
+            });
+        }
+        let mut buf = BytesMut::new();
+        let deadline = Instant::now() + self.stream_idle_timeout;
+        loop {
+            if body.is_end_stream() {
+                return Ok(Peeked {
+                    complete: Some(buf.freeze()),
+                    prefix: None,
+                    rest: body,
+                });
+            }
+            let frame = match tokio::time::timeout_at(deadline, body.frame()).await {
+                Ok(frame) => frame,
+                Err(_) => return Err(Box::new(crate::body::IdleTimeout(self.stream_idle_timeout))),
+            };
+            match frame {
+                None => {
+                    return Ok(Peeked {
+                        complete: Some(buf.freeze()),
+                        prefix: None,
+                        rest: body,
+                    })
+                }
+                Some(Err(e)) => return Err(Box::new(e)),
+                Some(Ok(frame)) => {
+                    if let Ok(data) = frame.into_data() {
+                        buf.extend_from_slice(&data);
+                    }
+                    // Trailers on an error body are dropped: no router sends them.
+                    if buf.len() > self.max_peek_bytes {
+                        return Ok(Peeked {
+                            complete: None,
+                            prefix: Some(buf.freeze()),
+                            rest: body,
+                        });
+                    }
+                }
+            }
+        }
+    }
+
+    /// The upstream URI for a client request URI: the upstream's authority, its path prefix, then
+    /// the client's path and query.
+    fn upstream_uri(&self, uri: &Uri) -> Result<Uri, &'static str> {
+        let pq = uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
+        if !pq.starts_with('/') {
+            // `OPTIONS *` or an absolute-form oddity: nothing to forward to one upstream.
+            return Err("the request target must be an absolute path");
+        }
+        Uri::builder()
+            .scheme("http")
+            .authority(self.upstream.authority.clone())
+            .path_and_query(format!("{}{}", self.upstream.path_prefix, pq))
+            .build()
+            .map_err(|_| "the request target cannot be forwarded")
+    }
+}
+
+/// A response body after a peek.
+struct Peeked {
+    /// The complete body when it was read to its end.
+    complete: Option<Bytes>,
+    /// Bytes read before giving up on a too-large body.
+    prefix: Option<Bytes>,
+    /// The unread rest.
+    rest: Incoming,
+}
+
+/// Counts one live SSE stream in `holdfast_sse_streams_active`.
+struct SseGuard(Gauge);
+
+impl SseGuard {
+    fn new(gauge: &Gauge) -> Self {
+        gauge.inc();
+        SseGuard(gauge.clone())
+    }
+}
+
+impl Drop for SseGuard {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}

@@ -1,0 +1,211 @@
+//! Every response holdfast makes up itself. Nowhere else in the crate picks a status code.
+//!
+//! The 503 is the heart of holdfast: MCP clients read a 404 as "session gone" and give up on the
+//! server, but keep their session through a 503. It always carries `Retry-After`,
+//! `Cache-Control: no-store` and a `holdfast-reason` header naming why; when the request was a
+//! single JSON-RPC request with an id, the body is a JSON-RPC error with that id, so SDKs that
+//! surface error bodies show a useful message.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::{HeaderValue, CACHE_CONTROL, CONNECTION, CONTENT_TYPE, RETRY_AFTER};
+use http::{Response, StatusCode, Version};
+use http_body_util::{BodyExt, Full};
+
+use crate::body::ProxyBody;
+use crate::classify::{FailReason, RewriteReason};
+
+/// Header naming why holdfast answered itself.
+pub const REASON_HEADER: &str = "holdfast-reason";
+
+/// JSON-RPC error code of a synthetic 503 (implementation-defined server error range).
+pub const JSONRPC_UNAVAILABLE: i64 = -32000;
+
+/// 503: the backend is missing; retry after `retry_after`.
+///
+/// `request_body` is the complete request body when known: if it is a single JSON-RPC request
+/// with an id, the answer is a JSON-RPC error with that id.
+pub fn unavailable(
+    reason: RewriteReason,
+    retry_after: Duration,
+    request_body: Option<&[u8]>,
+) -> Response<ProxyBody> {
+    let secs = retry_after.as_secs().max(1);
+    let message = format!(
+        "MCP server temporarily unavailable ({}); retry in {secs} s",
+        reason.as_str()
+    );
+    let mut resp = match request_body.and_then(jsonrpc_request_id) {
+        Some(id) => {
+            let body = serde_json::json!({
+                "jsonrpc": "2.0",
+                "id": id,
+                "error": {
+                    "code": JSONRPC_UNAVAILABLE,
+                    "message": message,
+                    "data": { "reason": reason.as_str(), "retryAfterSeconds": secs },
+                },
+            });
+            build(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "application/json",
+                body.to_string().into(),
+            )
+        }
+        None => build(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "text/plain; charset=utf-8",
+            format!("{message}\n").into(),
+        ),
+    };
+    let h = resp.headers_mut();
+    h.insert(RETRY_AFTER, HeaderValue::from(secs));
+    h.insert(REASON_HEADER, HeaderValue::from_static(reason.as_str()));
+    resp
+}
+
+/// 502: the request may have reached the application and then failed. Never replayed.
+pub fn bad_gateway(reason: FailReason, version: Version) -> Response<ProxyBody> {
+    let mut resp = build(
+        StatusCode::BAD_GATEWAY,
+        "text/plain; charset=utf-8",
+        format!(
+            "upstream failed after the request was sent ({}); it may have been executed\n",
+            reason.as_str()
+        )
+        .into(),
+    );
+    resp.headers_mut()
+        .insert(REASON_HEADER, HeaderValue::from_static(reason.as_str()));
+    close_on_http1(&mut resp, version);
+    resp
+}
+
+/// 400: the request cannot be forwarded at all.
+pub fn bad_request(why: &str, version: Version) -> Response<ProxyBody> {
+    let mut resp = build(
+        StatusCode::BAD_REQUEST,
+        "text/plain; charset=utf-8",
+        format!("bad request: {why}\n").into(),
+    );
+    close_on_http1(&mut resp, version);
+    resp
+}
+
+/// 200 with a text body (admin endpoints).
+pub fn ok_text(content_type: &'static str, body: String) -> Response<ProxyBody> {
+    build(StatusCode::OK, content_type, body.into())
+}
+
+/// 503 from the admin port while not ready.
+pub fn not_ready() -> Response<ProxyBody> {
+    build(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "text/plain; charset=utf-8",
+        "not ready\n".into(),
+    )
+}
+
+/// 404 from the admin port for unknown paths.
+pub fn admin_not_found() -> Response<ProxyBody> {
+    build(
+        StatusCode::NOT_FOUND,
+        "text/plain; charset=utf-8",
+        "not found: try /metrics, /healthz or /readyz\n".into(),
+    )
+}
+
+fn build(status: StatusCode, content_type: &'static str, body: Bytes) -> Response<ProxyBody> {
+    let mut resp = Response::new(
+        Full::new(body)
+            .map_err(|never| match never {})
+            .boxed_unsync(),
+    );
+    *resp.status_mut() = status;
+    let h = resp.headers_mut();
+    h.insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    h.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    resp
+}
+
+/// On HTTP/1.x the connection's state is unknown after a failure mid-request (the request body
+/// may be half read): close it. HTTP/2 streams are independent, so it is left alone there.
+fn close_on_http1(resp: &mut Response<ProxyBody>, version: Version) {
+    if version < Version::HTTP_2 {
+        resp.headers_mut()
+            .insert(CONNECTION, HeaderValue::from_static("close"));
+    }
+}
+
+/// The id of a single JSON-RPC request (not a notification, not a batch), if `body` is one.
+fn jsonrpc_request_id(body: &[u8]) -> Option<serde_json::Value> {
+    #[derive(serde::Deserialize)]
+    struct Req {
+        jsonrpc: String,
+        method: String,
+        id: Option<serde_json::Value>,
+    }
+    let req: Req = serde_json::from_slice(body).ok()?;
+    let id = req.id?;
+    (req.jsonrpc == "2.0" && !req.method.is_empty() && (id.is_string() || id.is_number()))
+        .then_some(id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn body_of(resp: Response<ProxyBody>) -> Bytes {
+        resp.into_body().collect().await.unwrap().to_bytes()
+    }
+
+    #[tokio::test]
+    async fn unavailable_echoes_jsonrpc_id() {
+        let req = br#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"x"}}"#;
+        let resp = unavailable(
+            RewriteReason::ConnectRefused,
+            Duration::from_secs(3),
+            Some(req),
+        );
+        assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(resp.headers()[RETRY_AFTER], "3");
+        assert_eq!(resp.headers()[CACHE_CONTROL], "no-store");
+        assert_eq!(resp.headers()[REASON_HEADER], "connect_refused");
+        assert_eq!(resp.headers()[CONTENT_TYPE], "application/json");
+        let v: serde_json::Value = serde_json::from_slice(&body_of(resp).await).unwrap();
+        assert_eq!(v["id"], 7);
+        assert_eq!(v["error"]["code"], JSONRPC_UNAVAILABLE);
+        assert_eq!(v["error"]["data"]["reason"], "connect_refused");
+    }
+
+    #[tokio::test]
+    async fn unavailable_is_text_for_everything_else() {
+        for body in [
+            &br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#[..],
+            br#"[{"jsonrpc":"2.0","id":1,"method":"ping"}]"#,
+            br#"{"jsonrpc":"2.0","id":null,"method":"ping"}"#,
+            b"not json",
+        ] {
+            let resp = unavailable(RewriteReason::Dns, Duration::from_secs(2), Some(body));
+            assert_eq!(resp.headers()[CONTENT_TYPE], "text/plain; charset=utf-8");
+            assert!(String::from_utf8(body_of(resp).await.to_vec())
+                .unwrap()
+                .contains("(dns)"));
+        }
+        let resp = unavailable(RewriteReason::Dns, Duration::from_millis(10), None);
+        assert_eq!(
+            resp.headers()[RETRY_AFTER],
+            "1",
+            "Retry-After is at least 1 s"
+        );
+    }
+
+    #[test]
+    fn connection_close_only_on_http1() {
+        let r = bad_gateway(FailReason::UpstreamReset, Version::HTTP_11);
+        assert_eq!(r.headers()[CONNECTION], "close");
+        let r = bad_gateway(FailReason::UpstreamReset, Version::HTTP_2);
+        assert!(r.headers().get(CONNECTION).is_none());
+    }
+}
