@@ -1,4 +1,5 @@
 //! holdfast's integration tests: one binary (link time matters on small machines), one module per
 //! concern, every server in process on 127.0.0.1:0.
 
+mod rmcp_smoke;
 mod support;

@@ -1,0 +1,220 @@
+//! Plain HTTP peers: a scriptable upstream and a small client that keeps responses streaming.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use http::{HeaderMap, Request, Response, StatusCode, Version};
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinSet;
+
+/// Body type of the test upstream's responses.
+pub type TestBody = BoxBody<Bytes, Box<dyn std::error::Error + Send + Sync>>;
+
+/// A fixed body.
+pub fn full(b: impl Into<Bytes>) -> TestBody {
+    Full::new(b.into()).map_err(|e| match e {}).boxed()
+}
+
+/// A response with status, headers and body.
+pub fn response(status: u16, headers: &[(&str, &str)], body: impl Into<Bytes>) -> Response<TestBody> {
+    let mut r = Response::new(full(body));
+    *r.status_mut() = StatusCode::from_u16(status).unwrap();
+    for (k, v) in headers {
+        r.headers_mut().append(
+            http::HeaderName::from_bytes(k.as_bytes()).unwrap(),
+            http::HeaderValue::from_str(v).unwrap(),
+        );
+    }
+    r
+}
+
+/// What the upstream saw of one request.
+#[derive(Debug, Clone)]
+pub struct Seen {
+    /// Method.
+    pub method: http::Method,
+    /// Path and query.
+    pub uri: String,
+    /// Version on the upstream connection.
+    pub version: Version,
+    /// Headers.
+    pub headers: HeaderMap,
+    /// Body.
+    pub body: Bytes,
+}
+
+/// An HTTP/1.1 upstream on 127.0.0.1:0 answering with a closure.
+pub struct Upstream {
+    /// Address.
+    pub addr: SocketAddr,
+    seen: Arc<Mutex<Vec<Seen>>>,
+    tasks: JoinSet<()>,
+}
+
+impl Upstream {
+    /// Serves `handler` for every request; the request body is read completely first.
+    pub async fn start<F, Fut>(handler: F) -> Upstream
+    where
+        F: Fn(Seen) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Response<TestBody>> + Send + 'static,
+    {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        Upstream::serve(listener, handler)
+    }
+
+    /// Serves on an existing listener (to come back on the same port).
+    pub fn serve<F, Fut>(listener: TcpListener, handler: F) -> Upstream
+    where
+        F: Fn(Seen) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Response<TestBody>> + Send + 'static,
+    {
+        let addr = listener.local_addr().unwrap();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let handler = Arc::new(handler);
+        let mut tasks = JoinSet::new();
+        let seen2 = seen.clone();
+        tasks.spawn(async move {
+            let mut conns = JoinSet::new();
+            loop {
+                let Ok((stream, _)) = listener.accept().await else { continue };
+                let handler = handler.clone();
+                let seen = seen2.clone();
+                conns.spawn(async move {
+                    let svc = service_fn(move |req: Request<Incoming>| {
+                        let handler = handler.clone();
+                        let seen = seen.clone();
+                        async move {
+                            let (parts, body) = req.into_parts();
+                            let body = body.collect().await.map(|c| c.to_bytes()).unwrap_or_default();
+                            let s = Seen {
+                                method: parts.method,
+                                uri: parts.uri.to_string(),
+                                version: parts.version,
+                                headers: parts.headers,
+                                body,
+                            };
+                            seen.lock().unwrap().push(s.clone());
+                            Ok::<_, Infallible>(handler(s).await)
+                        }
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), svc)
+                        .await;
+                });
+            }
+        });
+        Upstream { addr, seen, tasks }
+    }
+
+    /// `http://addr`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Requests seen so far.
+    pub fn seen(&self) -> Vec<Seen> {
+        self.seen.lock().unwrap().clone()
+    }
+
+    /// Stops listening and drops every connection; returns once the port is closed.
+    pub async fn stop(mut self) {
+        self.tasks.shutdown().await;
+    }
+}
+
+/// A complete response as the client saw it.
+#[derive(Debug)]
+pub struct Got {
+    /// Status.
+    pub status: StatusCode,
+    /// Headers.
+    pub headers: HeaderMap,
+    /// Body.
+    pub body: Bytes,
+}
+
+impl Got {
+    /// A header as text.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).map(|v| v.to_str().unwrap())
+    }
+
+    /// The body as text.
+    pub fn text(&self) -> &str {
+        std::str::from_utf8(&self.body).unwrap()
+    }
+}
+
+/// Sends one request over a fresh HTTP/1.1 connection and returns the streaming response.
+pub async fn send(req: Request<Full<Bytes>>) -> Response<Incoming> {
+    let authority = req.uri().authority().unwrap().to_string();
+    let stream = TcpStream::connect(authority).await.unwrap();
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    sender.send_request(req).await.unwrap()
+}
+
+/// Sends one request over a fresh HTTP/2 prior-knowledge (h2c) connection.
+pub async fn send_h2(req: Request<Full<Bytes>>) -> Response<Incoming> {
+    let authority = req.uri().authority().unwrap().to_string();
+    let stream = TcpStream::connect(authority).await.unwrap();
+    let (mut sender, conn) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
+            .await
+            .unwrap();
+    tokio::spawn(conn);
+    sender.send_request(req).await.unwrap()
+}
+
+/// Sends and reads the whole body.
+pub async fn call(req: Request<Full<Bytes>>) -> Got {
+    collect(send(req).await).await
+}
+
+/// Reads a response completely.
+pub async fn collect(resp: Response<Incoming>) -> Got {
+    let (parts, body) = resp.into_parts();
+    Got {
+        status: parts.status,
+        headers: parts.headers,
+        body: body.collect().await.unwrap().to_bytes(),
+    }
+}
+
+/// GET `url`.
+pub async fn get(url: &str) -> Got {
+    call(Request::get(url).header("host", host_of(url)).body(Full::default()).unwrap()).await
+}
+
+/// POST a JSON-RPC body to `url` as an MCP client would.
+pub async fn post_json(url: &str, body: &str) -> Got {
+    call(
+        Request::post(url)
+            .header("host", host_of(url))
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .body(Full::new(Bytes::from(body.to_string())))
+            .unwrap(),
+    )
+    .await
+}
+
+/// `host:port` of a URL.
+pub fn host_of(url: &str) -> String {
+    url.parse::<http::Uri>().unwrap().authority().unwrap().to_string()
+}
+
+/// An address where nothing listens (bound, then released).
+pub fn closed_port() -> SocketAddr {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap()
+}

@@ -1,0 +1,723 @@
+//! Real rmcp peers: an MCP server on a real socket and an rmcp client.
+//!
+//! [`McpServer`] (tools `count`, `echo`, `wait`) is rmcp's own Streamable HTTP server
+//! (`StreamableHttpService` with a `LocalSessionManager`), served by hyper-util straight from a
+//! tokio `TcpListener`, so the bytes a proxy sees are exactly what an rmcp backend sends. Around
+//! rmcp sits one thin layer that routes only `/mcp`, records every request it saw, and can answer
+//! the next POSTs with an injected status (a router's 503, say) before rmcp sees them.
+//!
+//! [`connect`] builds an rmcp client on `StreamableHttpClientTransport` (reqwest), the client
+//! whose reactions to 404, 5xx and refused connections holdfast has to account for.
+
+use std::{
+    collections::VecDeque,
+    convert::Infallible,
+    net::SocketAddr,
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc, Mutex,
+    },
+};
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode};
+use http_body_util::{combinators::BoxBody, BodyExt, Full};
+use hyper::{body::Incoming, service::service_fn};
+use hyper_util::{
+    rt::{TokioExecutor, TokioIo},
+    server::conn::auto,
+};
+use rmcp::{
+    handler::server::wrapper::Parameters,
+    model::{CallToolRequestParams, ServerCapabilities, ServerConfig},
+    service::{ClientInitializeError, Peer, RunningService},
+    tool, tool_handler, tool_router,
+    transport::{
+        streamable_http_client::{
+            StreamableHttpClient, StreamableHttpClientTransportConfig, StreamableHttpError,
+        },
+        streamable_http_server::{
+            session::{local::LocalSessionManager, SessionManager},
+            StreamableHttpServerConfig, StreamableHttpService,
+        },
+        DynamicTransportError, StreamableHttpClientTransport,
+    },
+    RoleClient, ServerHandler, ServiceError, ServiceExt,
+};
+use tokio::{
+    net::{TcpListener, TcpStream},
+    sync::{oneshot, watch, Semaphore},
+    task::{JoinHandle, JoinSet},
+};
+
+/// The one path the server answers; anything else gets an empty 404, as behind a real router.
+pub const MCP_PATH: &str = "/mcp";
+
+/// The Accept value every Streamable HTTP POST must carry; rmcp answers 406 without both types.
+pub const MCP_ACCEPT: &str = "application/json, text/event-stream";
+
+/// How the server answers POSTs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Mode {
+    /// rmcp's default: sessions (`Mcp-Session-Id`), every request answered with an SSE stream
+    /// (`text/event-stream`, a priming event first), a standalone GET stream, DELETE accepted.
+    #[default]
+    Stateful,
+    /// rmcp's only JSON mode: `json_response` applies only with `legacy_session_mode` off, so
+    /// there are no sessions, requests are answered `application/json`, GET and DELETE get 405.
+    StatelessJson,
+}
+
+/// Everything that decides how an [`McpServer`] starts.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Where to bind; `127.0.0.1:0` for a fresh port, a known address to restart on.
+    pub addr: SocketAddr,
+    /// The `count` tool's counter; shared so it survives a stop and restart.
+    pub calls: Arc<AtomicU64>,
+    /// Session and response mode.
+    pub mode: Mode,
+    /// Keep rmcp's DNS-rebinding `Host` check (loopback names only, any port) instead of
+    /// accepting any `Host`. Off by default because a proxy in front preserves the client's Host.
+    pub check_host: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+            calls: Arc::new(AtomicU64::new(0)),
+            mode: Mode::default(),
+            check_host: false,
+        }
+    }
+}
+
+/// One request as the server saw it, recorded when the response head was ready.
+#[derive(Clone, Debug)]
+pub struct SeenRequest {
+    /// HTTP method.
+    pub method: Method,
+    /// Request path (no query).
+    pub path: String,
+    /// Request headers as received.
+    pub headers: HeaderMap,
+    /// The JSON-RPC `method` of a POST body (`initialize`, `tools/call`, ...); `None` for GET,
+    /// DELETE and JSON-RPC responses.
+    pub rpc_method: Option<String>,
+    /// Status the server answered.
+    pub status: StatusCode,
+    /// `Mcp-Session-Id` the server assigned in its response (an `initialize` in stateful mode).
+    pub assigned_session: Option<String>,
+    /// Whether the response was injected by [`McpServer::fail_next_posts`] instead of rmcp.
+    pub injected: bool,
+}
+
+impl SeenRequest {
+    /// The `Mcp-Session-Id` the request carried.
+    pub fn session_id(&self) -> Option<&str> {
+        header_str(&self.headers, "mcp-session-id")
+    }
+
+    /// A request header as text.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        header_str(&self.headers, name)
+    }
+}
+
+fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers.get(name).and_then(|value| value.to_str().ok())
+}
+
+/// An injected answer for the next POST.
+#[derive(Clone, Debug)]
+struct Fault {
+    status: StatusCode,
+    retry_after: Option<HeaderValue>,
+}
+
+/// State that outlives one listener: kept across stop and restart.
+struct Shared {
+    /// The `count` tool's counter.
+    calls: Arc<AtomicU64>,
+    /// Permits for the `wait` tool: each finished `wait` call took one.
+    gate: Arc<Semaphore>,
+    /// Every request seen, in completion order; a watch so tests can await a request.
+    seen: watch::Sender<Vec<SeenRequest>>,
+    /// Answers to inject, one per POST, before rmcp sees the request.
+    faults: Mutex<VecDeque<Fault>>,
+}
+
+type RmcpService = StreamableHttpService<Tools, LocalSessionManager>;
+
+/// One listening period: what [`McpServer::stop`] tears down.
+struct Running {
+    /// The session store rmcp uses; replaced on restart, as a recreated container's would be.
+    sessions: Arc<LocalSessionManager>,
+    /// rmcp's service, kept to cancel its sessions on stop.
+    service: Arc<RmcpService>,
+    /// Tells the accept loop to stop.
+    stop: oneshot::Sender<()>,
+    /// The accept loop; it owns the listener and every connection task.
+    accept: JoinHandle<()>,
+}
+
+/// An rmcp Streamable HTTP server on a real socket, with tools `count`, `echo` and `wait`.
+pub struct McpServer {
+    /// The address actually bound (the port is fixed after the first start).
+    addr: SocketAddr,
+    /// How to start again on [`McpServer::restart`].
+    options: Options,
+    shared: Arc<Shared>,
+    running: Option<Running>,
+}
+
+impl McpServer {
+    /// Starts a stateful server on `127.0.0.1:0`.
+    pub async fn start() -> Self {
+        Self::start_with(Options::default()).await
+    }
+
+    /// Starts a stateful server on `addr` with a fresh counter.
+    pub async fn start_on(addr: SocketAddr) -> Self {
+        Self::start_with(Options {
+            addr,
+            ..Options::default()
+        })
+        .await
+    }
+
+    /// Starts a server as `options` say.
+    pub async fn start_with(options: Options) -> Self {
+        let shared = Arc::new(Shared {
+            calls: options.calls.clone(),
+            gate: Arc::new(Semaphore::new(0)),
+            seen: watch::Sender::new(Vec::new()),
+            faults: Mutex::new(VecDeque::new()),
+        });
+        let listener = TcpListener::bind(options.addr)
+            .await
+            .unwrap_or_else(|error| panic!("bind {}: {error}", options.addr));
+        let addr = listener.local_addr().expect("local_addr");
+        let running = spawn(listener, &options, &shared);
+        Self {
+            addr,
+            options: Options { addr, ..options },
+            shared,
+            running: Some(running),
+        }
+    }
+
+    /// Starts again on the same address after [`McpServer::stop`], with the same counter, mode
+    /// and request log but no sessions, like a recreated container.
+    pub async fn restart(&mut self) {
+        self.stop().await;
+        let listener = TcpListener::bind(self.addr)
+            .await
+            .unwrap_or_else(|error| panic!("rebind {}: {error}", self.addr));
+        self.running = Some(spawn(listener, &self.options, &self.shared));
+    }
+
+    /// The bound address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://<addr>/mcp`.
+    pub fn url(&self) -> String {
+        format!("http://{}{MCP_PATH}", self.addr)
+    }
+
+    /// How many times `count` has run, across restarts.
+    pub fn calls(&self) -> u64 {
+        self.shared.calls.load(Ordering::SeqCst)
+    }
+
+    /// Options that start an equal server on the same address, sharing the counter.
+    pub fn options(&self) -> Options {
+        self.options.clone()
+    }
+
+    /// How many sessions rmcp holds now (0 when stopped).
+    pub async fn session_count(&self) -> usize {
+        match &self.running {
+            Some(running) => running.sessions.sessions.read().await.len(),
+            None => 0,
+        }
+    }
+
+    /// Forgets every session, so a request with an old `Mcp-Session-Id` gets rmcp's own 404.
+    /// Returns once the sessions are gone from rmcp's store.
+    pub async fn clear_sessions(&self) {
+        let Some(running) = &self.running else {
+            return;
+        };
+        let ids: Vec<_> = running
+            .sessions
+            .sessions
+            .read()
+            .await
+            .keys()
+            .cloned()
+            .collect();
+        for id in ids {
+            // Removes the session from the map, then tells its worker to close.
+            let _ = running.sessions.close_session(&id).await;
+        }
+    }
+
+    /// Answers the next `count` POSTs with `status` (and `Retry-After` if given) and a short
+    /// text body, without passing them to rmcp: the tool does not run. GET and DELETE are not
+    /// affected, so the client's background GET stream cannot use up the injection.
+    pub fn fail_next_posts(&self, count: usize, status: StatusCode, retry_after: Option<&str>) {
+        let retry_after = retry_after.map(|value| HeaderValue::from_str(value).expect("header"));
+        let mut faults = self.shared.faults.lock().expect("faults lock");
+        faults.extend((0..count).map(|_| Fault {
+            status,
+            retry_after: retry_after.clone(),
+        }));
+    }
+
+    /// Lets `count` pending and future `wait` calls return.
+    pub fn release_waits(&self, count: usize) {
+        self.shared.gate.add_permits(count);
+    }
+
+    /// Every request seen so far, in the order the responses were ready.
+    pub fn seen(&self) -> Vec<SeenRequest> {
+        self.shared.seen.borrow().clone()
+    }
+
+    /// Waits until a request matching `matches` has been seen, and returns the first such.
+    pub async fn wait_for_request(&self, matches: impl Fn(&SeenRequest) -> bool) -> SeenRequest {
+        let mut seen = self.shared.seen.subscribe();
+        let log = seen
+            .wait_for(|log| log.iter().any(&matches))
+            .await
+            .expect("the sender lives in self");
+        log.iter()
+            .find(|request| matches(request))
+            .cloned()
+            .expect("matched")
+    }
+
+    /// Closes the listener and every open connection (their tasks are aborted mid-response, as
+    /// when a container dies), then ends rmcp's sessions. Returns once the listening socket is
+    /// closed, so a connect is refused and the port can be bound again.
+    pub async fn stop(&mut self) {
+        let Some(running) = self.running.take() else {
+            return;
+        };
+        let _ = running.stop.send(());
+        running.accept.await.expect("accept loop panicked");
+        // Only now, with every connection gone, let rmcp end its sessions: cancelling first would
+        // close the SSE streams cleanly, which is not what a dying container does.
+        running.service.config.cancellation_token.cancel();
+    }
+}
+
+impl Drop for McpServer {
+    fn drop(&mut self) {
+        if let Some(running) = self.running.take() {
+            // Aborting the accept loop drops its JoinSet, which aborts every connection.
+            running.accept.abort();
+            running.service.config.cancellation_token.cancel();
+        }
+    }
+}
+
+fn spawn(listener: TcpListener, options: &Options, shared: &Arc<Shared>) -> Running {
+    let sessions = Arc::new(LocalSessionManager::default());
+    let mut config = StreamableHttpServerConfig::default();
+    config = match options.mode {
+        Mode::Stateful => config,
+        Mode::StatelessJson => config
+            .with_legacy_session_mode(false)
+            .with_json_response(true),
+    };
+    if !options.check_host {
+        // rmcp checks Host against `StreamableHttpServerConfig::allowed_hosts` (DNS-rebinding
+        // protection), default ["localhost", "127.0.0.1", "::1"], any port, and answers 403
+        // "Forbidden: Host header is not allowed" otherwise. `disable_allowed_hosts()` empties
+        // the list, which rmcp reads as "allow any Host". Origin checks are off by default.
+        config = config.disable_allowed_hosts();
+    }
+    let (calls, gate) = (shared.calls.clone(), shared.gate.clone());
+    let service = Arc::new(StreamableHttpService::new(
+        move || Ok(Tools::new(calls.clone(), gate.clone())),
+        sessions.clone(),
+        config,
+    ));
+    let (stop, stopped) = oneshot::channel();
+    let accept = tokio::spawn(accept_loop(
+        listener,
+        service.clone(),
+        shared.clone(),
+        stopped,
+    ));
+    Running {
+        sessions,
+        service,
+        stop,
+        accept,
+    }
+}
+
+/// Accepts until told to stop, then drops the listener and aborts and awaits every connection.
+async fn accept_loop(
+    listener: TcpListener,
+    service: Arc<RmcpService>,
+    shared: Arc<Shared>,
+    mut stopped: oneshot::Receiver<()>,
+) {
+    let mut connections = JoinSet::new();
+    loop {
+        tokio::select! {
+            _ = &mut stopped => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => {
+                    connections.spawn(serve_connection(stream, service.clone(), shared.clone()));
+                }
+                Err(error) => eprintln!("McpServer accept: {error}"),
+            },
+            // Reap finished connections so the set does not grow over a long test.
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+        }
+    }
+    drop(listener);
+    connections.shutdown().await;
+}
+
+async fn serve_connection(stream: TcpStream, service: Arc<RmcpService>, shared: Arc<Shared>) {
+    let handler = service_fn(move |request: Request<Incoming>| {
+        let service = service.clone();
+        let shared = shared.clone();
+        async move { Ok::<_, Infallible>(respond(&service, &shared, request).await) }
+    });
+    // HTTP/1.1 and h2c, as a real backend would offer.
+    let _ = auto::Builder::new(TokioExecutor::new())
+        .serve_connection(TokioIo::new(stream), handler)
+        .await;
+}
+
+type Body = BoxBody<Bytes, Infallible>;
+
+async fn respond(
+    service: &RmcpService,
+    shared: &Shared,
+    request: Request<Incoming>,
+) -> Response<Body> {
+    let (parts, body) = request.into_parts();
+    // Buffered only to record the JSON-RPC method; a test server can afford it.
+    let body = match body.collect().await {
+        Ok(collected) => collected.to_bytes(),
+        Err(_) => return plain(StatusCode::BAD_REQUEST, "unreadable request body"),
+    };
+    let rpc_method = serde_json::from_slice::<serde_json::Value>(&body)
+        .ok()
+        .and_then(|value| value.get("method")?.as_str().map(str::to_owned));
+    let mut seen = SeenRequest {
+        method: parts.method.clone(),
+        path: parts.uri.path().to_owned(),
+        headers: parts.headers.clone(),
+        rpc_method,
+        status: StatusCode::OK,
+        assigned_session: None,
+        injected: false,
+    };
+
+    let fault = (parts.method == Method::POST)
+        .then(|| shared.faults.lock().expect("faults lock").pop_front())
+        .flatten();
+    let response = if let Some(fault) = fault {
+        seen.injected = true;
+        let mut response = plain(fault.status, "injected by McpServer\n");
+        if let Some(retry_after) = fault.retry_after {
+            response
+                .headers_mut()
+                .insert(http::header::RETRY_AFTER, retry_after);
+        }
+        response
+    } else if parts.uri.path() != MCP_PATH {
+        Response::builder()
+            .status(StatusCode::NOT_FOUND)
+            .body(Full::new(Bytes::new()).boxed())
+            .expect("static response")
+    } else {
+        service
+            .handle(Request::from_parts(parts, Full::new(body)))
+            .await
+    };
+
+    seen.status = response.status();
+    seen.assigned_session = header_str(response.headers(), "mcp-session-id").map(str::to_owned);
+    shared.seen.send_modify(|log| log.push(seen));
+    response
+}
+
+fn plain(status: StatusCode, text: &'static str) -> Response<Body> {
+    Response::builder()
+        .status(status)
+        .header(http::header::CONTENT_TYPE, "text/plain; charset=utf-8")
+        .body(Full::new(Bytes::from_static(text.as_bytes())).boxed())
+        .expect("static response")
+}
+
+/// The server's tools; one instance per session, all sharing the counter and the gate.
+#[derive(Clone, Debug)]
+pub struct Tools {
+    calls: Arc<AtomicU64>,
+    gate: Arc<Semaphore>,
+}
+
+/// Arguments of the `echo` tool.
+#[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
+pub struct EchoArgs {
+    /// The text to send back.
+    pub text: String,
+}
+
+#[tool_router]
+impl Tools {
+    fn new(calls: Arc<AtomicU64>, gate: Arc<Semaphore>) -> Self {
+        Self { calls, gate }
+    }
+
+    /// Increments the shared counter and returns its new value as text.
+    #[tool(description = "Increment a counter and return its new value")]
+    fn count(&self) -> String {
+        (self.calls.fetch_add(1, Ordering::SeqCst) + 1).to_string()
+    }
+
+    /// Holds the call open until the test calls [`McpServer::release_waits`]: a request in
+    /// flight, for tests that break a connection mid-response.
+    #[tool(description = "Wait until released, then return \"released\"")]
+    async fn wait(&self) -> String {
+        self.gate.acquire().await.expect("never closed").forget();
+        "released".to_owned()
+    }
+
+    /// Returns `text` unchanged.
+    #[tool(description = "Return the given text")]
+    fn echo(&self, Parameters(EchoArgs { text }): Parameters<EchoArgs>) -> String {
+        text
+    }
+}
+
+#[tool_handler]
+impl ServerHandler for Tools {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+    }
+}
+
+/// An rmcp client over Streamable HTTP (reqwest), with no client-side handler.
+pub type Client = RunningService<RoleClient, ()>;
+
+/// Connects and initializes an rmcp client with rmcp's default transport settings (re-initialize
+/// once on a session 404, background GET stream, DELETE on close).
+pub async fn connect(url: &str) -> Result<Client, ClientInitializeError> {
+    ().serve(StreamableHttpClientTransport::from_uri(url)).await
+}
+
+/// Like [`connect`], with a transport configuration (e.g. `reinit_on_expired_session(false)`).
+pub async fn connect_with(
+    config: StreamableHttpClientTransportConfig,
+) -> Result<Client, ClientInitializeError> {
+    ().serve(StreamableHttpClientTransport::from_config(config))
+        .await
+}
+
+/// Calls `count` and parses the value it returns.
+pub async fn call_count(client: &Peer<RoleClient>) -> Result<u64, ServiceError> {
+    let text = call_text(client, CallToolRequestParams::new("count")).await?;
+    Ok(text
+        .parse()
+        .unwrap_or_else(|_| panic!("count returned {text:?}")))
+}
+
+/// Calls `wait`, which returns once the server releases it.
+pub async fn call_wait(client: &Peer<RoleClient>) -> Result<String, ServiceError> {
+    call_text(client, CallToolRequestParams::new("wait")).await
+}
+
+/// Calls `echo` with `text` and returns what came back.
+pub async fn call_echo(client: &Peer<RoleClient>, text: &str) -> Result<String, ServiceError> {
+    let arguments = serde_json::json!({ "text": text });
+    let arguments = arguments.as_object().expect("an object").clone();
+    call_text(
+        client,
+        CallToolRequestParams::new("echo").with_arguments(arguments),
+    )
+    .await
+}
+
+async fn call_text(
+    client: &Peer<RoleClient>,
+    params: CallToolRequestParams,
+) -> Result<String, ServiceError> {
+    let result = client.call_tool(params).await?;
+    assert_ne!(result.is_error, Some(true), "tool failed: {result:?}");
+    let text = result
+        .content
+        .first()
+        .and_then(|content| content.as_text())
+        .unwrap_or_else(|| panic!("no text content in {result:?}"));
+    Ok(text.text.clone())
+}
+
+/// The streamable HTTP transport error behind a failed call (`ServiceError::TransportSend`),
+/// typed, so tests can match `SessionExpired`, `HttpStatus(..)` or `Client(..)`.
+pub fn transport_error(
+    error: &ServiceError,
+) -> Option<&StreamableHttpError<impl std::error::Error + Send + Sync + 'static>> {
+    let ServiceError::TransportSend(error) = error else {
+        return None;
+    };
+    // reqwest is not a dependency of ours, so its client type is named by inference: the
+    // reqwest transport's constructor is the witness.
+    downcast_for(StreamableHttpClientTransport::from_uri, error)
+}
+
+fn downcast_for<C: StreamableHttpClient + 'static>(
+    _witness: fn(&'static str) -> StreamableHttpClientTransport<C>,
+    error: &DynamicTransportError,
+) -> Option<&StreamableHttpError<C::Error>> {
+    error.error.downcast_ref()
+}
+
+/// Whether `error` was caused, somewhere down its chain, by a refused TCP connection.
+pub fn is_connection_refused(error: &ServiceError) -> bool {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = match transport_error(error) {
+        // The `Client` variant does not expose its inner error as a source, so start there.
+        Some(StreamableHttpError::Client(inner)) => Some(inner),
+        _ => Some(error),
+    };
+    while let Some(current) = cause {
+        if let Some(io) = current.downcast_ref::<std::io::Error>() {
+            if io.kind() == std::io::ErrorKind::ConnectionRefused {
+                return true;
+            }
+        }
+        cause = current.source();
+    }
+    false
+}
+
+/// A response read byte for byte off a raw socket.
+#[derive(Clone, Debug)]
+pub struct RawResponse {
+    /// The response bytes as received.
+    pub raw: Vec<u8>,
+    /// The status line without CRLF, e.g. `HTTP/1.1 404 Not Found`.
+    pub status_line: String,
+    /// Header fields in wire order, names as sent (hyper sends lowercase).
+    pub headers: Vec<(String, String)>,
+    /// The body bytes after the blank line (not de-chunked).
+    pub body: Vec<u8>,
+}
+
+impl RawResponse {
+    /// The first value of a header, name compared case-insensitively.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(field, _)| field.eq_ignore_ascii_case(name))
+            .map(|(_, value)| value.as_str())
+    }
+
+    /// Header names in wire order.
+    pub fn header_names(&self) -> Vec<&str> {
+        self.headers.iter().map(|(name, _)| name.as_str()).collect()
+    }
+}
+
+/// Writes `request` (one complete HTTP/1.1 request) to `addr` and reads one response: to its
+/// `Content-Length`, to the last chunk, or else to EOF. The bytes are what went over the wire,
+/// not what a client library made of them. Without `Connection: close` in the request, the
+/// response carries only the server's own headers.
+pub async fn raw_http(addr: SocketAddr, request: &[u8]) -> std::io::Result<RawResponse> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let mut stream = TcpStream::connect(addr).await?;
+    stream.write_all(request).await?;
+    let mut raw = Vec::new();
+    let mut buffer = [0u8; 8192];
+    loop {
+        if let Some(response) = parse_complete(&raw)? {
+            return Ok(response);
+        }
+        let read = stream.read(&mut buffer).await?;
+        if read == 0 {
+            return parse_complete(&raw)?
+                .map_or_else(|| parse_head(raw).map(|(response, _)| response), Ok);
+        }
+        raw.extend_from_slice(&buffer[..read]);
+    }
+}
+
+/// The response in `raw` if its body is complete by its own framing (length or chunks).
+fn parse_complete(raw: &[u8]) -> std::io::Result<Option<RawResponse>> {
+    if !raw.windows(4).any(|window| window == b"\r\n\r\n") {
+        return Ok(None);
+    }
+    let (response, body_start) = parse_head(raw.to_vec())?;
+    let body = &raw[body_start..];
+    let complete = if let Some(length) = response.header("content-length") {
+        let length: usize = length.parse().map_err(std::io::Error::other)?;
+        body.len() >= length
+    } else if response
+        .header("transfer-encoding")
+        .is_some_and(|value| value.eq_ignore_ascii_case("chunked"))
+    {
+        body.starts_with(b"0\r\n\r\n") || body.windows(7).any(|window| window == b"\r\n0\r\n\r\n")
+    } else {
+        false
+    };
+    Ok(complete.then_some(response))
+}
+
+/// Splits the status line, headers and body; returns where the body starts.
+fn parse_head(raw: Vec<u8>) -> std::io::Result<(RawResponse, usize)> {
+    let split = raw
+        .windows(4)
+        .position(|window| window == b"\r\n\r\n")
+        .ok_or_else(|| std::io::Error::other("no end of headers in response"))?;
+    let head = std::str::from_utf8(&raw[..split]).map_err(std::io::Error::other)?;
+    let mut lines = head.split("\r\n");
+    let status_line = lines.next().unwrap_or_default().to_owned();
+    let headers = lines
+        .filter_map(|line| line.split_once(':'))
+        .map(|(name, value)| (name.to_owned(), value.trim().to_owned()))
+        .collect();
+    let body = raw[split + 4..].to_vec();
+    Ok((
+        RawResponse {
+            raw,
+            status_line,
+            headers,
+            body,
+        },
+        split + 4,
+    ))
+}
+
+/// A complete `POST /mcp` request as an MCP client would send it. `session_id` becomes
+/// `Mcp-Session-Id`; `host` the Host header.
+pub fn mcp_post(host: &str, session_id: Option<&str>, json_body: &str) -> Vec<u8> {
+    let session = session_id
+        .map(|id| format!("mcp-session-id: {id}\r\n"))
+        .unwrap_or_default();
+    format!(
+        "POST {MCP_PATH} HTTP/1.1\r\n\
+         host: {host}\r\n\
+         accept: {MCP_ACCEPT}\r\n\
+         content-type: application/json\r\n\
+         {session}\
+         content-length: {}\r\n\
+         \r\n\
+         {json_body}",
+        json_body.len()
+    )
+    .into_bytes()
+}
