@@ -299,13 +299,16 @@ where
     }
 
     fn size_hint(&self) -> SizeHint {
-        let mut hint = self.inner.size_hint();
-        if let Some(p) = &self.prefix {
-            let n = p.len() as u64;
-            hint.set_lower(hint.lower() + n);
-            if let Some(u) = hint.upper() {
-                hint.set_upper(u + n);
-            }
+        let inner = self.inner.size_hint();
+        let Some(p) = &self.prefix else {
+            return inner;
+        };
+        let n = p.len() as u64;
+        // Built from an unbounded hint: SizeHint asserts lower <= upper at every step.
+        let mut hint = SizeHint::new();
+        hint.set_lower(inner.lower() + n);
+        if let Some(u) = inner.upper() {
+            hint.set_upper(u + n);
         }
         hint
     }

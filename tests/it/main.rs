@@ -2,4 +2,5 @@
 //! concern, every server in process on 127.0.0.1:0.
 
 mod rmcp_smoke;
+mod rows;
 mod support;
