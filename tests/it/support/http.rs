@@ -24,7 +24,11 @@ pub fn full(b: impl Into<Bytes>) -> TestBody {
 }
 
 /// A response with status, headers and body.
-pub fn response(status: u16, headers: &[(&str, &str)], body: impl Into<Bytes>) -> Response<TestBody> {
+pub fn response(
+    status: u16,
+    headers: &[(&str, &str)],
+    body: impl Into<Bytes>,
+) -> Response<TestBody> {
     let mut r = Response::new(full(body));
     *r.status_mut() = StatusCode::from_u16(status).unwrap();
     for (k, v) in headers {
@@ -56,6 +60,7 @@ pub struct Upstream {
     /// Address.
     pub addr: SocketAddr,
     seen: Arc<Mutex<Vec<Seen>>>,
+    connections: Arc<std::sync::atomic::AtomicUsize>,
     tasks: JoinSet<()>,
 }
 
@@ -81,10 +86,15 @@ impl Upstream {
         let handler = Arc::new(handler);
         let mut tasks = JoinSet::new();
         let seen2 = seen.clone();
+        let connections = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let connections2 = connections.clone();
         tasks.spawn(async move {
             let mut conns = JoinSet::new();
             loop {
-                let Ok((stream, _)) = listener.accept().await else { continue };
+                let Ok((stream, _)) = listener.accept().await else {
+                    continue;
+                };
+                connections2.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 let handler = handler.clone();
                 let seen = seen2.clone();
                 conns.spawn(async move {
@@ -93,7 +103,11 @@ impl Upstream {
                         let seen = seen.clone();
                         async move {
                             let (parts, body) = req.into_parts();
-                            let body = body.collect().await.map(|c| c.to_bytes()).unwrap_or_default();
+                            let body = body
+                                .collect()
+                                .await
+                                .map(|c| c.to_bytes())
+                                .unwrap_or_default();
                             let s = Seen {
                                 method: parts.method,
                                 uri: parts.uri.to_string(),
@@ -111,7 +125,12 @@ impl Upstream {
                 });
             }
         });
-        Upstream { addr, seen, tasks }
+        Upstream {
+            addr,
+            seen,
+            connections,
+            tasks,
+        }
     }
 
     /// `http://addr`.
@@ -122,6 +141,11 @@ impl Upstream {
     /// Requests seen so far.
     pub fn seen(&self) -> Vec<Seen> {
         self.seen.lock().unwrap().clone()
+    }
+
+    /// Connections accepted so far.
+    pub fn connections(&self) -> usize {
+        self.connections.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Stops listening and drops every connection; returns once the port is closed.
@@ -193,7 +217,13 @@ pub async fn collect(resp: Response<Incoming>) -> Got {
 
 /// GET `url`.
 pub async fn get(url: &str) -> Got {
-    call(Request::get(url).header("host", host_of(url)).body(Full::default()).unwrap()).await
+    call(
+        Request::get(url)
+            .header("host", host_of(url))
+            .body(Full::default())
+            .unwrap(),
+    )
+    .await
 }
 
 /// POST a JSON-RPC body to `url` as an MCP client would.
@@ -211,10 +241,17 @@ pub async fn post_json(url: &str, body: &str) -> Got {
 
 /// `host:port` of a URL.
 pub fn host_of(url: &str) -> String {
-    url.parse::<http::Uri>().unwrap().authority().unwrap().to_string()
+    url.parse::<http::Uri>()
+        .unwrap()
+        .authority()
+        .unwrap()
+        .to_string()
 }
 
 /// An address where nothing listens (bound, then released).
 pub fn closed_port() -> SocketAddr {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap()
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
 }

@@ -42,9 +42,14 @@ impl Holdfast {
         let addr = listener.local_addr().unwrap();
         let admin = admin_listener.local_addr().unwrap();
         let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(holdfast::server::run(config, listener, admin_listener, async move {
-            let _ = stopped.await;
-        }));
+        let task = tokio::spawn(holdfast::server::run(
+            config,
+            listener,
+            admin_listener,
+            async move {
+                let _ = stopped.await;
+            },
+        ));
         Holdfast {
             addr,
             admin,
@@ -93,7 +98,10 @@ impl Holdfast {
 /// Finds `series` (name with labels, as encoded) in OpenMetrics text; 0 when absent.
 pub fn metric_value(text: &str, series: &str) -> f64 {
     text.lines()
-        .find_map(|l| l.strip_prefix(series).and_then(|rest| rest.strip_prefix(' ')))
+        .find_map(|l| {
+            l.strip_prefix(series)
+                .and_then(|rest| rest.strip_prefix(' '))
+        })
         .map(|v| v.trim().parse().unwrap())
         .unwrap_or(0.0)
 }

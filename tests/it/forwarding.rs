@@ -1,0 +1,156 @@
+//! What crosses the proxy unchanged and what is rewritten: paths, Host, hop-by-hop headers,
+//! X-Forwarded-*, MCP headers, bodies, HTTP versions.
+
+use bytes::Bytes;
+use http_body_util::Full;
+
+use crate::support::http::{self, response, Upstream};
+use crate::support::proxy::{raw_config, Holdfast};
+
+fn echo_upstream() -> impl Fn(http::Seen) -> std::future::Ready<::http::Response<http::TestBody>> {
+    |seen| {
+        std::future::ready(response(
+            200,
+            &[("content-type", "application/json")],
+            seen.body,
+        ))
+    }
+}
+
+#[tokio::test]
+async fn path_query_and_prefix_are_preserved() {
+    let up = Upstream::start(echo_upstream()).await;
+    let hf = Holdfast::start(&format!("{}/api/", up.url())).await;
+    let got = http::get(&hf.url("/mcp?x=1&y=%20")).await;
+    assert_eq!(got.status, 200);
+    assert_eq!(up.seen()[0].uri, "/api/mcp?x=1&y=%20");
+    let hf2 = Holdfast::start(&up.url()).await;
+    http::get(&hf2.url("/mcp/sub")).await;
+    assert_eq!(up.seen()[1].uri, "/mcp/sub");
+}
+
+#[tokio::test]
+async fn headers_cross_as_a_proxy_should() {
+    let up = Upstream::start(|_| async {
+        response(
+            200,
+            &[
+                ("mcp-session-id", "s-1"),
+                ("www-authenticate", "Bearer realm=\"x\""),
+                ("retry-after", "9"),
+                ("connection", "x-internal"),
+                ("x-internal", "secret"),
+                ("keep-alive", "timeout=5"),
+            ],
+            "ok",
+        )
+    })
+    .await;
+    let hf = Holdfast::start(&up.url()).await;
+    let req = ::http::Request::post(hf.url("/mcp"))
+        .header("host", "mcp.example.com")
+        .header("mcp-session-id", "abc")
+        .header("mcp-protocol-version", "2025-06-18")
+        .header("mcp-method", "tools/call")
+        .header("mcp-name", "count")
+        .header("last-event-id", "7")
+        .header("authorization", "Bearer t0ken")
+        .header("x-forwarded-for", "203.0.113.9")
+        .header("connection", "keep-alive, x-hop")
+        .header("x-hop", "drop me")
+        .header("te", "trailers")
+        .header("proxy-authorization", "Basic eA==")
+        .header("upgrade", "websocket")
+        .body(Full::new(Bytes::from_static(b"{}")))
+        .unwrap();
+    let got = http::call(req).await;
+    assert_eq!(got.status, 200);
+    let h = &up.seen()[0].headers;
+    for (k, v) in [
+        ("host", "mcp.example.com"),
+        ("mcp-session-id", "abc"),
+        ("mcp-protocol-version", "2025-06-18"),
+        ("mcp-method", "tools/call"),
+        ("mcp-name", "count"),
+        ("last-event-id", "7"),
+        ("authorization", "Bearer t0ken"),
+        ("x-forwarded-for", "203.0.113.9, 127.0.0.1"),
+        ("x-forwarded-proto", "http"),
+        ("x-forwarded-host", "mcp.example.com"),
+    ] {
+        assert_eq!(h.get(k).map(|v| v.to_str().unwrap()), Some(v), "{k}");
+    }
+    for k in ["x-hop", "te", "proxy-authorization", "upgrade"] {
+        assert!(h.get(k).is_none(), "{k} must not reach the upstream");
+    }
+    // Response side.
+    assert_eq!(got.header("mcp-session-id"), Some("s-1"));
+    assert_eq!(got.header("www-authenticate"), Some("Bearer realm=\"x\""));
+    assert_eq!(got.header("retry-after"), Some("9"));
+    assert_eq!(got.header("x-internal"), None);
+    assert_eq!(got.header("keep-alive"), None);
+}
+
+#[tokio::test]
+async fn host_can_be_the_upstreams() {
+    let up = Upstream::start(echo_upstream()).await;
+    let mut raw = raw_config(&up.url());
+    raw.client.host_header = "upstream".into();
+    let hf = Holdfast::start_with(raw).await;
+    let req = ::http::Request::get(hf.url("/mcp"))
+        .header("host", "mcp.example.com")
+        .body(Full::default())
+        .unwrap();
+    http::call(req).await;
+    let h = &up.seen()[0].headers;
+    assert_eq!(h["host"], up.addr.to_string());
+    assert_eq!(h["x-forwarded-host"], "mcp.example.com");
+}
+
+#[tokio::test]
+async fn bodies_stream_both_ways_intact() {
+    let up = Upstream::start(echo_upstream()).await;
+    let hf = Holdfast::start(&up.url()).await;
+    // Larger than the request copy cap, so the copy is dropped while the body still flows.
+    let big: String = "z".repeat(300_000);
+    let got = http::post_json(&hf.url("/mcp"), &big).await;
+    assert_eq!(got.status, 200);
+    assert_eq!(got.body.len(), big.len());
+    assert_eq!(up.seen()[0].body.len(), big.len());
+}
+
+#[tokio::test]
+async fn h2c_clients_are_served_over_http1_upstream() {
+    let up = Upstream::start(echo_upstream()).await;
+    let hf = Holdfast::start(&up.url()).await;
+    let req = ::http::Request::post(hf.url("/mcp"))
+        .version(::http::Version::HTTP_2)
+        .header("mcp-session-id", "h2")
+        .body(Full::new(Bytes::from_static(b"{\"a\":1}")))
+        .unwrap();
+    let resp = http::send_h2(req).await;
+    assert_eq!(resp.version(), ::http::Version::HTTP_2);
+    let got = http::collect(resp).await;
+    assert_eq!(got.status, 200);
+    assert_eq!(got.body, "{\"a\":1}");
+    let seen = &up.seen()[0];
+    assert_eq!(seen.version, ::http::Version::HTTP_11);
+    assert_eq!(seen.headers["mcp-session-id"], "h2");
+    // The h2 :authority became the Host the upstream sees.
+    assert_eq!(seen.headers["host"], hf.addr.to_string());
+}
+
+#[tokio::test]
+async fn pooled_upstream_connections_are_reused() {
+    let up = Upstream::start(echo_upstream()).await;
+    let hf = Holdfast::start(&up.url()).await;
+    for _ in 0..3 {
+        assert_eq!(http::get(&hf.url("/mcp")).await.status, 200);
+    }
+    assert_eq!(up.seen().len(), 3);
+    assert_eq!(
+        up.connections(),
+        1,
+        "keep-alive: one upstream connection for sequential requests"
+    );
+}
