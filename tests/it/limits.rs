@@ -1,0 +1,98 @@
+//! Inbound limits: header size, slow request heads, concurrent connections.
+
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::support::http::{response, Upstream};
+use crate::support::proxy::{raw_config, Holdfast};
+
+/// Reads until the peer closes or the head of a response is complete.
+async fn read_head(s: &mut TcpStream) -> String {
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !out.windows(4).any(|w| w == b"\r\n\r\n") {
+        match s.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => out.extend_from_slice(&buf[..n]),
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[tokio::test]
+async fn oversized_request_head_is_refused() {
+    let up = Upstream::start(|_| async { response(200, &[], "ok") }).await;
+    let mut raw = raw_config(&up.url());
+    raw.limits.max_header_bytes = 8192;
+    let hf = Holdfast::start_with(raw).await;
+    let mut s = TcpStream::connect(hf.addr).await.unwrap();
+    let big = "a".repeat(20_000);
+    let req = format!("GET /mcp HTTP/1.1\r\nhost: x\r\nx-big: {big}\r\n\r\n");
+    // The write may fail part-way once holdfast gives up on the head: that is fine.
+    let _ = s.write_all(req.as_bytes()).await;
+    let head = tokio::time::timeout(Duration::from_secs(10), read_head(&mut s))
+        .await
+        .unwrap();
+    assert!(head.starts_with("HTTP/1.1 431"), "got {head:?}");
+    assert!(up.seen().is_empty());
+}
+
+#[tokio::test]
+async fn a_slow_request_head_is_cut_off() {
+    let up = Upstream::start(|_| async { response(200, &[], "ok") }).await;
+    let mut raw = raw_config(&up.url());
+    raw.limits.header_read_timeout_secs = 0.3;
+    let hf = Holdfast::start_with(raw).await;
+    let mut s = TcpStream::connect(hf.addr).await.unwrap();
+    s.write_all(b"GET /mcp HTTP/1.1\r\nhost: x\r\n")
+        .await
+        .unwrap();
+    // Never finish the head: holdfast must close the connection by itself.
+    let mut buf = [0u8; 1024];
+    let closed = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            match s.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+        }
+    })
+    .await;
+    assert!(closed.is_ok(), "the slow client was not disconnected");
+    assert!(up.seen().is_empty());
+}
+
+#[tokio::test]
+async fn connections_past_the_limit_wait_for_a_free_slot() {
+    let up = Upstream::start(|_| async { response(200, &[], "ok") }).await;
+    let mut raw = raw_config(&up.url());
+    raw.limits.max_connections = 1;
+    let hf = Holdfast::start_with(raw).await;
+
+    let mut first = TcpStream::connect(hf.addr).await.unwrap();
+    first
+        .write_all(b"GET /mcp HTTP/1.1\r\nhost: x\r\n\r\n")
+        .await
+        .unwrap();
+    assert!(read_head(&mut first).await.starts_with("HTTP/1.1 200"));
+
+    // The second connection sits in the backlog while the first is open.
+    let mut second = TcpStream::connect(hf.addr).await.unwrap();
+    second
+        .write_all(b"GET /mcp HTTP/1.1\r\nhost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let early = tokio::time::timeout(Duration::from_millis(300), read_head(&mut second)).await;
+    assert!(
+        early.is_err(),
+        "answered past the connection limit: {early:?}"
+    );
+
+    drop(first);
+    let head = tokio::time::timeout(Duration::from_secs(10), read_head(&mut second))
+        .await
+        .expect("served once a slot is free");
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+}
