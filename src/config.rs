@@ -61,8 +61,17 @@ pub mod defaults {
     pub const HEADER_READ_TIMEOUT_SECS: f64 = 10.0;
     /// Concurrent client connections; past this, accepting pauses until one closes.
     pub const MAX_CONNECTIONS: usize = 10_000;
-    /// Time in-flight requests get to finish after SIGTERM before streams are closed.
-    pub const DRAIN_TIMEOUT_SECS: f64 = 30.0;
+    /// Time in-flight requests get to finish after SIGTERM before streams are closed. Below
+    /// Kubernetes' default 30 s grace period, so holdfast closes streams itself before SIGKILL.
+    pub const DRAIN_TIMEOUT_SECS: f64 = 20.0;
+    /// Log format.
+    pub const LOG_FORMAT: &str = "text";
+    /// Per-request access log.
+    pub const ACCESS_LOG: bool = false;
+    /// Which Host the upstream sees.
+    pub const HOST_HEADER: &str = "preserve";
+    /// Learn expected paths from the application's answers.
+    pub const LEARN: bool = true;
 }
 
 /// Phase one: what figment deserializes. Every field optional-by-default so that each layer may
@@ -191,8 +200,8 @@ impl Default for RawConfig {
             upstream: String::new(),
             admin: defaults::ADMIN.into(),
             retry_after_secs: defaults::RETRY_AFTER_SECS,
-            log_format: "text".into(),
-            access_log: false,
+            log_format: defaults::LOG_FORMAT.into(),
+            access_log: defaults::ACCESS_LOG,
             client: RawClient::default(),
             streams: RawStreams::default(),
             routes: RawRoutes::default(),
@@ -205,7 +214,7 @@ impl Default for RawConfig {
 impl Default for RawClient {
     fn default() -> Self {
         Self {
-            host_header: "preserve".into(),
+            host_header: defaults::HOST_HEADER.into(),
             connect_timeout_secs: defaults::CONNECT_TIMEOUT_SECS,
             response_timeout_secs: defaults::RESPONSE_TIMEOUT_SECS,
             pool_idle_timeout_secs: defaults::POOL_IDLE_TIMEOUT_SECS,
@@ -225,7 +234,7 @@ impl Default for RawRoutes {
     fn default() -> Self {
         Self {
             endpoints: defaults::ENDPOINTS.iter().map(|s| s.to_string()).collect(),
-            learn: true,
+            learn: defaults::LEARN,
             learn_ttl_secs: defaults::LEARN_TTL_SECS,
             horizon_secs: defaults::HORIZON_SECS,
             max_peek_bytes: defaults::MAX_PEEK_BYTES,
@@ -341,7 +350,8 @@ pub enum LogFormat {
 pub struct Problem {
     /// The dotted key at fault (`client.connect_timeout_secs`).
     pub key: String,
-    /// Where the value came from (`default`, a file path, `environment variable HOLDFAST_…`, `flag`).
+    /// Where the value came from (`default`, `file PATH`, `environment variable HOLDFAST_…`,
+    /// `command-line flag`, `not set`).
     pub origin: String,
     /// What is wrong.
     pub message: String,
@@ -386,7 +396,14 @@ pub fn figment(file: Option<&Path>, flags: &RawFlags) -> Figment {
         Env::prefixed(ENV_PREFIX)
             .split("__")
             // HOLDFAST_CONFIG names the file; it is not a key.
-            .ignore(&["config"]),
+            .ignore(&["config"])
+            // Kubernetes injects service links for a Service named `holdfast` into every pod
+            // (HOLDFAST_PORT=tcp://…, HOLDFAST_SERVICE_HOST, HOLDFAST_PORT_8080_TCP_ADDR, …).
+            // They are not settings; without this filter they would be unknown keys.
+            .filter(|key| {
+                let key = key.as_str().to_ascii_lowercase();
+                !(key == "port" || key.starts_with("port_") || key.starts_with("service_"))
+            }),
     )
     .merge(Named(Serialized::defaults(flags), ORIGIN_FLAG))
 }
@@ -440,31 +457,67 @@ pub fn load(file: Option<&Path>, flags: &RawFlags) -> Result<Config, ConfigError
 
 impl Config {
     /// Extracts the raw layer from `fig` and validates it, naming origins from `fig`'s metadata.
+    ///
+    /// serde stops at the first unknown key or mistyped value, so extraction is repeated with
+    /// each offending key removed until it succeeds; validation then runs on the rest, and every
+    /// problem found on the way is reported together.
     pub fn from_figment(fig: &Figment) -> Result<Config, ConfigError> {
-        let raw: RawConfig = fig.extract().map_err(|e| ConfigError {
+        let origin = |key: &str| describe_origin(key, fig.find_metadata(key));
+        // Reading the layers themselves (a missing file, TOML syntax) is fatal: there is nothing
+        // to validate.
+        let mut data: figment::value::Dict = fig.extract().map_err(|e| ConfigError {
             problems: e
                 .into_iter()
                 .map(|e| Problem {
-                    key: if e.path.is_empty() {
-                        "(top level)".into()
-                    } else {
-                        e.path.join(".")
-                    },
+                    key: "(configuration)".into(),
                     origin: e
                         .metadata
                         .as_ref()
-                        .map(describe_origin)
+                        .map(|md| describe_origin("", Some(md)))
                         .unwrap_or_else(|| "configuration".into()),
-                    message: e.kind.to_string(),
+                    message: e.kind.to_string().trim().to_string(),
                 })
                 .collect(),
         })?;
-        let origin = |key: &str| {
-            fig.find_metadata(key)
-                .map(describe_origin)
-                .unwrap_or_else(|| "default".into())
+        let mut problems = Vec::new();
+        let raw = loop {
+            match Figment::from(Serialized::defaults(&data)).extract::<RawConfig>() {
+                Ok(raw) => break raw,
+                Err(errors) => {
+                    let mut removed_any = false;
+                    for e in errors {
+                        let key = e.path.join(".");
+                        problems.push(Problem {
+                            origin: origin(&key),
+                            key: if key.is_empty() {
+                                "(top level)".into()
+                            } else {
+                                key
+                            },
+                            message: e.kind.to_string(),
+                        });
+                        removed_any |= remove_path(&mut data, &e.path);
+                    }
+                    if !removed_any {
+                        return Err(ConfigError { problems });
+                    }
+                }
+            }
         };
-        Config::from_raw(&raw, &origin)
+        match Config::from_raw(&raw, &origin) {
+            Ok(config) if problems.is_empty() => Ok(config),
+            Ok(_) => Err(ConfigError { problems }),
+            Err(e) => {
+                // A removed key falls back to its default, which may fail validation again
+                // (`upstream`): report each key once.
+                for p in e.problems {
+                    if !problems.iter().any(|q| q.key == p.key) {
+                        problems.push(p);
+                    }
+                }
+                Err(ConfigError { problems })
+            }
+        }
     }
 
     /// Validates `raw`. `origin(key)` names the layer a key came from, for error messages.
@@ -666,12 +719,14 @@ impl Validator<'_> {
 
     fn upstream(&mut self, key: &str, value: &str) -> Option<UpstreamUrl> {
         if value.is_empty() {
-            return self.fail(
-                key,
-                "required: the MCP server's base URL, e.g. `--upstream http://mcp-backend:8000` \
-                 or HOLDFAST_UPSTREAM"
+            self.problems.push(Problem {
+                key: key.into(),
+                origin: "not set".into(),
+                message: "required: the MCP server's base URL, e.g. `--upstream \
+                          http://mcp-backend:8000` or HOLDFAST_UPSTREAM"
                     .into(),
-            );
+            });
+            return None;
         }
         let uri: Uri = match value.parse() {
             Ok(u) => u,
@@ -707,11 +762,35 @@ impl Validator<'_> {
     }
 }
 
-/// Names where a value came from in the terms a user knows.
-fn describe_origin(md: &figment::Metadata) -> String {
+/// Names where `key`'s value came from in the terms a user knows.
+fn describe_origin(key: &str, md: Option<&figment::Metadata>) -> String {
+    let Some(md) = md else {
+        return ORIGIN_DEFAULT.into();
+    };
     match &md.source {
         Some(figment::Source::File(p)) => format!("file {}", p.display()),
-        _ if md.name.contains("environment") => "environment (HOLDFAST_*)".into(),
+        _ if md.name.contains("environment") && !key.is_empty() => format!(
+            "environment variable {ENV_PREFIX}{}",
+            key.to_ascii_uppercase().replace('.', "__")
+        ),
+        _ if md.name.contains("environment") => "environment".into(),
         _ => md.name.to_string(),
+    }
+}
+
+/// Removes the value at `path` from `data` (or the array that contains it). Returns whether
+/// something was removed.
+fn remove_path(data: &mut figment::value::Dict, path: &[String]) -> bool {
+    let Some((first, rest)) = path.split_first() else {
+        return false;
+    };
+    if rest.is_empty() {
+        return data.remove(first).is_some();
+    }
+    match data.get_mut(first) {
+        Some(figment::value::Value::Dict(_, inner)) => remove_path(inner, rest),
+        // Inside an array (or a scalar): drop the whole value.
+        Some(_) => data.remove(first).is_some(),
+        None => false,
     }
 }

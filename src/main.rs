@@ -29,17 +29,20 @@ fn check_config(cli: &Cli) -> ExitCode {
         }
         Err(e) => {
             eprintln!("{e}");
-            ExitCode::FAILURE
+            ExitCode::from(EXIT_CONFIG)
         }
     }
 }
+
+/// Exit status for an invalid configuration (1 is any other failure).
+const EXIT_CONFIG: u8 = 2;
 
 fn run(cli: &Cli) -> ExitCode {
     let config = match config::load(cli.config.as_deref(), &cli.flags()) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("{e}");
-            return ExitCode::from(2);
+            return ExitCode::from(EXIT_CONFIG);
         }
     };
     telemetry::init(config.log_format);

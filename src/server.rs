@@ -52,6 +52,7 @@ pub async fn run(
     let proxy = Arc::new(Proxy::new(&config, metrics));
     let ready = Arc::new(Readiness::default());
 
+    let admin_addr = admin_listener.local_addr()?;
     let (admin_stop_tx, admin_stop_rx) = tokio::sync::oneshot::channel::<()>();
     let admin_task = tokio::spawn(admin::serve(
         admin_listener,
@@ -64,6 +65,7 @@ pub async fn run(
 
     tracing::info!(
         listen = %listener.local_addr()?,
+        admin = %admin_addr,
         upstream = %config.upstream.original,
         "holdfast proxying"
     );

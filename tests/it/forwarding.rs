@@ -23,6 +23,7 @@ async fn path_query_and_prefix_are_preserved() {
     let hf = Holdfast::start(&format!("{}/api/", up.url())).await;
     let got = http::get(&hf.url("/mcp?x=1&y=%20")).await;
     assert_eq!(got.status, 200);
+    assert_eq!(up.seen()[0].method, ::http::Method::GET);
     assert_eq!(up.seen()[0].uri, "/api/mcp?x=1&y=%20");
     let hf2 = Holdfast::start(&up.url()).await;
     http::get(&hf2.url("/mcp/sub")).await;

@@ -1,10 +1,11 @@
 //! holdfast's integration tests: one binary (link time matters on small machines), one module per
 //! concern, every server in process on 127.0.0.1:0.
 
+mod cli;
+mod config;
 mod forwarding;
 mod limits;
+mod mcp_e2e;
 mod rmcp_smoke;
 mod rows;
-mod shutdown;
-mod sse;
 mod support;

@@ -13,6 +13,9 @@ const TRAEFIK_404: &[(&str, &str)] = &[
     ("content-type", "text/plain; charset=utf-8"),
     ("x-content-type-options", "nosniff"),
 ];
+/// Response headers as (name, value) pairs.
+type Headers = Vec<(&'static str, &'static str)>;
+
 const CALL: &str = r#"{"jsonrpc":"2.0","id":42,"method":"tools/call","params":{"name":"count"}}"#;
 
 /// An upstream that always answers Traefik's route-missing 404, byte for byte.
@@ -166,7 +169,7 @@ async fn learning_can_be_turned_off() {
 
 #[tokio::test]
 async fn servers_own_404s_pass_byte_identical() {
-    let bodies: Vec<(Vec<(&'static str, &'static str)>, &'static str)> = vec![
+    let bodies: Vec<(Headers, &'static str)> = vec![
         // TypeScript SDK
         (
             vec![("content-type", "application/json")],
@@ -217,7 +220,9 @@ async fn servers_own_404s_pass_byte_identical() {
 
 #[tokio::test]
 async fn other_statuses_pass_untouched() {
-    let cases: &[(u16, &[(&str, &str)], &str)] = &[
+    // (status, headers, body)
+    type Case = (u16, &'static [(&'static str, &'static str)], &'static str);
+    let cases: &[Case] = &[
         (405, &[("allow", "POST")], "Method Not Allowed"),
         (410, &[], "gone"),
         (
