@@ -15,7 +15,11 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 use tokio::time::{Instant, Sleep};
+
+use crate::metrics::{Abort, AbortLabel};
 
 /// Boxed error type of bodies.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -231,6 +235,7 @@ pin_project_lite::pin_project! {
         idle: Duration,
         sleep: Option<Pin<Box<Sleep>>>,
         guard: Option<Box<dyn Send>>,
+        aborts: Option<Family<AbortLabel, Counter>>,
     }
 }
 
@@ -243,7 +248,14 @@ impl<B> Timed<B> {
             idle,
             sleep: None,
             guard: None,
+            aborts: None,
         }
+    }
+
+    /// Counts aborted responses (`holdfast_response_aborts_total`) in `family`.
+    pub fn counting_aborts(mut self, family: &Family<AbortLabel, Counter>) -> Self {
+        self.aborts = Some(family.clone());
+        self
     }
 
     /// Keeps `guard` alive exactly as long as the body.
@@ -276,6 +288,7 @@ where
             }
             Poll::Ready(Some(Err(e))) => {
                 *this.guard = None;
+                count_abort(this.aborts, Abort::upstream_error);
                 Poll::Ready(Some(Err(e.into())))
             }
             Poll::Ready(None) => {
@@ -289,6 +302,7 @@ where
                     .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline(idle))));
                 ready!(sleep.as_mut().poll(cx));
                 *this.guard = None;
+                count_abort(this.aborts, Abort::idle_timeout);
                 Poll::Ready(Some(Err(Box::new(IdleTimeout(idle)))))
             }
         }
@@ -311,5 +325,11 @@ where
             hint.set_upper(u + n);
         }
         hint
+    }
+}
+
+fn count_abort(family: &Option<Family<AbortLabel, Counter>>, reason: Abort) {
+    if let Some(f) = family {
+        f.get_or_create(&AbortLabel { reason }).inc();
     }
 }

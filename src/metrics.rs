@@ -42,6 +42,25 @@ pub struct Metrics {
     /// `holdfast_upstream_failures_total{reason}`: requests answered 502 after they may have
     /// reached the application.
     pub upstream_failures: Family<FailLabel, Counter>,
+    /// `holdfast_response_aborts_total{reason}`: responses cut off after their head was sent.
+    pub response_aborts: Family<AbortLabel, Counter>,
+}
+
+/// Label set of `holdfast_response_aborts_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AbortLabel {
+    /// Why the response was cut off.
+    pub reason: Abort,
+}
+
+/// Bounded abort reasons.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)]
+pub enum Abort {
+    /// The upstream's body failed (reset, EOF mid-body).
+    upstream_error,
+    /// No frame within `streams.idle_timeout_secs`.
+    idle_timeout,
 }
 
 /// Label set of `holdfast_rewrites_total`.
@@ -194,6 +213,7 @@ impl Metrics {
             passthrough_404: Counter::default(),
             router_passthrough: Family::default(),
             upstream_failures: Family::default(),
+            response_aborts: Family::default(),
         };
         // Start "up": holdfast has no evidence of an outage until a request meets one.
         m.upstream_up.set(1);
@@ -241,6 +261,11 @@ impl Metrics {
             "upstream_failures",
             "Requests answered 502 after they may have reached the application",
             m.upstream_failures.clone(),
+        );
+        r.register(
+            "response_aborts",
+            "Responses cut off after their head was sent (upstream failure or idle timeout)",
+            m.response_aborts.clone(),
         );
         m
     }

@@ -331,7 +331,8 @@ impl Proxy {
                     .is_some_and(|p| p.eq_ignore_ascii_case("text/event-stream"))
             });
         let prefix = peek.complete.or(peek.prefix);
-        let timed = Timed::new(prefix, peek.rest, self.stream_idle_timeout);
+        let timed = Timed::new(prefix, peek.rest, self.stream_idle_timeout)
+            .counting_aborts(&self.metrics.response_aborts);
         let body = if is_sse {
             head.headers
                 .entry(X_ACCEL_BUFFERING)
