@@ -70,8 +70,7 @@ pub async fn run(
         "holdfast proxying"
     );
     ready.set(true);
-    serve_proxy(&config, listener, proxy, shutdown).await;
-    ready.set(false);
+    serve_proxy(&config, listener, proxy, &ready, shutdown).await;
 
     let _ = admin_stop_tx.send(());
     let _ = admin_task.await;
@@ -84,6 +83,7 @@ async fn serve_proxy(
     config: &Config,
     listener: TcpListener,
     proxy: Arc<Proxy>,
+    ready: &Readiness,
     shutdown: impl Future<Output = ()>,
 ) {
     let mut builder = auto::Builder::new(TokioExecutor::new());
@@ -142,6 +142,8 @@ async fn serve_proxy(
         while connections.try_join_next().is_some() {}
     }
 
+    // Not ready from the moment accepting stops, so load balancers move away during the drain.
+    ready.set(false);
     drop(listener);
     tracing::info!(
         drain_timeout_secs = config.drain_timeout.as_secs_f64(),

@@ -8,4 +8,6 @@ mod limits;
 mod mcp_e2e;
 mod rmcp_smoke;
 mod rows;
+mod shutdown;
+mod sse;
 mod support;

@@ -1,0 +1,271 @@
+//! Graceful shutdown, as SIGTERM starts it: readiness goes false, new connections are refused,
+//! in-flight requests finish within the drain timeout, and streams still open after it are cut
+//! so that holdfast exits.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Request, StatusCode};
+use http_body_util::Full;
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, Semaphore};
+use tokio::time::Instant;
+
+use crate::sse::{
+    event, open, push, sse_upstream, within, Client, EventSender, Events, SSE_ACTIVE,
+};
+use crate::support::http::{collect, get, host_of, response, send, Got, Upstream};
+use crate::support::proxy::{raw_config, Holdfast};
+
+/// An upstream whose `/slow` answers only once the test releases it, announcing each arrival;
+/// every other path answers at once.
+struct HeldUpstream {
+    upstream: Upstream,
+    /// One message per `/slow` request that reached the upstream.
+    arrived: mpsc::UnboundedReceiver<()>,
+    /// Closed to let every held request (present and future) answer.
+    gate: Arc<Semaphore>,
+}
+
+impl HeldUpstream {
+    async fn start() -> HeldUpstream {
+        let (arrived_tx, arrived) = mpsc::unbounded_channel();
+        let gate = Arc::new(Semaphore::new(0));
+        let held = gate.clone();
+        let upstream = Upstream::start(move |seen| {
+            let arrived_tx = arrived_tx.clone();
+            let held = held.clone();
+            async move {
+                if seen.uri == "/slow" {
+                    let _ = arrived_tx.send(());
+                    // A closed semaphore fails every acquire: that is the release.
+                    let _ = held.acquire().await;
+                    response(200, &[("content-type", "text/plain")], "slow done")
+                } else {
+                    response(200, &[("content-type", "text/plain")], "fast")
+                }
+            }
+        })
+        .await;
+        HeldUpstream {
+            upstream,
+            arrived,
+            gate,
+        }
+    }
+
+    fn release(&self) {
+        self.gate.close();
+    }
+}
+
+/// Starts a `/slow` request through holdfast and returns once the upstream holds it.
+async fn in_flight(holdfast: &Holdfast, held: &mut HeldUpstream) -> tokio::task::JoinHandle<Got> {
+    let url = holdfast.url("/slow");
+    let req = Request::get(&url)
+        .header("host", host_of(&url))
+        .body(Full::default())
+        .unwrap();
+    let request = tokio::spawn(async move { collect(send(req).await).await });
+    within(held.arrived.recv()).await.unwrap();
+    request
+}
+
+/// `/readyz` on the admin port.
+async fn readyz(holdfast: &Holdfast) -> StatusCode {
+    within(get(&format!("http://{}/readyz", holdfast.admin)))
+        .await
+        .status
+}
+
+/// Polls `/readyz` until it answers `want`. Readiness flips in holdfast's own task after the
+/// shutdown signal, with nothing the test could await: poll, a bounded number of times.
+async fn wait_for_readyz(holdfast: &Holdfast, want: StatusCode) {
+    let mut last = StatusCode::OK;
+    for _ in 0..150 {
+        last = readyz(holdfast).await;
+        if last == want {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("/readyz stayed {last} after shutdown began, expected {want}");
+}
+
+/// What happened to a new request.
+#[derive(Debug, PartialEq)]
+enum Attempt {
+    /// The TCP connect failed.
+    Refused,
+    /// Connected, then closed without an answer.
+    Closed,
+    /// Answered with this status.
+    Answered(StatusCode),
+    /// Connected, and nothing happened for seconds: a client left waiting.
+    Hung,
+}
+
+/// Tries one request on a fresh connection to `addr`.
+async fn attempt(addr: SocketAddr) -> Attempt {
+    let try_once = async {
+        let Ok(stream) = TcpStream::connect(addr).await else {
+            return Attempt::Refused;
+        };
+        let Ok((mut sender, conn)) =
+            hyper::client::conn::http1::handshake::<_, Full<Bytes>>(TokioIo::new(stream)).await
+        else {
+            return Attempt::Closed;
+        };
+        tokio::spawn(conn);
+        let req = Request::get(format!("http://{addr}/fast"))
+            .header("host", addr.to_string())
+            .body(Full::default())
+            .unwrap();
+        match sender.send_request(req).await {
+            Ok(resp) => Attempt::Answered(resp.status()),
+            Err(_) => Attempt::Closed,
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(3), try_once)
+        .await
+        .unwrap_or(Attempt::Hung)
+}
+
+#[tokio::test]
+async fn healthz_and_readyz_answer_200_while_running() {
+    let held = HeldUpstream::start().await;
+    let holdfast = Holdfast::start(&held.upstream.url()).await;
+
+    let health = within(get(&format!("http://{}/healthz", holdfast.admin))).await;
+    assert_eq!(health.status, 200);
+    assert_eq!(health.text(), "ok\n");
+    let ready = within(get(&format!("http://{}/readyz", holdfast.admin))).await;
+    assert_eq!(ready.status, 200);
+    assert_eq!(ready.text(), "ready\n");
+
+    // And the proxy they vouch for answers.
+    assert_eq!(
+        attempt(holdfast.addr).await,
+        Attempt::Answered(StatusCode::OK)
+    );
+    within(holdfast.shutdown()).await;
+}
+
+#[tokio::test]
+async fn an_in_flight_request_finishes_during_the_drain() {
+    let mut held = HeldUpstream::start().await;
+    let mut raw = raw_config(&held.upstream.url());
+    raw.shutdown.drain_timeout_secs = 10.0;
+    let mut holdfast = Holdfast::start_with(raw).await;
+
+    let request = in_flight(&holdfast, &mut held).await;
+    holdfast.begin_shutdown();
+    held.release();
+
+    let got = within(request).await.unwrap();
+    assert_eq!(got.status, 200);
+    assert_eq!(got.text(), "slow done");
+    within(holdfast.wait()).await;
+}
+
+#[tokio::test]
+async fn readyz_is_503_while_draining() {
+    let mut held = HeldUpstream::start().await;
+    let mut raw = raw_config(&held.upstream.url());
+    raw.shutdown.drain_timeout_secs = 10.0;
+    let mut holdfast = Holdfast::start_with(raw).await;
+
+    let request = in_flight(&holdfast, &mut held).await;
+    assert_eq!(readyz(&holdfast).await, 200);
+    holdfast.begin_shutdown();
+
+    // The request is still held, so holdfast is draining: the admin port still answers, and a
+    // load balancer must read "not ready" from it.
+    wait_for_readyz(&holdfast, StatusCode::SERVICE_UNAVAILABLE).await;
+    assert!(!request.is_finished());
+
+    held.release();
+    let got = within(request).await.unwrap();
+    assert_eq!(got.status, 200);
+    assert_eq!(got.text(), "slow done");
+    within(holdfast.wait()).await;
+}
+
+#[tokio::test]
+async fn new_connections_are_refused_once_shutdown_begins() {
+    let mut held = HeldUpstream::start().await;
+    let mut raw = raw_config(&held.upstream.url());
+    raw.shutdown.drain_timeout_secs = 10.0;
+    let mut holdfast = Holdfast::start_with(raw).await;
+
+    let request = in_flight(&holdfast, &mut held).await;
+    holdfast.begin_shutdown();
+
+    // Until holdfast's accept loop sees the signal a new request may still be served; after it,
+    // every new connection must fail fast (refused, or closed unanswered) so that the client
+    // goes elsewhere, while the drain keeps the in-flight request alive.
+    let deadline = Instant::now() + Duration::from_secs(3);
+    let last = loop {
+        let last = attempt(holdfast.addr).await;
+        if matches!(last, Attempt::Refused | Attempt::Closed) || Instant::now() > deadline {
+            break last;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(
+        matches!(last, Attempt::Refused | Attempt::Closed),
+        "a new connection during the drain got {last:?}"
+    );
+    assert!(!request.is_finished(), "the drain ended the held request");
+
+    held.release();
+    assert_eq!(within(request).await.unwrap().status, 200);
+    within(holdfast.wait()).await;
+}
+
+/// A stream that outlives the drain is cut when the drain timeout expires, and holdfast exits.
+async fn a_stream_is_cut_after_the_drain_timeout(client: Client) {
+    const DRAIN: Duration = Duration::from_secs(1);
+    let (upstream, mut streams) = sse_upstream(&[]).await;
+    let mut raw = raw_config(&upstream.url());
+    raw.shutdown.drain_timeout_secs = DRAIN.as_secs_f64();
+    let mut holdfast = Holdfast::start_with(raw).await;
+
+    let mut events = Events::new(open(&holdfast, client).await);
+    let tx: EventSender = within(streams.recv()).await.unwrap();
+    push(&tx, 1).await;
+    assert_eq!(events.next().await, event(1));
+    assert_eq!(holdfast.metric(SSE_ACTIVE).await, 1.0);
+
+    let begun = Instant::now();
+    holdfast.begin_shutdown();
+    // The stream keeps flowing during the drain.
+    push(&tx, 2).await;
+    assert_eq!(events.next().await, event(2));
+
+    // Then it is cut (an error or an end: either way the client reconnects elsewhere) and
+    // holdfast stops; the upstream stays connected, so nothing but the drain timeout ends it.
+    let _ = events.end().await;
+    let cut = begun.elapsed();
+    within(holdfast.wait()).await;
+    assert!(
+        cut >= DRAIN - Duration::from_millis(100),
+        "the stream was cut after {cut:?}, before the {DRAIN:?} drain timeout"
+    );
+    assert!(begun.elapsed() < DRAIN + Duration::from_secs(5));
+    // Nothing of the stream outlives holdfast: the upstream's response is let go too.
+    within(tx.closed()).await;
+}
+
+#[tokio::test]
+async fn a_long_stream_is_cut_after_the_drain_timeout() {
+    a_stream_is_cut_after_the_drain_timeout(Client::H1).await;
+}
+
+#[tokio::test]
+async fn a_long_h2_stream_is_cut_after_the_drain_timeout() {
+    a_stream_is_cut_after_the_drain_timeout(Client::H2).await;
+}
