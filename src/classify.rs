@@ -93,6 +93,14 @@ impl RewriteReason {
         RewriteReason::RouterUnavailable,
     ];
 
+    /// Whether the request failed to connect (as opposed to a router answering).
+    pub fn is_connect_failure(&self) -> bool {
+        !matches!(
+            self,
+            RewriteReason::RouteMissing404 | RewriteReason::RouterUnavailable
+        )
+    }
+
     /// The label value and the `holdfast-reason` header value.
     pub fn as_str(&self) -> &'static str {
         match self {
@@ -213,7 +221,7 @@ pub fn classify(outcome: &Outcome<'_>, cx: &Context<'_>) -> Verdict {
         // 5. Sent, then no answer in time: it may be executing right now.
         Outcome::ResponseTimeout => Verdict::Failed(FailReason::ResponseTimeout),
         Outcome::Error(err) => {
-            if find_cause::<crate::body::ClientBodyError>(*err).is_some() {
+            if find_cause::<crate::replay::ClientBodyError>(*err).is_some() {
                 Verdict::Failed(FailReason::ClientBody)
             } else if let Some(h) = find_cause::<hyper::Error>(*err) {
                 if h.is_parse() || h.is_parse_status() {

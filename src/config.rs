@@ -64,6 +64,27 @@ pub mod defaults {
     /// Time in-flight requests get to finish after SIGTERM before streams are closed. Below
     /// Kubernetes' default 30 s grace period, so holdfast closes streams itself before SIGKILL.
     pub const DRAIN_TIMEOUT_SECS: f64 = 20.0;
+    /// Hold requests while the backend is missing and replay them once it is back.
+    pub const HOLD_ENABLED: bool = true;
+    /// Longest a request is held before it gets the 503. A container recreation usually takes a
+    /// few seconds; MCP clients' own request timeouts are typically 30 s or more.
+    pub const HOLD_TIMEOUT_SECS: f64 = 15.0;
+    /// Largest request body kept for a replay (MCP requests are small JSON documents).
+    pub const HOLD_MAX_BODY_BYTES: usize = 1024 * 1024;
+    /// Most requests held at once (Knative's activator queue is 10 000 deep too).
+    pub const HOLD_MAX_REQUESTS: usize = 10_000;
+    /// Most request-body bytes held at once, over all held requests.
+    pub const HOLD_MAX_BUFFERED_BYTES: usize = 64 * 1024 * 1024;
+    /// First probe delay of an outage (Envoy's retry backoff base).
+    pub const HOLD_BACKOFF_INITIAL_MS: u64 = 25;
+    /// Longest probe delay.
+    pub const HOLD_BACKOFF_MAX_MS: u64 = 250;
+    /// `observed` (from past outages) or `fixed` (`retry_after_secs`).
+    pub const HOLD_RETRY_AFTER: &str = "observed";
+    /// Bounds of an observed Retry-After.
+    pub const HOLD_RETRY_AFTER_MIN_SECS: u64 = 1;
+    /// Upper bound of an observed Retry-After.
+    pub const HOLD_RETRY_AFTER_MAX_SECS: u64 = 30;
     /// Log format.
     pub const LOG_FORMAT: &str = "text";
     /// Per-request access log.
@@ -101,6 +122,51 @@ pub struct RawConfig {
     pub limits: RawLimits,
     /// Shutdown behaviour.
     pub shutdown: RawShutdown,
+    /// Hold and replay.
+    pub hold: RawHold,
+}
+
+/// `[hold]`: holding requests while the backend is missing.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawHold {
+    /// Hold (true) or answer 503 at once (false).
+    pub enabled: bool,
+    /// Longest hold.
+    pub timeout_secs: f64,
+    /// Largest body kept for a replay.
+    pub max_body_bytes: usize,
+    /// Most held requests.
+    pub max_requests: usize,
+    /// Most body bytes held in all.
+    pub max_buffered_bytes: usize,
+    /// First probe delay.
+    pub backoff_initial_ms: u64,
+    /// Longest probe delay.
+    pub backoff_max_ms: u64,
+    /// `observed` or `fixed`.
+    pub retry_after: String,
+    /// Lower bound of an observed Retry-After.
+    pub retry_after_min_secs: u64,
+    /// Upper bound of an observed Retry-After.
+    pub retry_after_max_secs: u64,
+}
+
+impl Default for RawHold {
+    fn default() -> Self {
+        Self {
+            enabled: defaults::HOLD_ENABLED,
+            timeout_secs: defaults::HOLD_TIMEOUT_SECS,
+            max_body_bytes: defaults::HOLD_MAX_BODY_BYTES,
+            max_requests: defaults::HOLD_MAX_REQUESTS,
+            max_buffered_bytes: defaults::HOLD_MAX_BUFFERED_BYTES,
+            backoff_initial_ms: defaults::HOLD_BACKOFF_INITIAL_MS,
+            backoff_max_ms: defaults::HOLD_BACKOFF_MAX_MS,
+            retry_after: defaults::HOLD_RETRY_AFTER.into(),
+            retry_after_min_secs: defaults::HOLD_RETRY_AFTER_MIN_SECS,
+            retry_after_max_secs: defaults::HOLD_RETRY_AFTER_MAX_SECS,
+        }
+    }
 }
 
 /// `[client]`: how holdfast talks to the upstream.
@@ -207,6 +273,7 @@ impl Default for RawConfig {
             routes: RawRoutes::default(),
             limits: RawLimits::default(),
             shutdown: RawShutdown::default(),
+            hold: RawHold::default(),
         }
     }
 }
@@ -297,6 +364,42 @@ pub struct Config {
     pub max_connections: usize,
     /// Drain time on shutdown.
     pub drain_timeout: Duration,
+    /// Hold and replay.
+    pub hold: Hold,
+}
+
+/// Validated `[hold]`.
+#[derive(Debug, Clone)]
+pub struct Hold {
+    /// Hold requests (true) or answer 503 at once.
+    pub enabled: bool,
+    /// Longest hold of one request.
+    pub timeout: Duration,
+    /// Largest body kept for a replay.
+    pub max_body_bytes: usize,
+    /// Most held requests.
+    pub max_requests: usize,
+    /// Most body bytes held in all.
+    pub max_buffered_bytes: usize,
+    /// First probe delay.
+    pub backoff_initial: Duration,
+    /// Longest probe delay.
+    pub backoff_max: Duration,
+    /// How Retry-After is chosen.
+    pub retry_after: RetryAfter,
+    /// Bounds of an observed Retry-After.
+    pub retry_after_min: Duration,
+    /// Upper bound of an observed Retry-After.
+    pub retry_after_max: Duration,
+}
+
+/// How the Retry-After of a synthetic 503 is chosen while holding is on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RetryAfter {
+    /// From the outages seen so far, minus the time already waited, within bounds.
+    Observed,
+    /// Always `retry_after_secs`.
+    Fixed,
 }
 
 /// Validated `[routes]`.
@@ -325,6 +428,18 @@ pub struct UpstreamUrl {
     pub authority: http::uri::Authority,
     /// Path prefix without a trailing slash (`""` when none).
     pub path_prefix: String,
+}
+
+impl UpstreamUrl {
+    /// `http://authority/`: where connections go (the TCP probe's target).
+    pub fn base_uri(&self) -> Uri {
+        Uri::builder()
+            .scheme("http")
+            .authority(self.authority.clone())
+            .path_and_query("/")
+            .build()
+            .expect("scheme, authority and path are valid")
+    }
 }
 
 /// Which `Host` header the upstream sees.
@@ -576,6 +691,52 @@ impl Config {
             "shutdown.drain_timeout_secs",
             raw.shutdown.drain_timeout_secs,
         );
+        let hold_timeout = v.secs("hold.timeout_secs", raw.hold.timeout_secs);
+        let h = &raw.hold;
+        let retry_after_mode = match h.retry_after.as_str() {
+            "observed" => Some(RetryAfter::Observed),
+            "fixed" => Some(RetryAfter::Fixed),
+            other => v.fail(
+                "hold.retry_after",
+                format!("expected `observed` or `fixed`, got `{other}`"),
+            ),
+        };
+        if h.max_body_bytes > h.max_buffered_bytes {
+            v.fail::<()>(
+                "hold.max_body_bytes",
+                format!(
+                    "larger than hold.max_buffered_bytes ({}): no such body could ever be held",
+                    h.max_buffered_bytes
+                ),
+            );
+        }
+        if h.max_requests == 0 {
+            v.fail::<()>("hold.max_requests", "must be at least 1".into());
+        }
+        if h.backoff_initial_ms == 0 {
+            v.fail::<()>("hold.backoff_initial_ms", "must be at least 1".into());
+        }
+        if h.backoff_max_ms < h.backoff_initial_ms {
+            v.fail::<()>(
+                "hold.backoff_max_ms",
+                format!(
+                    "must not be below hold.backoff_initial_ms ({})",
+                    h.backoff_initial_ms
+                ),
+            );
+        }
+        if h.retry_after_min_secs == 0 {
+            v.fail::<()>("hold.retry_after_min_secs", "must be at least 1".into());
+        }
+        if h.retry_after_max_secs < h.retry_after_min_secs {
+            v.fail::<()>(
+                "hold.retry_after_max_secs",
+                format!(
+                    "must not be below hold.retry_after_min_secs ({})",
+                    h.retry_after_min_secs
+                ),
+            );
+        }
 
         let mut endpoints = Vec::new();
         for (i, e) in raw.routes.endpoints.iter().enumerate() {
@@ -674,6 +835,18 @@ impl Config {
             header_read_timeout: header_read_timeout.expect(ok),
             max_connections: raw.limits.max_connections,
             drain_timeout: drain_timeout.expect(ok),
+            hold: Hold {
+                enabled: h.enabled,
+                timeout: hold_timeout.expect(ok),
+                max_body_bytes: h.max_body_bytes,
+                max_requests: h.max_requests,
+                max_buffered_bytes: h.max_buffered_bytes,
+                backoff_initial: Duration::from_millis(h.backoff_initial_ms),
+                backoff_max: Duration::from_millis(h.backoff_max_ms),
+                retry_after: retry_after_mode.expect(ok),
+                retry_after_min: Duration::from_secs(h.retry_after_min_secs),
+                retry_after_max: Duration::from_secs(h.retry_after_max_secs),
+            },
         })
     }
 }

@@ -12,10 +12,11 @@
 //! - [`server`]: accept loop, connection limits, graceful shutdown.
 //! - [`proxy`]: forwarding one request; acts on the classifier's verdict.
 //! - [`headers`]: hop-by-hop removal, Host, X-Forwarded-*.
-//! - [`body`]: streaming bodies with idle timeouts and a bounded request copy.
+//! - [`body`]: streaming response bodies under idle timeouts.
+//! - [`replay`]: the request body, forwarded as it streams and kept (capped) for a replay.
 //! - [`upstream`]: the pooled client and its connector (typed connect failures).
 //! - [`classify`]: the one flat decision of what an upstream outcome means; router signatures.
-//! - [`outage`]: upstream health, outage logging, the horizon.
+//! - [`hold`]: outages, holding requests through them, probing, Retry-After from history.
 //! - [`respond`]: every synthetic response.
 //! - [`metrics`]: Prometheus metrics, registered explicitly.
 //! - [`admin`]: `/metrics`, `/healthz`, `/readyz`.
@@ -27,9 +28,10 @@ pub mod classify;
 pub mod cli;
 pub mod config;
 pub mod headers;
+pub mod hold;
 pub mod metrics;
-pub mod outage;
 pub mod proxy;
+pub mod replay;
 pub mod respond;
 pub mod server;
 pub mod telemetry;

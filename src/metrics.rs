@@ -44,6 +44,61 @@ pub struct Metrics {
     pub upstream_failures: Family<FailLabel, Counter>,
     /// `holdfast_response_aborts_total{reason}`: responses cut off after their head was sent.
     pub response_aborts: Family<AbortLabel, Counter>,
+    /// `holdfast_holds_total{outcome}`: every exit from the hold (or refusal to enter it).
+    pub holds: Family<HoldLabel, Counter>,
+    /// `holdfast_held_requests`: requests held now.
+    pub held_requests: Gauge,
+    /// `holdfast_hold_duration_seconds`: time each hold lasted.
+    pub hold_duration: Histogram,
+    /// `holdfast_outages_total`: outages opened.
+    pub outages: Counter,
+    /// `holdfast_outage_duration_seconds`: how long closed outages lasted.
+    pub outage_duration: Histogram,
+    /// `holdfast_replays_total`: requests sent again after a hold.
+    pub replays: Counter,
+}
+
+/// Buckets of `holdfast_hold_duration_seconds`: from a probe's first backoff (25 ms) to past the
+/// longest sensible hold timeout.
+pub const HOLD_BUCKETS: [f64; 14] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 15.0, 30.0, 60.0,
+];
+
+/// Buckets of `holdfast_outage_duration_seconds`: a container recreation takes from under a
+/// second to minutes (image pulls).
+pub const OUTAGE_BUCKETS: [f64; 13] = [
+    0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0,
+];
+
+/// Label set of `holdfast_holds_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HoldLabel {
+    /// How the hold ended.
+    pub outcome: HoldOutcome,
+}
+
+/// Bounded hold outcomes.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)]
+pub enum HoldOutcome {
+    /// The outage ended (or the request went out as the probe): sent.
+    released,
+    /// Held for `hold.timeout_secs`: answered 503.
+    timed_out,
+    /// The client went away while held: never sent.
+    cancelled,
+    /// The hold was full (requests or bytes): answered 503 at once.
+    queue_full,
+    /// The body was larger than `hold.max_body_bytes`, so it could not be replayed: 503.
+    body_too_large,
+    /// holdfast is shutting down: 503.
+    shutdown,
+}
+
+impl From<HoldOutcome> for HoldLabel {
+    fn from(outcome: HoldOutcome) -> Self {
+        HoldLabel { outcome }
+    }
 }
 
 /// Label set of `holdfast_response_aborts_total`.
@@ -214,12 +269,28 @@ impl Metrics {
             router_passthrough: Family::default(),
             upstream_failures: Family::default(),
             response_aborts: Family::default(),
+            holds: Family::default(),
+            held_requests: Gauge::default(),
+            hold_duration: Histogram::new(HOLD_BUCKETS),
+            outages: Counter::default(),
+            outage_duration: Histogram::new(OUTAGE_BUCKETS),
+            replays: Counter::default(),
         };
         // Start "up": holdfast has no evidence of an outage until a request meets one.
         m.upstream_up.set(1);
         // Pre-create every reason so dashboards show zeros instead of gaps.
         for r in RewriteReason::ALL {
             let _ = m.rewrites.get_or_create(&r.into());
+        }
+        for o in [
+            HoldOutcome::released,
+            HoldOutcome::timed_out,
+            HoldOutcome::cancelled,
+            HoldOutcome::queue_full,
+            HoldOutcome::body_too_large,
+            HoldOutcome::shutdown,
+        ] {
+            let _ = m.holds.get_or_create(&o.into());
         }
         let r = registry.sub_registry_with_prefix("holdfast");
         r.register(
@@ -261,6 +332,28 @@ impl Metrics {
             "upstream_failures",
             "Requests answered 502 after they may have reached the application",
             m.upstream_failures.clone(),
+        );
+        r.register("holds", "Exits from the hold, by outcome", m.holds.clone());
+        r.register(
+            "held_requests",
+            "Requests held now, waiting for the upstream",
+            m.held_requests.clone(),
+        );
+        r.register(
+            "hold_duration_seconds",
+            "How long each hold lasted",
+            m.hold_duration.clone(),
+        );
+        r.register("outages", "Upstream outages opened", m.outages.clone());
+        r.register(
+            "outage_duration_seconds",
+            "How long closed upstream outages lasted",
+            m.outage_duration.clone(),
+        );
+        r.register(
+            "replays",
+            "Requests sent again after being held",
+            m.replays.clone(),
         );
         r.register(
             "response_aborts",

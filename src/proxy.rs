@@ -1,4 +1,4 @@
-//! Forwarding: one client request, one upstream attempt, one answer.
+//! Forwarding: one client request, one or more upstream attempts, one answer.
 //!
 //! [`Proxy::handle`] never fails: every failure has become a response by the time it returns
 //! (hyper's service error type is `Infallible`). The steps, in order:
@@ -6,9 +6,10 @@
 //! 1. rewrite the request for the upstream (URI, Host, hop-by-hop, X-Forwarded-*);
 //! 2. send it, streaming the body, with a deadline on the response *head* only;
 //! 3. for a status some router signature could match, peek at a bounded body prefix;
-//! 4. ask [`classify`] what the outcome means, and act on the [`Verdict`]: pass through, answer
-//!    503 ([`Proxy::on_missing`], the one place that decides what "backend missing" does), or
-//!    answer 502.
+//! 4. ask [`classify`] what the outcome means, and act on the [`Verdict`]: pass through; for a
+//!    missing backend hold the request and send it again once the backend is back (only if it
+//!    provably never reached the application), or answer 503; answer 502 for a failure after
+//!    the request may have reached the application.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -23,20 +24,21 @@ use hyper::body::Incoming;
 use prometheus_client::metrics::gauge::Gauge;
 use tokio::time::Instant;
 
-use crate::body::{BodyHandle, ProxyBody, Timed, UpstreamBody};
+use crate::body::{IdleTimeout, ProxyBody, Timed};
 use crate::classify::{
-    self, ErrorChain, ExpectedRoutes, FailReason, Missing, Outcome, PassReason, Verdict,
+    self, ErrorChain, ExpectedRoutes, FailReason, Outcome, PassReason, RewriteReason, Verdict,
 };
 use crate::config::{Config, HostHeader};
 use crate::headers;
-use crate::metrics::{Metrics, RequestLabels};
-use crate::outage::Health;
+use crate::hold::{Outages, Released, Ticket};
+use crate::metrics::{Metrics, Pass, PassLabel, RequestLabels};
+use crate::replay::{BodyHandle, ReplayBody};
 use crate::respond;
 use crate::upstream::{self, Client};
 
-/// Bytes of each request body copied as it streams, to echo a JSON-RPC id in a synthetic 503.
-/// MCP requests are small JSON documents; a larger body simply gets a text/plain 503.
-const REQUEST_COPY_CAP: usize = 64 * 1024;
+/// Bytes of each request body kept while it streams when holding is off: enough to echo the
+/// JSON-RPC id of an MCP request in a synthetic 503. (With holding on, `hold.max_body_bytes`.)
+const ID_COPY_CAP: usize = 64 * 1024;
 
 /// How long to wait for the rest of an unsent request body when building a 503 for it. The
 /// client has usually sent it already; this bounds a slow one.
@@ -49,7 +51,6 @@ const X_ACCEL_BUFFERING: &str = "x-accel-buffering";
 pub struct Proxy {
     upstream: crate::config::UpstreamUrl,
     host_header: HostHeader,
-    retry_after: Duration,
     response_timeout: Duration,
     stream_idle_timeout: Duration,
     horizon: Duration,
@@ -58,7 +59,9 @@ pub struct Proxy {
     signatures: Vec<classify::Signature>,
     routes: ExpectedRoutes,
     client: Client,
-    health: Health,
+    /// Request body bytes kept for a replay (or for the JSON-RPC id of a 503).
+    replay_cap: usize,
+    outages: Arc<Outages>,
     metrics: Arc<Metrics>,
 }
 
@@ -74,7 +77,6 @@ impl Proxy {
         Self {
             upstream: cfg.upstream.clone(),
             host_header: cfg.host_header,
-            retry_after: cfg.retry_after,
             response_timeout: cfg.response_timeout,
             stream_idle_timeout: cfg.stream_idle_timeout,
             horizon: cfg.routes.horizon,
@@ -87,7 +89,18 @@ impl Proxy {
                 cfg.routes.learn_ttl,
             ),
             client: upstream::client(cfg.connect_timeout, cfg.pool_idle_timeout),
-            health: Health::new(metrics.clone()),
+            replay_cap: if cfg.hold.enabled {
+                cfg.hold.max_body_bytes
+            } else {
+                ID_COPY_CAP
+            },
+            outages: Arc::new(Outages::new(
+                cfg.hold.clone(),
+                cfg.retry_after,
+                cfg.upstream.base_uri(),
+                upstream::Connector::new(cfg.connect_timeout),
+                metrics.clone(),
+            )),
             metrics,
         }
     }
@@ -128,11 +141,9 @@ impl Proxy {
         peer: SocketAddr,
     ) -> (Response<ProxyBody>, Note) {
         let version = req.version();
-        let path = req.uri().path().to_owned();
-        let (mut parts, body) = req.into_parts();
-
-        let uri = match self.upstream_uri(&parts.uri) {
-            Ok(uri) => uri,
+        let (parts, body) = req.into_parts();
+        let target = match self.prepare(parts, peer) {
+            Ok(t) => t,
             Err(why) => {
                 return (
                     respond::bad_request(why, version),
@@ -143,6 +154,108 @@ impl Proxy {
                 )
             }
         };
+        let handle = BodyHandle::new(body, self.replay_cap, self.stream_idle_timeout);
+        let mut ticket = Ticket::default();
+
+        // Hold before dispatch while an outage is known: nothing is sent into a known gap, and
+        // the body needs no copy for a replay because it was never sent.
+        if self.outages.enabled() && self.outages.in_outage() {
+            match self.outages.wait(&mut ticket, &handle).await {
+                Released::Go | Released::NotHeld => {}
+                Released::TimedOut | Released::QueueFull | Released::Shutdown => {
+                    let reason = self
+                        .outages
+                        .current_reason()
+                        .unwrap_or(RewriteReason::ConnectError);
+                    return self.unavailable(reason, &ticket, &handle).await;
+                }
+            }
+        }
+
+        let mut replay = false;
+        loop {
+            let Some(body) = handle.attempt() else {
+                // Not reached: a request is re-sent only after `is_replayable` said yes.
+                let reason = self
+                    .outages
+                    .current_reason()
+                    .unwrap_or(RewriteReason::ConnectError);
+                return self.unavailable(reason, &ticket, &handle).await;
+            };
+            if replay {
+                self.metrics.replays.inc();
+            }
+            let (verdict, response) = self.attempt(&target, body).await;
+            ticket.report_probe(verdict == Verdict::Application);
+            let status = response.as_ref().map(|(head, _)| head.status);
+            let note = |action| Note {
+                upstream_status: status,
+                action,
+            };
+            match (verdict, response) {
+                (Verdict::Application, Some((mut head, peek))) => {
+                    self.outages.answered();
+                    if head.status == StatusCode::NOT_FOUND {
+                        self.metrics.passthrough_404.inc();
+                    } else {
+                        self.routes.learn(&target.path, Instant::now());
+                    }
+                    return (self.pass(&mut head, peek), note("passed"));
+                }
+                (Verdict::RouterPassthrough(reason), Some((mut head, peek))) => {
+                    self.metrics
+                        .router_passthrough
+                        .get_or_create(&PassLabel {
+                            reason: match reason {
+                                PassReason::RouteNotExpected => Pass::route_not_expected,
+                                PassReason::HorizonExceeded => Pass::horizon_exceeded,
+                            },
+                        })
+                        .inc();
+                    if reason == PassReason::HorizonExceeded {
+                        self.outages
+                            .horizon_exceeded(self.horizon, &self.upstream.original);
+                    }
+                    return (self.pass(&mut head, peek), note("router_passed"));
+                }
+                (Verdict::Failed(reason), _) => return self.failed(reason, version, status),
+                (Verdict::Missing(missing), _) => {
+                    // The one decision about a missing backend: hold and replay, or 503.
+                    self.outages.missing(missing.reason);
+                    // Replay only what provably never reached the application: a connection
+                    // that failed before the request was written, or a router that answered by
+                    // itself. A router's 502/504 may follow a request the backend did read.
+                    if !self.outages.enabled() || !missing.is_safe_to_replay() {
+                        return self.unavailable(missing.reason, &ticket, &handle).await;
+                    }
+                    // Stop the failed attempt's body if its connection still reads it.
+                    handle.supersede();
+                    if !handle.is_replayable() {
+                        // The body outgrew hold.max_body_bytes while it was sent: no copy.
+                        self.outages.body_too_large();
+                        return self.unavailable(missing.reason, &ticket, &handle).await;
+                    }
+                    match self.outages.wait(&mut ticket, &handle).await {
+                        Released::Go | Released::NotHeld => replay = true,
+                        Released::TimedOut | Released::QueueFull | Released::Shutdown => {
+                            return self.unavailable(missing.reason, &ticket, &handle).await
+                        }
+                    }
+                }
+                (Verdict::Application | Verdict::RouterPassthrough(_), None) => {
+                    unreachable!("the classifier passes responses only")
+                }
+            }
+        }
+    }
+
+    /// Rewrites the client's request head for the upstream.
+    fn prepare(
+        &self,
+        mut parts: http::request::Parts,
+        peer: SocketAddr,
+    ) -> Result<Target, &'static str> {
+        let uri = self.upstream_uri(&parts.uri)?;
         // The client's host: `Host` on HTTP/1.1, `:authority` on HTTP/2.
         let client_host = parts
             .headers
@@ -161,48 +274,58 @@ impl Proxy {
             (HostHeader::Preserve, Some(host)) => headers::set_host(&mut parts.headers, host),
             _ => headers::set_host(&mut parts.headers, self.upstream.authority.as_str()),
         }
-        parts.uri = uri;
+        Ok(Target {
+            path: parts.uri.path().to_owned(),
+            method: parts.method,
+            uri,
+            headers: parts.headers,
+        })
+    }
+
+    /// One attempt at the upstream and its verdict. The response comes back with verdicts that
+    /// pass it through.
+    async fn attempt(&self, target: &Target, body: ReplayBody) -> (Verdict, Option<Answer>) {
+        let mut req = Request::new(body);
+        *req.method_mut() = target.method.clone();
+        *req.uri_mut() = target.uri.clone();
         // The upstream connection speaks HTTP/1.1 whatever the client spoke.
-        parts.version = Version::HTTP_11;
+        *req.version_mut() = Version::HTTP_11;
+        *req.headers_mut() = target.headers.clone();
+        let sent = tokio::time::timeout(self.response_timeout, self.client.request(req)).await;
 
-        let (body, handle) = UpstreamBody::new(body, REQUEST_COPY_CAP, self.stream_idle_timeout);
-        let sent = tokio::time::timeout(
-            self.response_timeout,
-            self.client.request(Request::from_parts(parts, body)),
-        )
-        .await;
-
-        let now = Instant::now();
         let cx = |route_expected| classify::Context {
             signatures: &self.signatures,
             route_expected,
-            beyond_horizon: self.health.beyond_horizon(self.horizon),
+            beyond_horizon: self.outages.beyond_horizon(self.horizon),
         };
         let resp = match sent {
             Err(_elapsed) => {
-                let verdict = classify::classify(&Outcome::ResponseTimeout, &cx(true));
-                return self.act_without_response(verdict, &handle, version).await;
+                return (
+                    classify::classify(&Outcome::ResponseTimeout, &cx(true)),
+                    None,
+                )
             }
             Ok(Err(err)) => {
                 let verdict = classify::classify(&Outcome::Error(&err), &cx(true));
-                if let Verdict::Failed(_) = verdict {
-                    tracing::debug!(error = %ErrorChain(&err), "upstream request failed");
-                }
-                return self.act_without_response(verdict, &handle, version).await;
+                tracing::debug!(error = %ErrorChain(&err), ?verdict, "upstream request failed");
+                return (verdict, None);
             }
             Ok(Ok(resp)) => resp,
         };
-
-        let (mut head, body) = resp.into_parts();
-        let status = head.status;
-        let peek = if self.signatures.iter().any(|s| s.status == status) {
+        let (head, body) = resp.into_parts();
+        let peek = if self.signatures.iter().any(|s| s.status == head.status) {
             match self.peek(&head.headers, body).await {
                 Ok(p) => p,
                 Err(err) => {
-                    // The upstream broke before its (small) body arrived: nothing reached the
-                    // client yet, and the request did reach the upstream.
+                    // The upstream broke (or stalled) before its small body arrived: nothing
+                    // reached the client yet, and the request did reach the upstream.
                     tracing::debug!(error = %ErrorChain(err.as_ref()), "upstream body failed while peeking");
-                    return self.failed(FailReason::UpstreamReset, version, Some(status));
+                    let reason = if err.is::<IdleTimeout>() {
+                        FailReason::ResponseTimeout
+                    } else {
+                        FailReason::UpstreamReset
+                    };
+                    return (Verdict::Failed(reason), None);
                 }
             }
         } else {
@@ -214,84 +337,39 @@ impl Proxy {
         };
         let verdict = classify::classify(
             &Outcome::Response {
-                status,
+                status: head.status,
                 headers: &head.headers,
                 body: peek.complete.as_deref(),
             },
-            &cx(self.routes.is_expected(&path, now)),
+            &cx(self.routes.is_expected(&target.path, Instant::now())),
         );
-        let note = |action| Note {
-            upstream_status: Some(status),
-            action,
-        };
-        match verdict {
-            Verdict::Application => {
-                self.health.answered();
-                if status == StatusCode::NOT_FOUND {
-                    self.metrics.passthrough_404.inc();
-                } else {
-                    self.routes.learn(&path, now);
-                }
-                (self.pass(&mut head, peek), note("passed"))
-            }
-            Verdict::RouterPassthrough(reason) => {
-                self.metrics
-                    .router_passthrough
-                    .get_or_create(&crate::metrics::PassLabel {
-                        reason: match reason {
-                            PassReason::RouteNotExpected => {
-                                crate::metrics::Pass::route_not_expected
-                            }
-                            PassReason::HorizonExceeded => crate::metrics::Pass::horizon_exceeded,
-                        },
-                    })
-                    .inc();
-                if reason == PassReason::HorizonExceeded {
-                    self.health
-                        .horizon_exceeded(self.horizon, &self.upstream.original);
-                }
-                (self.pass(&mut head, peek), note("router_passed"))
-            }
-            Verdict::Missing(missing) => {
-                // The router's body is dropped here; holdfast answers in its place.
-                (self.on_missing(missing, &handle).await, note("rewritten"))
-            }
-            Verdict::Failed(reason) => self.failed(reason, version, Some(status)),
-        }
+        (verdict, Some((head, peek)))
     }
 
-    /// Acts on a verdict reached without a response (an error or a timeout).
-    async fn act_without_response(
+    /// Answers 503 + Retry-After for a missing backend: at once, or after a hold that ended
+    /// without a release.
+    async fn unavailable(
         &self,
-        verdict: Verdict,
+        reason: RewriteReason,
+        ticket: &Ticket,
         handle: &BodyHandle,
-        version: Version,
     ) -> (Response<ProxyBody>, Note) {
-        match verdict {
-            Verdict::Missing(missing) => (
-                self.on_missing(missing, handle).await,
-                Note {
-                    upstream_status: None,
-                    action: "rewritten",
-                },
-            ),
-            Verdict::Failed(reason) => self.failed(reason, version, None),
-            // Only responses can be passed through; the classifier never says so for errors.
-            Verdict::Application | Verdict::RouterPassthrough(_) => {
-                unreachable!("a verdict without a response cannot pass one through")
-            }
-        }
+        self.metrics.rewrites.get_or_create(&reason.into()).inc();
+        self.outages.answering_503(reason);
+        let retry_after = self.outages.retry_after(ticket.waited());
+        let body = handle.read_whole(BODY_ID_WAIT).await;
+        (
+            respond::unavailable(reason, retry_after, body.as_deref()),
+            Note {
+                upstream_status: None,
+                action: "rewritten",
+            },
+        )
     }
 
-    /// The one decision about a missing backend: answer 503 + Retry-After.
-    async fn on_missing(&self, missing: Missing, handle: &BodyHandle) -> Response<ProxyBody> {
-        self.metrics
-            .rewrites
-            .get_or_create(&missing.reason.into())
-            .inc();
-        self.health.missing(missing.reason);
-        let body = handle.read_prefix(BODY_ID_WAIT).await;
-        respond::unavailable(missing.reason, self.retry_after, body.as_deref())
+    /// Starts shutting down: held requests get their 503 now.
+    pub fn begin_shutdown(&self) {
+        self.outages.shutdown();
     }
 
     fn failed(
@@ -424,6 +502,18 @@ impl Proxy {
             .map_err(|_| "the request target cannot be forwarded")
     }
 }
+
+/// The request as it goes upstream (kept for replays).
+struct Target {
+    method: http::Method,
+    uri: Uri,
+    headers: http::HeaderMap,
+    /// The client-facing path (for expected routes and learning).
+    path: String,
+}
+
+/// A response head with its (peeked) body.
+type Answer = (http::response::Parts, Peeked);
 
 /// A response body after a peek.
 struct Peeked {

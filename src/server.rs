@@ -144,6 +144,9 @@ async fn serve_proxy(
 
     // Not ready from the moment accepting stops, so load balancers move away during the drain.
     ready.set(false);
+    // Held requests would wait for an upstream that may never come back before the drain ends:
+    // they get their 503 now.
+    proxy.begin_shutdown();
     drop(listener);
     tracing::info!(
         drain_timeout_secs = config.drain_timeout.as_secs_f64(),

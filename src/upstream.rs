@@ -22,10 +22,10 @@ use hyper_util::client::legacy::Client as HyperClient;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::net::TcpStream;
 
-use crate::body::UpstreamBody;
+use crate::replay::ReplayBody;
 
 /// The pooled client the proxy sends through.
-pub type Client = HyperClient<Connector, UpstreamBody>;
+pub type Client = HyperClient<Connector, ReplayBody>;
 
 /// Builds the client. Pooled connections are reused (keep-alive) and expire after `idle`.
 pub fn client(connect_timeout: Duration, pool_idle: Duration) -> Client {
@@ -36,7 +36,7 @@ pub fn client(connect_timeout: Duration, pool_idle: Duration) -> Client {
         // A request on a pooled connection that the upstream closed before we wrote anything is
         // handed back by hyper and sent again on a new connection: it never reached the app.
         .retry_canceled_requests(true)
-        .build(Connector { connect_timeout })
+        .build(Connector::new(connect_timeout))
 }
 
 /// Why a connection to the upstream could not be made.
@@ -91,6 +91,13 @@ impl ConnectError {
 #[derive(Clone, Debug)]
 pub struct Connector {
     connect_timeout: Duration,
+}
+
+impl Connector {
+    /// A connector whose resolve + connect is bounded by `connect_timeout`.
+    pub fn new(connect_timeout: Duration) -> Self {
+        Self { connect_timeout }
+    }
 }
 
 impl tower_service::Service<Uri> for Connector {

@@ -364,18 +364,22 @@ fn proxy_starts_and_exits_0_on_sigterm() {
 
 #[test]
 fn proxy_answers_503_while_the_upstream_refuses_then_drains_on_sigterm() {
-    let mut proxy = Running::start(&mut holdfast(&[
-        "--upstream",
-        "http://127.0.0.1:1",
-        "--listen",
-        "127.0.0.1:0",
-        "--admin",
-        "127.0.0.1:0",
-        "--log-format",
-        "json",
-        "--retry-after",
-        "3",
-    ]));
+    // Holding off (through a nested environment key), so the 503 comes at once.
+    let mut proxy = Running::start(
+        holdfast(&[
+            "--upstream",
+            "http://127.0.0.1:1",
+            "--listen",
+            "127.0.0.1:0",
+            "--admin",
+            "127.0.0.1:0",
+            "--log-format",
+            "json",
+            "--retry-after",
+            "3",
+        ])
+        .env("HOLDFAST_HOLD__ENABLED", "false"),
+    );
     let line = proxy.wait_for_line("holdfast proxying");
     let event: serde_json::Value =
         serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));

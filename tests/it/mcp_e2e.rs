@@ -18,7 +18,7 @@ use crate::support::mcp::{
     call_count, call_echo, connect, is_connection_refused, mcp_post, raw_http, transport_error,
     McpServer, RawResponse, SeenRequest,
 };
-use crate::support::proxy::Holdfast;
+use crate::support::proxy::{raw_config, Holdfast};
 
 /// Turns a hang into a failure; generous because nothing here should take more than a second.
 async fn within<T>(future: impl Future<Output = T>) -> T {
@@ -28,8 +28,11 @@ async fn within<T>(future: impl Future<Output = T>) -> T {
 }
 
 /// holdfast in front of `server`: the upstream is the server's base URL, without `/mcp`.
+/// Holding is off: these tests pin what a client sees of a 503 (`hold_e2e` covers holding).
 async fn holdfast_for(server: &McpServer) -> Holdfast {
-    Holdfast::start(&format!("http://{}", server.addr())).await
+    let mut raw = raw_config(&format!("http://{}", server.addr()));
+    raw.hold.enabled = false;
+    Holdfast::start_with(raw).await
 }
 
 /// The `Retry-After` holdfast puts on its 503s by default.

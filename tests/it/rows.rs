@@ -18,6 +18,14 @@ type Headers = Vec<(&'static str, &'static str)>;
 
 const CALL: &str = r#"{"jsonrpc":"2.0","id":42,"method":"tools/call","params":{"name":"count"}}"#;
 
+/// A configuration with holding off: these rows pin what is answered *at once* (the hold tests
+/// cover what happens instead while holding is on).
+fn immediate(upstream: &str) -> holdfast::config::RawConfig {
+    let mut raw = raw_config(upstream);
+    raw.hold.enabled = false;
+    raw
+}
+
 /// An upstream that always answers Traefik's route-missing 404, byte for byte.
 async fn traefik_gone() -> Upstream {
     Upstream::start(|_| async { response(404, TRAEFIK_404, "404 page not found\n") }).await
@@ -25,7 +33,7 @@ async fn traefik_gone() -> Upstream {
 
 #[tokio::test]
 async fn refused_is_503_with_retry_after_and_jsonrpc_id() {
-    let hf = Holdfast::start(&format!("http://{}", closed_port())).await;
+    let hf = Holdfast::start_with(immediate(&format!("http://{}", closed_port()))).await;
     let got = post_json(&hf.url("/mcp"), CALL).await;
     assert_eq!(got.status, 503);
     assert_eq!(got.header("retry-after"), Some("2"));
@@ -51,7 +59,7 @@ async fn refused_is_503_with_retry_after_and_jsonrpc_id() {
 
 #[tokio::test]
 async fn retry_after_is_configurable_and_get_gets_text() {
-    let mut raw = raw_config(&format!("http://{}", closed_port()));
+    let mut raw = immediate(&format!("http://{}", closed_port()));
     raw.retry_after_secs = 7;
     let hf = Holdfast::start_with(raw).await;
     let got = http::get(&hf.url("/mcp")).await;
@@ -67,7 +75,7 @@ async fn retry_after_is_configurable_and_get_gets_text() {
 #[tokio::test]
 async fn unresolvable_upstream_is_503_dns() {
     // `.invalid` never resolves (RFC 6761).
-    let hf = Holdfast::start("http://holdfast-upstream.invalid:8000").await;
+    let hf = Holdfast::start_with(immediate("http://holdfast-upstream.invalid:8000")).await;
     let got = http::get(&hf.url("/mcp")).await;
     assert_eq!(got.status, 503);
     assert_eq!(got.header("holdfast-reason"), Some("dns"));
@@ -76,7 +84,7 @@ async fn unresolvable_upstream_is_503_dns() {
 #[tokio::test]
 async fn traefik_404_is_rewritten_with_the_callers_id() {
     let up = traefik_gone().await;
-    let hf = Holdfast::start(&up.url()).await;
+    let hf = Holdfast::start_with(immediate(&up.url())).await;
     let got = post_json(&hf.url("/mcp"), CALL).await;
     assert_eq!(got.status, 503);
     assert_eq!(got.header("holdfast-reason"), Some("route_missing_404"));
@@ -131,7 +139,7 @@ async fn a_path_the_app_answered_is_learned_and_then_masked() {
         }
     })
     .await;
-    let hf = Holdfast::start(&up.url()).await;
+    let hf = Holdfast::start_with(immediate(&up.url())).await;
     let path = "/.well-known/oauth-protected-resource";
     assert_eq!(http::get(&hf.url(path)).await.status, 200);
     gone.store(true, std::sync::atomic::Ordering::SeqCst);
@@ -259,7 +267,7 @@ async fn router_unavailable_5xx_becomes_503_with_retry_after() {
         (504, "Gateway Timeout"),
     ] {
         let up = Upstream::start(move |_| async move { response(status, &[], body) }).await;
-        let hf = Holdfast::start(&up.url()).await;
+        let hf = Holdfast::start_with(immediate(&up.url())).await;
         let got = post_json(&hf.url("/mcp"), CALL).await;
         assert_eq!(got.status, 503, "{status}");
         assert_eq!(got.header("retry-after"), Some("2"));
@@ -409,7 +417,7 @@ async fn no_response_head_in_time_is_502() {
 #[tokio::test]
 async fn horizon_unmasks_a_persistent_route_missing_404() {
     let up = traefik_gone().await;
-    let mut raw = raw_config(&up.url());
+    let mut raw = immediate(&up.url());
     raw.routes.horizon_secs = 0.2;
     let hf = Holdfast::start_with(raw).await;
     // Within the horizon (measured from start): masked.
@@ -456,6 +464,7 @@ async fn user_signature_matches_a_custom_router() {
         }],
         ..Default::default()
     });
+    raw.hold.enabled = false;
     let with = Holdfast::start_with(raw).await;
     let got = http::get(&with.url("/mcp")).await;
     assert_eq!(got.status, 503);
@@ -467,7 +476,7 @@ async fn outage_ends_when_the_application_answers() {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     drop(listener);
-    let hf = Holdfast::start(&format!("http://{addr}")).await;
+    let hf = Holdfast::start_with(immediate(&format!("http://{addr}"))).await;
     assert_eq!(http::get(&hf.url("/mcp")).await.status, 503);
     assert_eq!(hf.metric("holdfast_upstream_up").await, 0.0);
     // The backend comes back on the same port.

@@ -1,0 +1,603 @@
+//! Outages of the upstream, and the requests held through them.
+//!
+//! An outage opens with the first "backend missing" verdict and closes with the first answer
+//! from the application. While one is open:
+//!
+//! - new requests wait here *before* being sent (nothing is sent into a known gap, and their
+//!   bodies need no buffering for a replay);
+//! - requests that met the gap and provably never reached the application wait here too, and are
+//!   sent again when released;
+//! - one prober probes the upstream, one attempt at a time, with jittered exponential backoff.
+//!   A probe is never a request the client did not send: a bare TCP connect where that tells
+//!   enough (the outage is a connection failure), then the *oldest held request itself*. When the
+//!   application answers any request, the outage closes and every held request is released at
+//!   once.
+//!
+//! Held requests are bounded (count and buffered body bytes) and each waits at most
+//! `hold.timeout_secs`; whatever cannot be held gets the 503 + Retry-After at once. Every exit
+//! from the hold is counted in `holdfast_holds_total{outcome}`.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use http::Uri;
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+
+use crate::classify::RewriteReason;
+use crate::config::{Hold as HoldConfig, RetryAfter};
+use crate::metrics::{HoldOutcome, Metrics};
+use crate::replay::BodyHandle;
+use crate::upstream::Connector;
+
+/// How many past outage durations inform an observed Retry-After.
+const OUTAGE_HISTORY: usize = 16;
+
+/// The upstream's outage state and the held requests.
+pub struct Outages {
+    cfg: HoldConfig,
+    /// `retry_after_secs`: the fixed Retry-After, and the observed one's fallback.
+    retry_after: Duration,
+    /// Where the bare TCP probe connects.
+    probe_uri: Uri,
+    connector: Connector,
+    metrics: Arc<Metrics>,
+    /// Fast path: requests read this before taking the lock.
+    in_outage: AtomicBool,
+    state: Mutex<State>,
+}
+
+struct State {
+    /// The last time the application answered (or the start, before any answer).
+    last_healthy: Instant,
+    outage: Option<Outage>,
+    /// Held requests by arrival order: the first is the oldest, the next probe.
+    waiters: BTreeMap<u64, Waiter>,
+    next_seq: u64,
+    /// Body bytes reserved by held requests.
+    buffered: usize,
+    shutting_down: bool,
+    prober_running: bool,
+    /// Durations of the last outages, newest last.
+    history: VecDeque<Duration>,
+}
+
+struct Outage {
+    started: Instant,
+    first_reason: RewriteReason,
+    last_reason: RewriteReason,
+    /// Requests answered 503 during this outage.
+    answered_503: u64,
+    held: u64,
+    released: u64,
+    timed_out: u64,
+    cancelled: u64,
+    rejected: u64,
+    horizon_warned: bool,
+}
+
+struct Waiter {
+    wake: oneshot::Sender<Wake>,
+    bytes: usize,
+    since: Instant,
+}
+
+/// Why a held request stops waiting.
+enum Wake {
+    /// The outage is over: send it.
+    Release,
+    /// Send it as the probe and report whether the application answered.
+    Probe(oneshot::Sender<bool>),
+    /// holdfast is shutting down: answer 503.
+    Shutdown,
+}
+
+/// A request's place in the hold, kept across its attempts.
+#[derive(Default)]
+pub struct Ticket {
+    /// Arrival order, fixed at the first hold so a re-held request stays the oldest.
+    seq: Option<u64>,
+    /// When the request was first held.
+    first_held: Option<Instant>,
+    /// When it must stop waiting.
+    deadline: Option<Instant>,
+    /// Set while the request is out as the probe: report the outcome here.
+    probe: Option<oneshot::Sender<bool>>,
+}
+
+impl Ticket {
+    /// Reports a probe's outcome, if this request was sent as the probe.
+    pub fn report_probe(&mut self, application_answered: bool) {
+        if let Some(tx) = self.probe.take() {
+            let _ = tx.send(application_answered);
+        }
+    }
+
+    /// How long the request has been held in all.
+    pub fn waited(&self) -> Duration {
+        self.first_held
+            .map(|t| Instant::now().saturating_duration_since(t))
+            .unwrap_or_default()
+    }
+}
+
+/// How a wait in the hold ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Released {
+    /// Send the request (again).
+    Go,
+    /// No outage is open: send it, nothing was held.
+    NotHeld,
+    /// Answer 503: held too long.
+    TimedOut,
+    /// Answer 503: the hold is full.
+    QueueFull,
+    /// Answer 503: shutting down.
+    Shutdown,
+}
+
+impl Outages {
+    /// Starts healthy: the horizon counts from now.
+    pub fn new(
+        cfg: HoldConfig,
+        retry_after: Duration,
+        probe_uri: Uri,
+        connector: Connector,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        Self {
+            cfg,
+            retry_after,
+            probe_uri,
+            connector,
+            metrics,
+            in_outage: AtomicBool::new(false),
+            state: Mutex::new(State {
+                last_healthy: Instant::now(),
+                outage: None,
+                waiters: BTreeMap::new(),
+                next_seq: 0,
+                buffered: 0,
+                shutting_down: false,
+                prober_running: false,
+                history: VecDeque::new(),
+            }),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().expect("outage lock")
+    }
+
+    /// Whether holding is on.
+    pub fn enabled(&self) -> bool {
+        self.cfg.enabled
+    }
+
+    /// Largest body kept for a replay.
+    pub fn max_body_bytes(&self) -> usize {
+        self.cfg.max_body_bytes
+    }
+
+    /// Whether an outage is open.
+    pub fn in_outage(&self) -> bool {
+        self.in_outage.load(Ordering::Acquire)
+    }
+
+    /// The application answered: close any open outage and release every held request.
+    pub fn answered(&self) {
+        let now = Instant::now();
+        let mut st = self.lock();
+        st.last_healthy = now;
+        if !self.in_outage() {
+            return;
+        }
+        let Some(mut outage) = st.outage.take() else {
+            return;
+        };
+        self.in_outage.store(false, Ordering::Release);
+        self.metrics.upstream_up.set(1);
+        for (_, waiter) in std::mem::take(&mut st.waiters) {
+            self.record_exit(&mut outage, &waiter, HoldOutcome::released);
+            let _ = waiter.wake.send(Wake::Release);
+        }
+        st.buffered = 0;
+        self.metrics.held_requests.set(0);
+        let duration = now.saturating_duration_since(outage.started);
+        self.metrics.outage_duration.observe(duration.as_secs_f64());
+        st.history.push_back(duration);
+        if st.history.len() > OUTAGE_HISTORY {
+            st.history.pop_front();
+        }
+        tracing::info!(
+            duration_ms = duration.as_millis() as u64,
+            first_reason = outage.first_reason.as_str(),
+            held = outage.held,
+            released = outage.released,
+            timed_out = outage.timed_out,
+            cancelled = outage.cancelled,
+            rejected = outage.rejected,
+            answered_503 = outage.answered_503,
+            "upstream outage ended"
+        );
+    }
+
+    /// A request met a missing backend: open an outage if none is open.
+    pub fn missing(&self, reason: RewriteReason) {
+        let mut st = self.lock();
+        self.open(&mut st, reason).last_reason = reason;
+    }
+
+    fn open<'a>(&self, st: &'a mut State, reason: RewriteReason) -> &'a mut Outage {
+        st.outage.get_or_insert_with(|| {
+            self.in_outage.store(true, Ordering::Release);
+            self.metrics.upstream_up.set(0);
+            self.metrics.outages.inc();
+            tracing::warn!(reason = reason.as_str(), "upstream outage started");
+            Outage {
+                started: Instant::now(),
+                first_reason: reason,
+                last_reason: reason,
+                answered_503: 0,
+                held: 0,
+                released: 0,
+                timed_out: 0,
+                cancelled: 0,
+                rejected: 0,
+                horizon_warned: false,
+            }
+        })
+    }
+
+    /// A request is being answered 503 because the backend is missing.
+    pub fn answering_503(&self, reason: RewriteReason) {
+        let mut st = self.lock();
+        self.open(&mut st, reason).answered_503 += 1;
+    }
+
+    /// The reason of the open outage's latest failure (for requests that never got an attempt).
+    pub fn current_reason(&self) -> Option<RewriteReason> {
+        self.lock().outage.as_ref().map(|o| o.last_reason)
+    }
+
+    /// A request that cannot be held because its body is too large to replay.
+    pub fn body_too_large(&self) {
+        self.metrics
+            .holds
+            .get_or_create(&HoldOutcome::body_too_large.into())
+            .inc();
+        if let Some(o) = self.lock().outage.as_mut() {
+            o.rejected += 1;
+        }
+    }
+
+    /// Waits in the hold until the outage ends, this request is chosen as the probe, its
+    /// deadline passes, or holdfast shuts down. The body is read ahead meanwhile (bounded by the
+    /// replay cap), so hyper notices a client that hangs up, and the request is dropped unsent.
+    pub async fn wait(self: &Arc<Self>, ticket: &mut Ticket, body: &BodyHandle) -> Released {
+        let (rx, seq, deadline) = {
+            let mut st = self.lock();
+            if st.shutting_down {
+                self.metrics
+                    .holds
+                    .get_or_create(&HoldOutcome::shutdown.into())
+                    .inc();
+                return Released::Shutdown;
+            }
+            if st.outage.is_none() {
+                return Released::NotHeld;
+            }
+            // Reserve what the body may grow to while read ahead, not only what is read now.
+            let bytes = body.expected_bytes(self.cfg.max_body_bytes);
+            if st.waiters.len() >= self.cfg.max_requests
+                || st.buffered + bytes > self.cfg.max_buffered_bytes
+            {
+                self.metrics
+                    .holds
+                    .get_or_create(&HoldOutcome::queue_full.into())
+                    .inc();
+                if let Some(o) = st.outage.as_mut() {
+                    o.rejected += 1;
+                }
+                return Released::QueueFull;
+            }
+            let now = Instant::now();
+            let first = ticket.first_held.is_none();
+            let deadline = *ticket.deadline.get_or_insert(now + self.cfg.timeout);
+            ticket.first_held.get_or_insert(now);
+            if deadline <= now {
+                self.metrics
+                    .holds
+                    .get_or_create(&HoldOutcome::timed_out.into())
+                    .inc();
+                if let Some(o) = st.outage.as_mut() {
+                    o.timed_out += 1;
+                }
+                return Released::TimedOut;
+            }
+            let seq = *ticket.seq.get_or_insert_with(|| {
+                st.next_seq += 1;
+                st.next_seq
+            });
+            if first {
+                if let Some(o) = st.outage.as_mut() {
+                    o.held += 1;
+                }
+            }
+            let (tx, rx) = oneshot::channel();
+            st.waiters.insert(
+                seq,
+                Waiter {
+                    wake: tx,
+                    bytes,
+                    since: now,
+                },
+            );
+            st.buffered += bytes;
+            self.metrics.held_requests.set(st.waiters.len() as i64);
+            if !st.prober_running {
+                st.prober_running = true;
+                tokio::spawn(self.clone().probe_loop());
+            }
+            (rx, seq, deadline)
+        };
+
+        // Removes the waiter if this future is dropped (the client went away) before a wake.
+        let mut guard = WaitGuard {
+            outages: self,
+            seq,
+            armed: true,
+        };
+        let prefetch = async {
+            body.prefetch().await;
+            std::future::pending::<()>().await
+        };
+        let mut rx = rx;
+        let wake = tokio::select! {
+            wake = &mut rx => wake.ok(),
+            () = tokio::time::sleep_until(deadline) => {
+                if self.leave(seq, HoldOutcome::timed_out) {
+                    None
+                } else {
+                    // Woken in the same instant: the wake wins (it was counted as such).
+                    rx.try_recv().ok()
+                }
+            }
+            () = prefetch => unreachable!("prefetch never completes"),
+        };
+        guard.armed = false;
+        match wake {
+            Some(Wake::Release) => Released::Go,
+            Some(Wake::Probe(report)) => {
+                ticket.probe = Some(report);
+                Released::Go
+            }
+            Some(Wake::Shutdown) => Released::Shutdown,
+            None => Released::TimedOut,
+        }
+    }
+
+    /// Removes a waiter that stopped waiting on its own, counting `outcome`. False when it was
+    /// already gone (woken).
+    fn leave(&self, seq: u64, outcome: HoldOutcome) -> bool {
+        let mut st = self.lock();
+        let Some(waiter) = st.waiters.remove(&seq) else {
+            return false;
+        };
+        st.buffered = st.buffered.saturating_sub(waiter.bytes);
+        self.metrics.held_requests.set(st.waiters.len() as i64);
+        let mut scratch = None;
+        let outage = match st.outage.as_mut() {
+            Some(o) => o,
+            None => scratch.insert(Outage::detached()),
+        };
+        self.record_exit(outage, &waiter, outcome);
+        true
+    }
+
+    /// Counts one exit from the hold.
+    fn record_exit(&self, outage: &mut Outage, waiter: &Waiter, outcome: HoldOutcome) {
+        self.metrics.holds.get_or_create(&outcome.into()).inc();
+        self.metrics.hold_duration.observe(
+            Instant::now()
+                .saturating_duration_since(waiter.since)
+                .as_secs_f64(),
+        );
+        match outcome {
+            HoldOutcome::released => outage.released += 1,
+            HoldOutcome::timed_out => outage.timed_out += 1,
+            HoldOutcome::cancelled => outage.cancelled += 1,
+            HoldOutcome::queue_full | HoldOutcome::body_too_large => outage.rejected += 1,
+            HoldOutcome::shutdown => {}
+        }
+    }
+
+    /// Probes until the outage closes or nobody is held. One probe at a time.
+    async fn probe_loop(self: Arc<Self>) {
+        let mut attempt = 0u32;
+        loop {
+            tokio::time::sleep(backoff(
+                self.cfg.backoff_initial,
+                self.cfg.backoff_max,
+                attempt,
+                fastrand::f64(),
+            ))
+            .await;
+            attempt = attempt.saturating_add(1);
+            let reason = {
+                let mut st = self.lock();
+                match &st.outage {
+                    Some(o) if !st.waiters.is_empty() && !st.shutting_down => o.last_reason,
+                    _ => {
+                        st.prober_running = false;
+                        return;
+                    }
+                }
+            };
+            // Where the failure was a connection failure, a bare connect tells whether anything
+            // listens again, without spending a client's request on it.
+            if reason.is_connect_failure() {
+                use tower_service::Service;
+                if self
+                    .connector
+                    .clone()
+                    .call(self.probe_uri.clone())
+                    .await
+                    .is_err()
+                {
+                    continue;
+                }
+            }
+            // Send the oldest held request: only a real request can show that the application
+            // (not just a router or a listening socket) answers.
+            let (report, outcome) = oneshot::channel();
+            if !self.release_oldest_as_probe(report) {
+                continue;
+            }
+            // Wait for its verdict (the response head) before probing again. A dropped report
+            // (the client went away mid-probe) counts as "no answer".
+            let _ = outcome.await;
+        }
+    }
+
+    /// Wakes the oldest held request as the probe. False when there is none.
+    fn release_oldest_as_probe(&self, mut report: oneshot::Sender<bool>) -> bool {
+        let mut st = self.lock();
+        loop {
+            let Some((_, waiter)) = st.waiters.pop_first() else {
+                return false;
+            };
+            st.buffered = st.buffered.saturating_sub(waiter.bytes);
+            self.metrics.held_requests.set(st.waiters.len() as i64);
+            let mut scratch = None;
+            let outage = match st.outage.as_mut() {
+                Some(o) => o,
+                None => scratch.insert(Outage::detached()),
+            };
+            self.record_exit(outage, &waiter, HoldOutcome::released);
+            match waiter.wake.send(Wake::Probe(report)) {
+                Ok(()) => return true,
+                // Its client went away between wake and pop: try the next one.
+                Err(Wake::Probe(r)) => report = r,
+                Err(_) => unreachable!("sent a probe wake"),
+            }
+        }
+    }
+
+    /// holdfast is shutting down: every held request gets its 503 now, and none is held again.
+    pub fn shutdown(&self) {
+        let mut st = self.lock();
+        st.shutting_down = true;
+        let mut scratch = Outage::detached();
+        for (_, waiter) in std::mem::take(&mut st.waiters) {
+            self.record_exit(&mut scratch, &waiter, HoldOutcome::shutdown);
+            let _ = waiter.wake.send(Wake::Shutdown);
+        }
+        st.buffered = 0;
+        self.metrics.held_requests.set(0);
+    }
+
+    /// Retry-After for a 503 of a request that waited `waited`: from observed outages (their
+    /// median, minus the time already waited, within bounds) or the fixed value.
+    pub fn retry_after(&self, waited: Duration) -> Duration {
+        if !self.cfg.enabled || self.cfg.retry_after == RetryAfter::Fixed {
+            return self.retry_after;
+        }
+        let st = self.lock();
+        let typical = if st.history.is_empty() {
+            self.retry_after
+        } else {
+            let mut sorted: Vec<Duration> = st.history.iter().copied().collect();
+            sorted.sort();
+            sorted[sorted.len() / 2]
+        };
+        // Round up: "retry in 0.4 s" is "retry in 1 s" in whole seconds.
+        let remaining = typical.saturating_sub(waited);
+        let secs =
+            Duration::from_secs(remaining.as_secs() + u64::from(remaining.subsec_nanos() > 0));
+        secs.clamp(self.cfg.retry_after_min, self.cfg.retry_after_max)
+    }
+
+    /// Whether the last application answer is older than `horizon`.
+    pub fn beyond_horizon(&self, horizon: Duration) -> bool {
+        Instant::now().saturating_duration_since(self.lock().last_healthy) > horizon
+    }
+
+    /// A route-missing 404 passed through because of the horizon: warn once per outage.
+    pub fn horizon_exceeded(&self, horizon: Duration, upstream: &str) {
+        let mut st = self.lock();
+        let outage = self.open(&mut st, RewriteReason::RouteMissing404);
+        if !std::mem::replace(&mut outage.horizon_warned, true) {
+            tracing::warn!(
+                horizon_secs = horizon.as_secs_f64(),
+                upstream,
+                "the router has answered 404 for longer than the horizon; passing its 404s \
+                 through. Check the upstream URL and the router's configuration"
+            );
+        }
+    }
+}
+
+impl Outage {
+    /// Counters for a waiter that leaves after its outage closed (nothing to log them in).
+    fn detached() -> Outage {
+        Outage {
+            started: Instant::now(),
+            first_reason: RewriteReason::ConnectError,
+            last_reason: RewriteReason::ConnectError,
+            answered_503: 0,
+            held: 0,
+            released: 0,
+            timed_out: 0,
+            cancelled: 0,
+            rejected: 0,
+            horizon_warned: false,
+        }
+    }
+}
+
+/// Removes a waiter whose request was dropped while held (its client went away).
+struct WaitGuard<'a> {
+    outages: &'a Outages,
+    seq: u64,
+    armed: bool,
+}
+
+impl Drop for WaitGuard<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.outages.leave(self.seq, HoldOutcome::cancelled);
+        }
+    }
+}
+
+/// The delay before probe `attempt` (0-based): `initial · 2^attempt`, capped at `max`, then
+/// "equal jitter": uniformly within [d/2, d], so probes from many holdfasts spread out.
+/// `jitter` is uniform in [0, 1).
+pub fn backoff(initial: Duration, max: Duration, attempt: u32, jitter: f64) -> Duration {
+    let factor = 2u32.saturating_pow(attempt.min(20));
+    let full = initial.saturating_mul(factor).min(max);
+    full / 2 + full.mul_f64(jitter.clamp(0.0, 1.0) / 2.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_to_the_cap_with_equal_jitter() {
+        let (i, m) = (Duration::from_millis(25), Duration::from_millis(250));
+        let low: Vec<u128> = (0..6).map(|a| backoff(i, m, a, 0.0).as_micros()).collect();
+        let high: Vec<u128> = (0..6)
+            .map(|a| backoff(i, m, a, 0.999_999).as_micros())
+            .collect();
+        assert_eq!(low, vec![12_500, 25_000, 50_000, 100_000, 125_000, 125_000]);
+        assert_eq!(
+            high.iter().map(|h| h.div_ceil(1000)).collect::<Vec<_>>(),
+            vec![25, 50, 100, 200, 250, 250]
+        );
+        assert_eq!(backoff(i, m, u32::MAX, 0.5), Duration::from_micros(187_500));
+    }
+}

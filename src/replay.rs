@@ -1,0 +1,344 @@
+//! The client's request body, forwarded as it streams and kept (up to a cap) for a replay.
+//!
+//! A [`BodyHandle`] owns the client's body. Each attempt at the upstream gets a [`ReplayBody`]
+//! from [`BodyHandle::attempt`]: it yields the bytes already read, then reads on from the client.
+//! While no more than `cap` bytes have been read, every one of them is kept, so a request that
+//! provably never reached the application can be sent again; past the cap the copy is dropped
+//! and the request can be sent once only (linkerd2-proxy's `ReplayBody` and pingora's capped
+//! retry buffer work the same way).
+//!
+//! Nothing here waits for the whole body before sending: a body is only read ahead
+//! ([`BodyHandle::prefetch`]) while its request is held anyway.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{ready, Context, Poll};
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use http::HeaderMap;
+use http_body::{Body, Frame, SizeHint};
+use hyper::body::Incoming;
+use tokio::time::{Instant, Sleep};
+
+/// The client's request body failed while being forwarded.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientBodyError {
+    /// The client's connection failed mid-body.
+    #[error("reading the client's request body failed")]
+    Read(#[source] hyper::Error),
+    /// The client sent nothing for longer than the idle timeout.
+    #[error("the client's request body was idle for {0:?}")]
+    Idle(Duration),
+    /// A newer attempt took over this body (the old attempt is abandoned).
+    #[error("the request body was handed to a newer attempt")]
+    Superseded,
+    /// The body failed earlier, in another attempt.
+    #[error("the client's request body failed earlier")]
+    Failed,
+}
+
+/// State shared by the handle and the attempts' bodies.
+struct Shared {
+    /// The part of the client's body not read yet.
+    rest: Option<Incoming>,
+    /// Bytes read from the client and still held: all of them while `replayable`, otherwise
+    /// only those no attempt has sent yet.
+    chunks: Vec<Bytes>,
+    /// Sum of `chunks`' lengths.
+    buffered: usize,
+    /// Most bytes kept for a replay.
+    cap: usize,
+    /// Every byte read so far is still in `chunks`.
+    replayable: bool,
+    /// The client's body ended.
+    complete: bool,
+    /// The client's trailers, if it sent any.
+    trailers: Option<HeaderMap>,
+    /// Reading the client's body failed.
+    failed: bool,
+    /// Incremented by every attempt; bodies of older attempts stop.
+    generation: u64,
+}
+
+impl Shared {
+    /// Records bytes just read from the client.
+    fn record(&mut self, data: &Bytes, delivered: bool) {
+        if self.replayable && self.buffered + data.len() <= self.cap {
+            self.chunks.push(data.clone());
+            self.buffered += data.len();
+        } else if delivered {
+            // Over the cap while being sent: everything in `chunks` was sent already.
+            self.replayable = false;
+            self.chunks.clear();
+            self.buffered = 0;
+        } else {
+            // Over the cap while reading ahead: keep the bytes (nobody has sent them yet), but
+            // the request can no longer be sent twice.
+            self.replayable = false;
+            self.chunks.push(data.clone());
+            self.buffered += data.len();
+        }
+    }
+}
+
+/// The proxy's handle on one request body.
+#[derive(Clone)]
+pub struct BodyHandle {
+    shared: Arc<Mutex<Shared>>,
+    idle: Duration,
+}
+
+/// The body of one attempt.
+pub struct ReplayBody {
+    shared: Arc<Mutex<Shared>>,
+    generation: u64,
+    /// Next index into `chunks` to send.
+    pos: usize,
+    trailers_sent: bool,
+    idle: Duration,
+    sleep: Option<Pin<Box<Sleep>>>,
+}
+
+impl BodyHandle {
+    /// Takes over the client's body. At most `cap` bytes are kept for a replay; `idle` bounds
+    /// the wait for each frame from the client.
+    pub fn new(incoming: Incoming, cap: usize, idle: Duration) -> BodyHandle {
+        let complete = incoming.is_end_stream();
+        BodyHandle {
+            shared: Arc::new(Mutex::new(Shared {
+                rest: (!complete).then_some(incoming),
+                chunks: Vec::new(),
+                buffered: 0,
+                cap,
+                replayable: true,
+                complete,
+                trailers: None,
+                failed: false,
+                generation: 0,
+            })),
+            idle,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Shared> {
+        self.shared.lock().expect("request body lock")
+    }
+
+    /// A body for the next attempt, or `None` when an earlier attempt sent bytes that are no
+    /// longer kept (the request cannot be sent again).
+    pub fn attempt(&self) -> Option<ReplayBody> {
+        let mut shared = self.lock();
+        let first = shared.generation == 0;
+        if !first && !shared.replayable {
+            return None;
+        }
+        shared.generation += 1;
+        Some(ReplayBody {
+            shared: self.shared.clone(),
+            generation: shared.generation,
+            pos: 0,
+            trailers_sent: false,
+            idle: self.idle,
+            sleep: None,
+        })
+    }
+
+    /// Stops the current attempt's body, if it is still being read (e.g. by a connection the
+    /// upstream abandoned).
+    pub fn supersede(&self) {
+        self.lock().generation += 1;
+    }
+
+    /// Whether the request could be sent (again) now.
+    pub fn is_replayable(&self) -> bool {
+        let shared = self.lock();
+        shared.generation == 0 || shared.replayable
+    }
+
+    /// Bytes held in memory for this request.
+    pub fn buffered_bytes(&self) -> usize {
+        self.lock().buffered
+    }
+
+    /// The most body bytes this request may hold while it waits: what is read already plus what
+    /// the client may still send (by its declared length), at most `cap` in all.
+    pub fn expected_bytes(&self, cap: usize) -> usize {
+        let shared = self.lock();
+        let more = match &shared.rest {
+            Some(rest) => rest.size_hint().upper().unwrap_or(cap as u64),
+            None => 0,
+        };
+        let total = shared.buffered as u64 + more;
+        total.min(cap as u64) as usize
+    }
+
+    /// Reads the client's body ahead into the buffer until it ends, fails, or passes the cap.
+    /// Meant for a request that is waiting anyway: once its body is read, hyper notices a client
+    /// that hangs up (it watches the connection only after the body). Cancel-safe: a frame being
+    /// read when the future is dropped is lost only if the whole request is being dropped too.
+    pub async fn prefetch(&self) {
+        loop {
+            let mut rest = {
+                let mut shared = self.lock();
+                if !shared.replayable || shared.complete || shared.failed {
+                    return;
+                }
+                match shared.rest.take() {
+                    Some(rest) => rest,
+                    None => return,
+                }
+            };
+            let frame = std::future::poll_fn(|cx| Pin::new(&mut rest).poll_frame(cx)).await;
+            let mut shared = self.lock();
+            match frame {
+                Some(Ok(frame)) => {
+                    shared.rest = Some(rest);
+                    match frame.into_data() {
+                        Ok(data) => shared.record(&data, false),
+                        Err(frame) => shared.trailers = frame.into_trailers().ok(),
+                    }
+                }
+                None => shared.complete = true,
+                Some(Err(_)) => shared.failed = true,
+            }
+        }
+    }
+
+    /// The complete body, if it has been read to its end and kept whole.
+    pub fn complete_body(&self) -> Option<Bytes> {
+        let shared = self.lock();
+        if !shared.complete || !shared.replayable {
+            return None;
+        }
+        let mut out = BytesMut::with_capacity(shared.buffered);
+        for c in &shared.chunks {
+            out.extend_from_slice(c);
+        }
+        Some(out.freeze())
+    }
+
+    /// The complete body if it can be had within `wait` (reading ahead if needed).
+    pub async fn read_whole(&self, wait: Duration) -> Option<Bytes> {
+        let _ = tokio::time::timeout(wait, self.prefetch()).await;
+        self.complete_body()
+    }
+}
+
+impl Body for ReplayBody {
+    type Data = Bytes;
+    type Error = ClientBodyError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, ClientBodyError>>> {
+        let this = &mut *self;
+        let mut shared = this.shared.lock().expect("request body lock");
+        if shared.generation != this.generation {
+            return Poll::Ready(Some(Err(ClientBodyError::Superseded)));
+        }
+        // First what earlier attempts (or reading ahead) already took from the client.
+        if this.pos < shared.chunks.len() {
+            let chunk = shared.chunks[this.pos].clone();
+            this.pos += 1;
+            if !shared.replayable && this.pos == shared.chunks.len() {
+                // Not replayable: nothing needs these bytes after this attempt.
+                shared.chunks.clear();
+                shared.buffered = 0;
+                this.pos = 0;
+            }
+            this.sleep = None;
+            return Poll::Ready(Some(Ok(Frame::data(chunk))));
+        }
+        if shared.complete {
+            if !this.trailers_sent {
+                this.trailers_sent = true;
+                if let Some(t) = shared.trailers.clone() {
+                    return Poll::Ready(Some(Ok(Frame::trailers(t))));
+                }
+            }
+            return Poll::Ready(None);
+        }
+        if shared.failed {
+            return Poll::Ready(Some(Err(ClientBodyError::Failed)));
+        }
+        let Some(rest) = shared.rest.as_mut() else {
+            // Another reader holds it: only `prefetch`, which runs while no attempt is live.
+            return Poll::Ready(Some(Err(ClientBodyError::Superseded)));
+        };
+        match Pin::new(rest).poll_frame(cx) {
+            Poll::Ready(Some(Ok(frame))) => {
+                this.sleep = None;
+                match frame.into_data() {
+                    Ok(data) => {
+                        shared.record(&data, true);
+                        this.pos = shared.chunks.len();
+                        Poll::Ready(Some(Ok(Frame::data(data))))
+                    }
+                    Err(frame) => {
+                        if let Some(t) = frame.trailers_ref() {
+                            shared.trailers = Some(t.clone());
+                            this.trailers_sent = true;
+                        }
+                        Poll::Ready(Some(Ok(frame)))
+                    }
+                }
+            }
+            Poll::Ready(Some(Err(e))) => {
+                shared.rest = None;
+                shared.failed = true;
+                Poll::Ready(Some(Err(ClientBodyError::Read(e))))
+            }
+            Poll::Ready(None) => {
+                shared.rest = None;
+                shared.complete = true;
+                this.trailers_sent = true;
+                Poll::Ready(None)
+            }
+            Poll::Pending => {
+                drop(shared);
+                let idle = this.idle;
+                let sleep = this.sleep.get_or_insert_with(|| {
+                    Box::pin(tokio::time::sleep_until(Instant::now() + idle))
+                });
+                ready!(sleep.as_mut().poll(cx));
+                let mut shared = this.shared.lock().expect("request body lock");
+                shared.rest = None;
+                shared.failed = true;
+                Poll::Ready(Some(Err(ClientBodyError::Idle(idle))))
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        let shared = self.shared.lock().expect("request body lock");
+        is_done(&shared, self.pos, self.trailers_sent)
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        let shared = self.shared.lock().expect("request body lock");
+        let pending: u64 = shared.chunks[self.pos.min(shared.chunks.len())..]
+            .iter()
+            .map(|c| c.len() as u64)
+            .sum();
+        let mut hint = SizeHint::new();
+        match (&shared.rest, shared.complete) {
+            (_, true) => hint = SizeHint::with_exact(pending),
+            (Some(rest), false) => {
+                let r = rest.size_hint();
+                hint.set_lower(pending + r.lower());
+                if let Some(u) = r.upper() {
+                    hint.set_upper(pending + u);
+                }
+            }
+            (None, false) => hint.set_lower(pending),
+        }
+        hint
+    }
+}
+
+fn is_done(shared: &Shared, pos: usize, trailers_sent: bool) -> bool {
+    pos >= shared.chunks.len() && shared.complete && (trailers_sent || shared.trailers.is_none())
+}
