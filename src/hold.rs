@@ -337,6 +337,9 @@ impl Outages {
             );
             st.buffered += bytes;
             self.metrics.held_requests.set(st.waiters.len() as i64);
+            // A probe that met the gap again reports only now, once it is back in the queue:
+            // the prober must not find the queue empty in between and stop.
+            ticket.report_probe(false);
             if !st.prober_running {
                 st.prober_running = true;
                 tokio::spawn(self.clone().probe_loop());
@@ -585,6 +588,226 @@ pub fn backoff(initial: Duration, max: Duration, attempt: u32, jitter: f64) -> D
 #[cfg(test)]
 mod tests {
     use super::*;
+    use prometheus_client::registry::Registry;
+    use std::future::Future;
+    use std::pin::Pin;
+
+    fn config(timeout: Duration) -> HoldConfig {
+        HoldConfig {
+            enabled: true,
+            timeout,
+            max_body_bytes: 1024,
+            max_requests: 100,
+            max_buffered_bytes: 1 << 20,
+            backoff_initial: Duration::from_millis(25),
+            backoff_max: Duration::from_millis(250),
+            retry_after: RetryAfter::Observed,
+            retry_after_min: Duration::from_secs(1),
+            retry_after_max: Duration::from_secs(30),
+        }
+    }
+
+    fn outages(timeout: Duration) -> (Arc<Outages>, Arc<Metrics>) {
+        let metrics = Arc::new(Metrics::register(&mut Registry::default()));
+        let o = Outages::new(
+            config(timeout),
+            Duration::from_secs(2),
+            // Never dialled in these tests: route-level outages probe with held requests only.
+            "http://127.0.0.1:9/".parse().unwrap(),
+            Connector::new(Duration::from_secs(1)),
+            metrics.clone(),
+        );
+        (Arc::new(o), metrics)
+    }
+
+    fn holds(metrics: &Metrics, outcome: HoldOutcome) -> u64 {
+        metrics.holds.get_or_create(&outcome.into()).get()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn probes_follow_the_jittered_backoff_one_at_a_time() {
+        let (o, metrics) = outages(Duration::from_secs(60));
+        o.missing(RewriteReason::RouteMissing404);
+        let body = BodyHandle::empty();
+        let mut ticket = Ticket::default();
+        let mut last = Instant::now();
+        let mut gaps = Vec::new();
+        for _ in 0..7 {
+            assert_eq!(o.wait(&mut ticket, &body).await, Released::Go);
+            assert!(ticket.probe.is_some(), "released as the probe");
+            gaps.push(Instant::now() - last);
+            last = Instant::now();
+            // Each loop round holds the probe again, which reports "no answer" to the prober.
+        }
+        let full = [25u64, 50, 100, 200, 250, 250, 250];
+        for (gap, d) in gaps.iter().zip(full) {
+            let d = Duration::from_millis(d);
+            assert!(
+                *gap >= d / 2 && *gap <= d,
+                "gap {gap:?} outside [{:?}, {d:?}]",
+                d / 2
+            );
+        }
+        assert_eq!(holds(&metrics, HoldOutcome::released), 7);
+        assert!(o.in_outage());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_application_answer_releases_everyone_at_once() {
+        let (o, metrics) = outages(Duration::from_secs(60));
+        o.missing(RewriteReason::ConnectRefused);
+        let mut tasks = Vec::new();
+        for _ in 0..3 {
+            let o = o.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut ticket = Ticket::default();
+                let released = o.wait(&mut ticket, &BodyHandle::empty()).await;
+                (released, ticket.probe.is_some())
+            }));
+        }
+        // Let all three queue up (no probe can run: nothing listens on the probe port, and
+        // the first backoff has not elapsed).
+        while metrics.held_requests.get() < 3 {
+            tokio::task::yield_now().await;
+        }
+        o.answered();
+        for t in tasks {
+            assert_eq!(t.await.unwrap(), (Released::Go, false));
+        }
+        assert!(!o.in_outage());
+        assert_eq!(metrics.held_requests.get(), 0);
+        assert_eq!(metrics.outages.get(), 1);
+        assert_eq!(holds(&metrics, HoldOutcome::released), 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn deadline_cancellation_and_shutdown_are_counted() {
+        let (o, metrics) = outages(Duration::from_millis(500));
+        o.missing(RewriteReason::RouteMissing404);
+        // A probe would wake the oldest waiter: keep the queue's oldest a request that leaves.
+        let body = BodyHandle::empty();
+
+        // Deadline.
+        let started = Instant::now();
+        let mut ticket = Ticket::default();
+        loop {
+            match o.wait(&mut ticket, &body).await {
+                Released::Go => continue, // woken as a probe; the loop re-holds it
+                other => {
+                    assert_eq!(other, Released::TimedOut);
+                    break;
+                }
+            }
+        }
+        assert_eq!(started.elapsed(), Duration::from_millis(500));
+        assert_eq!(holds(&metrics, HoldOutcome::timed_out), 1);
+        assert!(o.retry_after(ticket.waited()) >= Duration::from_secs(1));
+
+        // Cancellation: the waiting future is dropped.
+        {
+            let mut ticket = Ticket::default();
+            let wait = o.wait(&mut ticket, &body);
+            tokio::pin!(wait);
+            assert!(futures_poll_once(wait.as_mut()).await.is_none());
+            assert_eq!(metrics.held_requests.get(), 1);
+        }
+        assert_eq!(metrics.held_requests.get(), 0);
+        assert_eq!(holds(&metrics, HoldOutcome::cancelled), 1);
+
+        // Shutdown: the waiter gets its answer now, and nobody is held afterwards.
+        let o2 = o.clone();
+        let held = tokio::spawn(async move {
+            let mut ticket = Ticket::default();
+            o2.wait(&mut ticket, &BodyHandle::empty()).await
+        });
+        while metrics.held_requests.get() < 1 {
+            tokio::task::yield_now().await;
+        }
+        o.shutdown();
+        assert_eq!(held.await.unwrap(), Released::Shutdown);
+        let mut ticket = Ticket::default();
+        assert_eq!(o.wait(&mut ticket, &body).await, Released::Shutdown);
+        assert_eq!(holds(&metrics, HoldOutcome::shutdown), 2);
+    }
+
+    /// Polls a future once; `None` if it is pending.
+    async fn futures_poll_once<F: Future + Unpin>(mut f: F) -> Option<F::Output> {
+        std::future::poll_fn(|cx| match Pin::new(&mut f).poll(cx) {
+            std::task::Poll::Ready(v) => std::task::Poll::Ready(Some(v)),
+            std::task::Poll::Pending => std::task::Poll::Ready(None),
+        })
+        .await
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn caps_refuse_at_once() {
+        let metrics = Arc::new(Metrics::register(&mut Registry::default()));
+        let mut cfg = config(Duration::from_secs(60));
+        cfg.max_requests = 1;
+        let o = Arc::new(Outages::new(
+            cfg,
+            Duration::from_secs(2),
+            "http://127.0.0.1:9/".parse().unwrap(),
+            Connector::new(Duration::from_secs(1)),
+            metrics.clone(),
+        ));
+        o.missing(RewriteReason::ConnectRefused);
+        let o2 = o.clone();
+        let first = tokio::spawn(async move {
+            let mut ticket = Ticket::default();
+            o2.wait(&mut ticket, &BodyHandle::empty()).await
+        });
+        while metrics.held_requests.get() < 1 {
+            tokio::task::yield_now().await;
+        }
+        let mut ticket = Ticket::default();
+        assert_eq!(
+            o.wait(&mut ticket, &BodyHandle::empty()).await,
+            Released::QueueFull
+        );
+        assert_eq!(holds(&metrics, HoldOutcome::queue_full), 1);
+        o.answered();
+        assert_eq!(first.await.unwrap(), Released::Go);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn retry_after_comes_from_observed_outages() {
+        let (o, _) = outages(Duration::from_secs(60));
+        // Nothing observed yet: the configured value.
+        assert_eq!(o.retry_after(Duration::ZERO), Duration::from_secs(2));
+        for secs in [4u64, 6, 8] {
+            o.missing(RewriteReason::ConnectRefused);
+            tokio::time::advance(Duration::from_secs(secs)).await;
+            o.answered();
+        }
+        // Median 6 s, minus what was waited, rounded up, within [1, 30].
+        assert_eq!(o.retry_after(Duration::ZERO), Duration::from_secs(6));
+        assert_eq!(
+            o.retry_after(Duration::from_millis(2500)),
+            Duration::from_secs(4)
+        );
+        assert_eq!(
+            o.retry_after(Duration::from_secs(60)),
+            Duration::from_secs(1)
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn horizon_counts_from_the_last_answer_or_start() {
+        let (o, metrics) = outages(Duration::from_secs(60));
+        let horizon = Duration::from_secs(120);
+        tokio::time::advance(Duration::from_secs(121)).await;
+        assert!(
+            o.beyond_horizon(horizon),
+            "from start, with no answer at all"
+        );
+        o.horizon_exceeded(horizon, "http://x");
+        assert!(o.in_outage());
+        assert_eq!(metrics.upstream_up.get(), 0);
+        o.answered();
+        assert!(!o.beyond_horizon(horizon), "an answer resets the horizon");
+        assert_eq!(metrics.upstream_up.get(), 1);
+    }
 
     #[test]
     fn backoff_doubles_to_the_cap_with_equal_jitter() {

@@ -186,7 +186,10 @@ impl Proxy {
                 self.metrics.replays.inc();
             }
             let (verdict, response) = self.attempt(&target, body).await;
-            ticket.report_probe(verdict == Verdict::Application);
+            // A probe that met the gap again reports from the hold, once it is queued again.
+            if !matches!(verdict, Verdict::Missing(_)) {
+                ticket.report_probe(verdict == Verdict::Application);
+            }
             let status = response.as_ref().map(|(head, _)| head.status);
             let note = |action| Note {
                 upstream_status: status,

@@ -122,6 +122,24 @@ impl BodyHandle {
         }
     }
 
+    /// A handle on an empty body (a request without one, or a test).
+    pub fn empty() -> BodyHandle {
+        BodyHandle {
+            shared: Arc::new(Mutex::new(Shared {
+                rest: None,
+                chunks: Vec::new(),
+                buffered: 0,
+                cap: 0,
+                replayable: true,
+                complete: true,
+                trailers: None,
+                failed: false,
+                generation: 0,
+            })),
+            idle: Duration::MAX,
+        }
+    }
+
     fn lock(&self) -> MutexGuard<'_, Shared> {
         self.shared.lock().expect("request body lock")
     }
