@@ -1,0 +1,642 @@
+//! End to end: hold and replay, with rmcp's real client calling `count` in a tight loop through
+//! holdfast while the backend goes missing and comes back.
+//!
+//! Each test pins the promise of holding: a caller sees no failed call and no 503 across a short
+//! outage, and every call runs exactly once (the server's counter equals the client's successful
+//! calls, and the values come back 1, 2, 3, ...). The outages are the two kinds holdfast holds
+//! through: nothing listening (a stopped server, restarted on the same port), and a router that
+//! answers Traefik's route-missing 404 by itself (an in-process fake router). The last test pins
+//! the other side: the server's own 404s are never held.
+//!
+//! Timings are printed (`cargo test --test it hold_e2e -- --nocapture`) as `hold_e2e timing:`.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderMap, Method, Request, Response, StatusCode};
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::client::legacy::Client as HyperClient;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use rmcp::service::Peer;
+use rmcp::RoleClient;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::{JoinHandle, JoinSet};
+use tokio::time::Instant;
+
+use crate::support::mcp::{call_count, connect, mcp_post, raw_http, McpServer};
+use crate::support::proxy::{metric_value, Holdfast};
+
+/// Turns a hang into a failure. Holds last about a second here; holdfast's own hold timeout is
+/// 15 s, so anything near this limit is a bug, not a slow machine.
+const LIMIT: Duration = Duration::from_secs(30);
+
+/// How long each outage lasts: long enough for the prober's backoff to reach its cap.
+const OUTAGE: Duration = Duration::from_secs(1);
+
+/// Successful calls before the outage starts.
+const CALLS_BEFORE: u64 = 5;
+/// Successful calls after the held one, so the loop is seen running on the far side too.
+const CALLS_AFTER: u64 = 5;
+
+/// `future`, or a panic after [`LIMIT`].
+async fn within<T>(future: impl Future<Output = T>) -> T {
+    tokio::time::timeout(LIMIT, future)
+        .await
+        .expect("timed out")
+}
+
+/// Waits until holdfast's metric `series` satisfies `ok`: for what holdfast records on its own
+/// time (a request entering the hold), where the test has no event to await.
+async fn metric_until(holdfast: &Holdfast, series: &str, ok: impl Fn(f64) -> bool) -> f64 {
+    within(async {
+        loop {
+            let value = holdfast.metric(series).await;
+            if ok(value) {
+                return value;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+}
+
+/// The sum of every sample of `holdfast_requests_total` answered with `status`, any method.
+fn requests_with_status(metrics: &str, status: u16) -> f64 {
+    let label = format!("status=\"{status}\"");
+    metrics
+        .lines()
+        .filter(|l| l.starts_with("holdfast_requests_total{") && l.contains(&label))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .fold(0.0, |sum, n| sum + n)
+}
+
+/// `holdfast_holds_total` by outcome, for every outcome.
+fn holds(metrics: &str) -> Vec<(&'static str, f64)> {
+    [
+        "released",
+        "timed_out",
+        "cancelled",
+        "queue_full",
+        "body_too_large",
+        "shutdown",
+    ]
+    .into_iter()
+    .map(|o| {
+        let series = format!("holdfast_holds_total{{outcome=\"{o}\"}}");
+        (o, metric_value(metrics, &series))
+    })
+    .collect()
+}
+
+/// What holds after any outage held through: the hold is empty, the upstream is up again, and no
+/// client saw a 503 or a 502.
+fn assert_recovered_without_errors(metrics: &str) {
+    assert_eq!(metric_value(metrics, "holdfast_held_requests"), 0.0);
+    assert_eq!(metric_value(metrics, "holdfast_upstream_up"), 1.0);
+    assert_eq!(requests_with_status(metrics, 503), 0.0, "{metrics}");
+    assert_eq!(requests_with_status(metrics, 502), 0.0, "{metrics}");
+    for (outcome, n) in holds(metrics) {
+        if outcome != "released" {
+            assert_eq!(n, 0.0, "holds_total{{outcome={outcome}}}");
+        }
+    }
+}
+
+/// One `count` call made by the loop.
+#[derive(Debug)]
+struct Call {
+    /// The counter value the server returned, or how the call failed.
+    result: Result<u64, String>,
+    started: Instant,
+    finished: Instant,
+}
+
+/// rmcp's client calling `count` back to back, in a task, until told to stop.
+///
+/// Each call runs under `turn`: a test that takes the lock waits for the call in flight to end
+/// and keeps the next one from starting, so it can stop the server *between* calls. A call cut
+/// off mid-response may have run, so failing it is right; holding is about the calls that meet
+/// the gap, and those must not fail.
+struct CountLoop {
+    stop: Arc<AtomicBool>,
+    /// Successful calls so far; closed when the loop ends (a failed call ends it).
+    successes: watch::Receiver<u64>,
+    turn: Arc<tokio::sync::Mutex<()>>,
+    task: JoinHandle<Vec<Call>>,
+}
+
+impl CountLoop {
+    fn start(peer: Peer<RoleClient>) -> CountLoop {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (progress, successes) = watch::channel(0u64);
+        let turn = Arc::new(tokio::sync::Mutex::new(()));
+        let task = tokio::spawn({
+            let (stop, turn) = (stop.clone(), turn.clone());
+            async move {
+                let mut calls = Vec::new();
+                while !stop.load(Ordering::SeqCst) {
+                    let _turn = turn.lock().await;
+                    let started = Instant::now();
+                    let result = match tokio::time::timeout(LIMIT, call_count(&peer)).await {
+                        Ok(Ok(value)) => Ok(value),
+                        Ok(Err(error)) => Err(format!("{error:?}")),
+                        Err(_) => Err(format!("no answer within {LIMIT:?}")),
+                    };
+                    let failed = result.is_err();
+                    calls.push(Call {
+                        result,
+                        started,
+                        finished: Instant::now(),
+                    });
+                    if failed {
+                        // Stop at the first failure: it is the test's finding, and rmcp may not
+                        // recover from it.
+                        break;
+                    }
+                    progress.send_modify(|n| *n += 1);
+                }
+                calls
+            }
+        });
+        CountLoop {
+            stop,
+            successes,
+            turn,
+            task,
+        }
+    }
+
+    /// Waits until `n` calls in all have succeeded. Panics with the loop's calls if it ended.
+    async fn until(&mut self, n: u64) {
+        let reached = within(self.successes.wait_for(|&done| done >= n))
+            .await
+            .is_ok();
+        if !reached {
+            let calls = (&mut self.task).await.expect("count loop panicked");
+            panic!(
+                "the loop stopped before {n} successful calls: {:?}",
+                calls.last()
+            );
+        }
+    }
+
+    /// Stops after the call in flight and returns every call made.
+    async fn finish(self) -> Vec<Call> {
+        self.stop.store(true, Ordering::SeqCst);
+        within(self.task).await.expect("count loop panicked")
+    }
+}
+
+/// Asserts that every call succeeded and the values ran 1, 2, 3, ... without a gap or a repeat
+/// (nothing lost, nothing run twice), and that the server counted exactly these calls.
+fn assert_each_call_ran_once(calls: &[Call], server: &McpServer) {
+    let failed: Vec<_> = calls.iter().filter(|c| c.result.is_err()).collect();
+    assert!(failed.is_empty(), "failed calls: {failed:?}");
+    let values: Vec<u64> = calls.iter().map(|c| *c.result.as_ref().unwrap()).collect();
+    let expected: Vec<u64> = (1..=calls.len() as u64).collect();
+    assert_eq!(values, expected);
+    assert_eq!(server.calls(), calls.len() as u64);
+}
+
+/// The first call that ended after `back` (the moment the backend was reachable again): how long
+/// after `back` it ended, and how long it took in all (most of it held).
+fn held_call_timing(calls: &[Call], back: Instant) -> (Duration, Duration) {
+    let call = calls
+        .iter()
+        .find(|c| c.finished >= back)
+        .expect("a call ended after the backend came back");
+    (
+        call.finished.saturating_duration_since(back),
+        call.finished.saturating_duration_since(call.started),
+    )
+}
+
+#[tokio::test]
+async fn calls_in_a_tight_loop_survive_a_restart_on_the_same_port() {
+    let mut server = McpServer::start().await;
+    let holdfast = Holdfast::start(&format!("http://{}", server.addr())).await;
+    let client = within(connect(&holdfast.url("/mcp")))
+        .await
+        .expect("connect");
+    let mut calls = CountLoop::start(client.peer().clone());
+    calls.until(CALLS_BEFORE).await;
+
+    // Stop between two calls: the next one meets a refused connection.
+    {
+        let _between = within(calls.turn.lock()).await;
+        within(server.stop()).await;
+    }
+    let stopped = Instant::now();
+    // The next call meets the refused connection and waits in the hold.
+    metric_until(&holdfast, "holdfast_held_requests", |v| v >= 1.0).await;
+    // The outage itself: a container being recreated.
+    tokio::time::sleep(OUTAGE.saturating_sub(stopped.elapsed())).await;
+    let held_at_restart = *calls.successes.borrow();
+    within(server.restart()).await;
+    let back = Instant::now();
+
+    calls.until(held_at_restart + CALLS_AFTER).await;
+    let calls = calls.finish().await;
+    assert_each_call_ran_once(&calls, &server);
+    // The loop made no progress while the server was down (each call was held, none failed).
+    assert_eq!(
+        calls.iter().filter(|c| c.finished < back).count() as u64,
+        held_at_restart
+    );
+    // The held call reached the new server once, with the old session, and got the server's own
+    // 404, which holdfast passed through: rmcp re-initialized once and ran the call again.
+    let seen = server.seen();
+    let expired = seen
+        .iter()
+        .filter(|r| r.rpc_method.as_deref() == Some("tools/call"))
+        .filter(|r| r.status == StatusCode::NOT_FOUND)
+        .count();
+    assert_eq!(expired, 1);
+    let initializes = seen
+        .iter()
+        .filter(|r| r.rpc_method.as_deref() == Some("initialize"))
+        .count();
+    assert_eq!(initializes, 2);
+
+    let metrics = holdfast.metrics().await;
+    assert!(
+        metric_value(&metrics, "holdfast_holds_total{outcome=\"released\"}") >= 1.0,
+        "{metrics}"
+    );
+    assert!(metric_value(&metrics, "holdfast_outages_total") >= 1.0);
+    assert!(metric_value(&metrics, "holdfast_replays_total") >= 1.0);
+    assert_recovered_without_errors(&metrics);
+
+    let (after_back, held_for) = held_call_timing(&calls, back);
+    eprintln!(
+        "hold_e2e timing: restart: {} calls; outage {:?}; the held call ended {:?} after the \
+         server was back, {:?} after it started; {} holds released, {} replays",
+        calls.len(),
+        back - stopped,
+        after_back,
+        held_for,
+        metric_value(&metrics, "holdfast_holds_total{outcome=\"released\"}"),
+        metric_value(&metrics, "holdfast_replays_total"),
+    );
+    within(client.cancel()).await.expect("close");
+}
+
+/// Traefik's answer when no router matches (Go's `http.NotFound`), byte for byte.
+const TRAEFIK_404: &[u8] = b"404 page not found\n";
+
+/// One request as the fake router saw it.
+#[derive(Clone, Debug)]
+struct Routed {
+    method: Method,
+    session: Option<String>,
+    last_event_id: Option<String>,
+    body: Bytes,
+    /// Answered with Traefik's 404 instead of forwarded.
+    answered_404: bool,
+}
+
+impl Routed {
+    /// What identifies one request: a replay is equal to the original in all of this.
+    fn key(&self) -> (Method, Option<String>, Option<String>, Bytes) {
+        (
+            self.method.clone(),
+            self.session.clone(),
+            self.last_event_id.clone(),
+            self.body.clone(),
+        )
+    }
+
+    fn rpc_method(&self) -> Option<String> {
+        let json: serde_json::Value = serde_json::from_slice(&self.body).ok()?;
+        json.get("method")?.as_str().map(str::to_owned)
+    }
+}
+
+type RouterBody = BoxBody<Bytes, hyper::Error>;
+
+/// A router between holdfast and the MCP server, as Traefik is in front of a container: it
+/// forwards every request (streaming the response, SSE included), except while `missing` is on,
+/// when it answers Traefik's route-missing 404 itself, as Traefik does while the container's
+/// router is gone.
+struct FakeRouter {
+    addr: SocketAddr,
+    missing: Arc<AtomicBool>,
+    log: Arc<Mutex<Vec<Routed>>>,
+    /// The accept loop; aborting it drops every connection.
+    _tasks: JoinSet<()>,
+}
+
+impl FakeRouter {
+    async fn start(backend: SocketAddr) -> FakeRouter {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let missing = Arc::new(AtomicBool::new(false));
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let client: HyperClient<_, Full<Bytes>> =
+            HyperClient::builder(TokioExecutor::new()).build_http();
+        let mut tasks = JoinSet::new();
+        let (missing2, log2) = (missing.clone(), log.clone());
+        tasks.spawn(async move {
+            let mut connections = JoinSet::new();
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    continue;
+                };
+                let (missing, log, client) = (missing2.clone(), log2.clone(), client.clone());
+                connections.spawn(async move {
+                    let service = service_fn(move |req| {
+                        route(req, backend, missing.clone(), log.clone(), client.clone())
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        });
+        FakeRouter {
+            addr,
+            missing,
+            log,
+            _tasks: tasks,
+        }
+    }
+
+    fn log(&self) -> Vec<Routed> {
+        self.log.lock().unwrap().clone()
+    }
+}
+
+async fn route(
+    req: Request<Incoming>,
+    backend: SocketAddr,
+    missing: Arc<AtomicBool>,
+    log: Arc<Mutex<Vec<Routed>>>,
+    client: HyperClient<hyper_util::client::legacy::connect::HttpConnector, Full<Bytes>>,
+) -> Result<Response<RouterBody>, Infallible> {
+    let (mut parts, body) = req.into_parts();
+    // Request bodies here are small JSON-RPC messages: read whole, so the log can show them.
+    let body = body
+        .collect()
+        .await
+        .map(|c| c.to_bytes())
+        .unwrap_or_default();
+    let header =
+        |h: &HeaderMap, name: &str| h.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
+    let answered_404 = missing.load(Ordering::SeqCst);
+    log.lock().unwrap().push(Routed {
+        method: parts.method.clone(),
+        session: header(&parts.headers, "mcp-session-id"),
+        last_event_id: header(&parts.headers, "last-event-id"),
+        body: body.clone(),
+        answered_404,
+    });
+    if answered_404 {
+        let resp = Response::builder()
+            .status(StatusCode::NOT_FOUND)
+            .header("content-type", "text/plain; charset=utf-8")
+            .header("x-content-type-options", "nosniff")
+            .body(
+                Full::new(Bytes::from_static(TRAEFIK_404))
+                    .map_err(|never| match never {})
+                    .boxed(),
+            )
+            .unwrap();
+        return Ok(resp);
+    }
+    let pq = parts
+        .uri
+        .path_and_query()
+        .map(|p| p.as_str())
+        .unwrap_or("/");
+    parts.uri = format!("http://{backend}{pq}").parse().unwrap();
+    // The body is re-framed from its length.
+    parts.headers.remove("transfer-encoding");
+    parts.headers.remove("content-length");
+    match client
+        .request(Request::from_parts(parts, Full::new(body)))
+        .await
+    {
+        // Streamed straight back, frame by frame: SSE stays live.
+        Ok(resp) => Ok(resp.map(BodyExt::boxed)),
+        Err(_) => Ok(Response::builder()
+            .status(StatusCode::BAD_GATEWAY)
+            .body(
+                Full::new(Bytes::from_static(b"Bad Gateway"))
+                    .map_err(|never| match never {})
+                    .boxed(),
+            )
+            .unwrap()),
+    }
+}
+
+#[tokio::test]
+async fn calls_in_a_tight_loop_survive_a_routers_404_window() {
+    let server = McpServer::start().await;
+    let router = FakeRouter::start(server.addr()).await;
+    let holdfast = Holdfast::start(&format!("http://{}", router.addr)).await;
+    let client = within(connect(&holdfast.url("/mcp")))
+        .await
+        .expect("connect");
+    let mut calls = CountLoop::start(client.peer().clone());
+    calls.until(CALLS_BEFORE).await;
+
+    // The container's route disappears from the router for a while; the server itself (and so
+    // the session) lives on. The switch flips whatever the loop is doing: a request is either
+    // forwarded whole or answered 404 whole, so no call can be cut off.
+    router.missing.store(true, Ordering::SeqCst);
+    let opened = Instant::now();
+    metric_until(&holdfast, "holdfast_held_requests", |v| v >= 1.0).await;
+    tokio::time::sleep(OUTAGE.saturating_sub(opened.elapsed())).await;
+    let held_at_close = *calls.successes.borrow();
+    router.missing.store(false, Ordering::SeqCst);
+    let back = Instant::now();
+
+    calls.until(held_at_close + CALLS_AFTER).await;
+    let calls = calls.finish().await;
+    assert_each_call_ran_once(&calls, &server);
+
+    // The router's view: every request it answered 404 reached the server exactly once
+    // afterwards, byte for byte the same (a replay, not a new request and not a second one).
+    let log = router.log();
+    let refused: Vec<&Routed> = log.iter().filter(|r| r.answered_404).collect();
+    assert!(
+        refused
+            .iter()
+            .any(|r| r.rpc_method().as_deref() == Some("tools/call")),
+        "the window caught a call: {refused:?}"
+    );
+    for (i, r) in log.iter().enumerate().filter(|(_, r)| r.answered_404) {
+        let forwarded: Vec<usize> = log
+            .iter()
+            .enumerate()
+            .filter(|(_, f)| !f.answered_404 && f.key() == r.key())
+            .map(|(j, _)| j)
+            .collect();
+        assert_eq!(forwarded.len(), 1, "{r:?}");
+        assert!(forwarded[0] > i, "forwarded after its 404s: {r:?}");
+    }
+    // And what the router forwarded is what ran: one tools/call per successful call.
+    let forwarded_calls = log
+        .iter()
+        .filter(|r| !r.answered_404 && r.rpc_method().as_deref() == Some("tools/call"))
+        .count();
+    assert_eq!(forwarded_calls as u64, server.calls());
+    // No call was re-initialized around: the session lived through the window.
+    let initializes = log
+        .iter()
+        .filter(|r| r.rpc_method().as_deref() == Some("initialize"))
+        .count();
+    assert_eq!(initializes, 1);
+
+    let metrics = holdfast.metrics().await;
+    assert!(metric_value(&metrics, "holdfast_holds_total{outcome=\"released\"}") >= 1.0);
+    assert!(metric_value(&metrics, "holdfast_outages_total") >= 1.0);
+    assert!(metric_value(&metrics, "holdfast_replays_total") >= 1.0);
+    assert_eq!(
+        metric_value(
+            &metrics,
+            "holdfast_rewrites_total{reason=\"route_missing_404\"}"
+        ),
+        0.0
+    );
+    assert_eq!(
+        metric_value(&metrics, "holdfast_passthrough_404_total"),
+        0.0
+    );
+    assert_recovered_without_errors(&metrics);
+
+    let (after_back, held_for) = held_call_timing(&calls, back);
+    eprintln!(
+        "hold_e2e timing: router 404: {} calls; window {:?}; {} requests answered 404; the held \
+         call ended {:?} after the route was back, {:?} after it started; {} replays",
+        calls.len(),
+        back - opened,
+        refused.len(),
+        after_back,
+        held_for,
+        metric_value(&metrics, "holdfast_replays_total"),
+    );
+    within(client.cancel()).await.expect("close");
+}
+
+#[tokio::test]
+async fn an_initialize_sent_while_the_server_is_down_is_held_and_connects() {
+    let mut server = McpServer::start().await;
+    within(server.stop()).await;
+    let holdfast = Holdfast::start(&format!("http://{}", server.addr())).await;
+
+    let url = holdfast.url("/mcp");
+    let started = Instant::now();
+    let connecting = tokio::spawn(async move { connect(&url).await });
+    // The initialize met the refused connection and waits in the hold.
+    metric_until(&holdfast, "holdfast_held_requests", |v| v >= 1.0).await;
+    tokio::time::sleep((OUTAGE / 2).saturating_sub(started.elapsed())).await;
+    within(server.restart()).await;
+    let back = Instant::now();
+
+    let client = within(connecting)
+        .await
+        .expect("connect task panicked")
+        .expect("connect: the initialize was held and sent once the server was back");
+    let connected_after = back.elapsed();
+    assert_eq!(within(call_count(&client)).await.expect("count"), 1);
+    assert_eq!(within(call_count(&client)).await.expect("count"), 2);
+    assert_eq!(server.calls(), 2);
+
+    // The server saw the initialize once: the refused attempt never reached it.
+    let initializes = server
+        .seen()
+        .iter()
+        .filter(|r| r.rpc_method.as_deref() == Some("initialize"))
+        .count();
+    assert_eq!(initializes, 1);
+
+    let metrics = holdfast.metrics().await;
+    assert!(metric_value(&metrics, "holdfast_holds_total{outcome=\"released\"}") >= 1.0);
+    assert_eq!(metric_value(&metrics, "holdfast_outages_total"), 1.0);
+    assert!(metric_value(&metrics, "holdfast_replays_total") >= 1.0);
+    assert_eq!(
+        metric_value(
+            &metrics,
+            "holdfast_rewrites_total{reason=\"connect_refused\"}"
+        ),
+        0.0
+    );
+    assert_recovered_without_errors(&metrics);
+    eprintln!(
+        "hold_e2e timing: initialize: held {:?} in all; connected {:?} after the server was back",
+        back.saturating_duration_since(started) + connected_after,
+        connected_after,
+    );
+    within(client.cancel()).await.expect("close");
+}
+
+#[tokio::test]
+async fn the_servers_own_404s_are_passed_at_once_never_held() {
+    let server = McpServer::start().await;
+    let holdfast = Holdfast::start(&format!("http://{}", server.addr())).await;
+    let client = within(connect(&holdfast.url("/mcp")))
+        .await
+        .expect("connect");
+    assert_eq!(within(call_count(&client)).await.expect("count"), 1);
+
+    // The server forgets the session: the next call meets its own 404, rmcp re-initializes and
+    // the call succeeds.
+    server.clear_sessions().await;
+    assert_eq!(within(call_count(&client)).await.expect("count"), 2);
+    let expired = server
+        .seen()
+        .into_iter()
+        .filter(|r| r.rpc_method.as_deref() == Some("tools/call"))
+        .filter(|r| r.status == StatusCode::NOT_FOUND)
+        .count();
+    assert_eq!(expired, 1, "the server's own 404 reached rmcp");
+
+    // rmcp's plain-text 404 (no Content-Type) for an unknown session, on a POST and on the GET
+    // that resumes a stream, comes back as the server sent it.
+    let host = holdfast.addr.to_string();
+    let tools_list = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#;
+    let asked = Instant::now();
+    let post = within(raw_http(
+        holdfast.addr,
+        &mcp_post(&host, Some("bogus"), tools_list),
+    ))
+    .await
+    .expect("raw POST");
+    let post_took = asked.elapsed();
+    assert_eq!(post.status_line, "HTTP/1.1 404 Not Found");
+    assert_eq!(post.header("content-type"), None);
+    assert_eq!(post.body, b"Not Found: Session not found");
+    let get = format!(
+        "GET /mcp HTTP/1.1\r\nhost: {host}\r\naccept: text/event-stream\r\n\
+         mcp-session-id: bogus\r\nlast-event-id: 0\r\n\r\n"
+    );
+    let get = within(raw_http(holdfast.addr, get.as_bytes()))
+        .await
+        .expect("raw GET");
+    assert_eq!(get.status_line, "HTTP/1.1 404 Not Found");
+
+    let metrics = holdfast.metrics().await;
+    for (outcome, n) in holds(&metrics) {
+        assert_eq!(n, 0.0, "holds_total{{outcome={outcome}}}");
+    }
+    assert_eq!(metric_value(&metrics, "holdfast_outages_total"), 0.0);
+    assert_eq!(metric_value(&metrics, "holdfast_replays_total"), 0.0);
+    assert_eq!(
+        metric_value(&metrics, "holdfast_hold_duration_seconds_count"),
+        0.0
+    );
+    assert!(metric_value(&metrics, "holdfast_passthrough_404_total") >= 3.0);
+    assert_recovered_without_errors(&metrics);
+    eprintln!("hold_e2e timing: own 404: a raw POST's 404 came back in {post_took:?}");
+    within(client.cancel()).await.expect("close");
+}
