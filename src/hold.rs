@@ -136,6 +136,8 @@ pub enum Released {
     QueueFull,
     /// Answer 503: shutting down.
     Shutdown,
+    /// The client went away mid-body: do not send it.
+    Cancelled,
 }
 
 impl Outages {
@@ -353,9 +355,13 @@ impl Outages {
             seq,
             armed: true,
         };
-        let prefetch = async {
+        // Completes only if the client's body fails (the client went away mid-body): hyper
+        // keeps this future alive after a body error, so the hold must notice by itself.
+        let client_gone = async {
             body.prefetch().await;
-            std::future::pending::<()>().await
+            if !body.has_failed() {
+                std::future::pending::<()>().await
+            }
         };
         let mut rx = rx;
         let wake = tokio::select! {
@@ -368,7 +374,15 @@ impl Outages {
                     rx.try_recv().ok()
                 }
             }
-            () = prefetch => unreachable!("prefetch never completes"),
+            () = client_gone => {
+                guard.armed = false;
+                if !self.leave(seq, HoldOutcome::cancelled) {
+                    // Woken in the same instant; a probe report is dropped with the wake
+                    // ("no answer"), and the truncated request is not sent.
+                    drop(rx.try_recv());
+                }
+                return Released::Cancelled;
+            }
         };
         guard.armed = false;
         match wake {

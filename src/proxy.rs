@@ -162,6 +162,7 @@ impl Proxy {
         if self.outages.enabled() && self.outages.in_outage() {
             match self.outages.wait(&mut ticket, &handle).await {
                 Released::Go | Released::NotHeld => {}
+                Released::Cancelled => return self.failed(FailReason::ClientBody, version, None),
                 Released::TimedOut | Released::QueueFull | Released::Shutdown => {
                     let reason = self
                         .outages
@@ -240,6 +241,9 @@ impl Proxy {
                     }
                     match self.outages.wait(&mut ticket, &handle).await {
                         Released::Go | Released::NotHeld => replay = true,
+                        Released::Cancelled => {
+                            return self.failed(FailReason::ClientBody, version, None)
+                        }
                         Released::TimedOut | Released::QueueFull | Released::Shutdown => {
                             return self.unavailable(missing.reason, &ticket, &handle).await
                         }
@@ -385,10 +389,15 @@ impl Proxy {
             .upstream_failures
             .get_or_create(&reason.into())
             .inc();
-        tracing::warn!(
-            reason = reason.as_str(),
-            "upstream failed after the request was sent; answering 502"
-        );
+        // A client that went away is not worth a warning: nobody reads this answer.
+        if reason == FailReason::ClientBody {
+            tracing::debug!("the client's request body failed; answering 502");
+        } else {
+            tracing::warn!(
+                reason = reason.as_str(),
+                "upstream failed after the request may have reached it; answering 502"
+            );
+        }
         (
             respond::bad_gateway(reason, version),
             Note {

@@ -175,6 +175,11 @@ impl BodyHandle {
         shared.generation == 0 || shared.replayable
     }
 
+    /// Whether reading the client's body failed (the client went away mid-body).
+    pub fn has_failed(&self) -> bool {
+        self.lock().failed
+    }
+
     /// Bytes held in memory for this request.
     pub fn buffered_bytes(&self) -> usize {
         self.lock().buffered
@@ -194,34 +199,36 @@ impl BodyHandle {
 
     /// Reads the client's body ahead into the buffer until it ends, fails, or passes the cap.
     /// Meant for a request that is waiting anyway: once its body is read, hyper notices a client
-    /// that hangs up (it watches the connection only after the body). Cancel-safe: a frame being
-    /// read when the future is dropped is lost only if the whole request is being dropped too.
+    /// that hangs up (it watches the connection only after the body). Cancel-safe: the client's
+    /// body never leaves the shared state, it is only polled in place, so dropping this future
+    /// (the request is released) loses nothing.
     pub async fn prefetch(&self) {
-        loop {
-            let mut rest = {
-                let mut shared = self.lock();
-                if !shared.replayable || shared.complete || shared.failed {
-                    return;
-                }
-                match shared.rest.take() {
-                    Some(rest) => rest,
-                    None => return,
-                }
-            };
-            let frame = std::future::poll_fn(|cx| Pin::new(&mut rest).poll_frame(cx)).await;
+        std::future::poll_fn(|cx| {
             let mut shared = self.lock();
-            match frame {
-                Some(Ok(frame)) => {
-                    shared.rest = Some(rest);
-                    match frame.into_data() {
+            loop {
+                if !shared.replayable || shared.complete || shared.failed {
+                    return Poll::Ready(());
+                }
+                let Some(rest) = shared.rest.as_mut() else {
+                    return Poll::Ready(());
+                };
+                match ready!(Pin::new(rest).poll_frame(cx)) {
+                    Some(Ok(frame)) => match frame.into_data() {
                         Ok(data) => shared.record(&data, false),
                         Err(frame) => shared.trailers = frame.into_trailers().ok(),
+                    },
+                    None => {
+                        shared.rest = None;
+                        shared.complete = true;
+                    }
+                    Some(Err(_)) => {
+                        shared.rest = None;
+                        shared.failed = true;
                     }
                 }
-                None => shared.complete = true,
-                Some(Err(_)) => shared.failed = true,
             }
-        }
+        })
+        .await
     }
 
     /// The complete body, if it has been read to its end and kept whole.

@@ -4,6 +4,7 @@
 mod cli;
 mod config;
 mod forwarding;
+mod hold;
 mod hold_e2e;
 mod limits;
 mod mcp_e2e;
