@@ -59,6 +59,34 @@ pub async fn serve(
     drop(graceful);
 }
 
+/// Asks `/readyz` on the admin listener at `addr` (an unspecified address such as `0.0.0.0`
+/// means "this host": loopback is asked). True when it answers 200 within `timeout`.
+pub async fn is_ready(addr: std::net::SocketAddr, timeout: std::time::Duration) -> bool {
+    let target = match addr.ip() {
+        std::net::IpAddr::V4(ip) if ip.is_unspecified() => {
+            std::net::SocketAddr::from((std::net::Ipv4Addr::LOCALHOST, addr.port()))
+        }
+        std::net::IpAddr::V6(ip) if ip.is_unspecified() => {
+            std::net::SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, addr.port()))
+        }
+        _ => addr,
+    };
+    let ask = async {
+        let stream = tokio::net::TcpStream::connect(target).await.ok()?;
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .ok()?;
+        tokio::spawn(conn);
+        let req = Request::get("/readyz")
+            .header(http::header::HOST, target.to_string())
+            .body(http_body_util::Empty::<bytes::Bytes>::new())
+            .ok()?;
+        let resp = sender.send_request(req).await.ok()?;
+        Some(resp.status() == http::StatusCode::OK)
+    };
+    matches!(tokio::time::timeout(timeout, ask).await, Ok(Some(true)))
+}
+
 fn answer(req: &Request<Incoming>, registry: &Registry, ready: &Readiness) -> Response<ProxyBody> {
     match (req.method(), req.uri().path()) {
         (&Method::GET, "/metrics") => {

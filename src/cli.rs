@@ -53,6 +53,19 @@ pub struct Cli {
 pub enum Command {
     /// Print the effective configuration, or every error in it, and exit (non-zero on errors).
     CheckConfig,
+    /// Ask the admin listener's /readyz; exit 0 when ready, 1 otherwise (for container
+    /// HEALTHCHECKs: a minimal image has no curl). Uses the configured admin address.
+    Healthcheck,
+    /// Run a self-contained demonstration: an embedded MCP backend that is recreated every few
+    /// seconds, and two clients calling it, one directly and one through holdfast.
+    Demo {
+        /// How long to run, in seconds.
+        #[arg(long, default_value_t = 12.0, value_name = "SECS")]
+        duration: f64,
+        /// Seconds per recreation cycle (half up, a quarter router 404, a quarter refused).
+        #[arg(long, default_value_t = 4.0, value_name = "SECS")]
+        period: f64,
+    },
 }
 
 /// `--log-format` values.

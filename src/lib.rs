@@ -21,12 +21,14 @@
 //! - [`metrics`]: Prometheus metrics, registered explicitly.
 //! - [`admin`]: `/metrics`, `/healthz`, `/readyz`.
 //! - [`telemetry`]: logging setup.
+//! - [`demo`]: `holdfast demo`, a self-contained demonstration.
 
 pub mod admin;
 pub mod body;
 pub mod classify;
 pub mod cli;
 pub mod config;
+pub mod demo;
 pub mod headers;
 pub mod hold;
 pub mod metrics;

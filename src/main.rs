@@ -1,6 +1,7 @@
 //! The holdfast binary: parse, load configuration, bind, run, drain on a signal.
 
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::Parser;
 use holdfast::cli::{Cli, Command};
@@ -11,7 +12,58 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Some(Command::CheckConfig) => check_config(&cli),
+        Some(Command::Healthcheck) => healthcheck(&cli),
+        Some(Command::Demo { duration, period }) => demo(duration, period),
         None => run(&cli),
+    }
+}
+
+/// `holdfast healthcheck`: exit 0 when the admin listener says ready. Needs only the admin
+/// address (flag, environment or file), not a valid upstream.
+fn healthcheck(cli: &Cli) -> ExitCode {
+    let fig = config::figment(cli.config.as_deref(), &cli.flags());
+    let admin = fig
+        .extract_inner::<String>("admin")
+        .ok()
+        .and_then(|a| a.parse::<std::net::SocketAddr>().ok());
+    let Some(admin) = admin else {
+        eprintln!("healthcheck: no valid admin address configured");
+        return ExitCode::from(EXIT_CONFIG);
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    if runtime.block_on(holdfast::admin::is_ready(admin, Duration::from_secs(3))) {
+        ExitCode::SUCCESS
+    } else {
+        eprintln!("healthcheck: {admin}/readyz is not ready");
+        ExitCode::FAILURE
+    }
+}
+
+/// `holdfast demo`.
+fn demo(duration: f64, period: f64) -> ExitCode {
+    if !(duration.is_finite() && duration > 0.0 && period.is_finite() && period >= 0.4) {
+        eprintln!("demo: --duration must be positive and --period at least 0.4 s");
+        return ExitCode::from(EXIT_CONFIG);
+    }
+    // holdfast's outage lines explain what happens; the rest would be noise here.
+    telemetry::init_with_default(
+        config::LogFormat::Text,
+        "holdfast=info,holdfast::access=off",
+    );
+    let runtime = tokio::runtime::Runtime::new().expect("tokio runtime");
+    let opts = holdfast::demo::DemoOptions {
+        duration: Duration::from_secs_f64(duration),
+        period: Duration::from_secs_f64(period),
+    };
+    match runtime.block_on(holdfast::demo::run(opts)) {
+        Ok(_) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("demo failed: {e}");
+            ExitCode::FAILURE
+        }
     }
 }
 

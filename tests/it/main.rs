@@ -3,6 +3,7 @@
 
 mod cli;
 mod config;
+mod demo;
 mod forwarding;
 mod hold;
 mod hold_e2e;

@@ -1,0 +1,88 @@
+//! `holdfast demo` and `holdfast healthcheck`.
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use holdfast::demo::{run, DemoOptions};
+
+use crate::support::proxy::Holdfast;
+
+#[tokio::test]
+async fn the_demo_shows_failures_direct_and_none_through_holdfast() {
+    let tally = run(DemoOptions {
+        duration: Duration::from_secs(5),
+        period: Duration::from_secs(2),
+    })
+    .await
+    .unwrap();
+    assert!(tally.direct_ok > 0 && tally.holdfast_ok > 0, "{tally:?}");
+    assert!(
+        tally.direct_failed > 0,
+        "the direct client meets the 404 and refused windows: {tally:?}"
+    );
+    assert_eq!(tally.holdfast_failed, 0, "{tally:?}");
+}
+
+fn holdfast_bin() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_holdfast"));
+    cmd.env_clear().stdin(Stdio::null());
+    cmd
+}
+
+#[test]
+fn the_demo_binary_runs_and_summarises() {
+    let out = holdfast_bin()
+        .args(["demo", "--duration", "2", "--period", "1"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    assert!(stdout.contains("summary after"), "{stdout}");
+    assert!(stdout.contains("through holdfast:"), "{stdout}");
+    assert!(
+        stdout.contains("t=  1s"),
+        "a live line per second: {stdout}"
+    );
+}
+
+#[tokio::test]
+async fn healthcheck_follows_readiness() {
+    let mut hf = Holdfast::start("http://127.0.0.1:9").await;
+    let admin = hf.admin.to_string();
+    let check = |admin: String| async move {
+        tokio::task::spawn_blocking(move || {
+            holdfast_bin()
+                .args(["healthcheck", "--admin", &admin])
+                .output()
+                .unwrap()
+        })
+        .await
+        .unwrap()
+    };
+    let ok = check(admin.clone()).await;
+    assert!(ok.status.success(), "{ok:?}");
+    // The admin address from the environment works too, as the container image sets it: the
+    // unspecified address the listener binds means "this host".
+    let env = tokio::task::spawn_blocking({
+        let port = hf.admin.port();
+        move || {
+            holdfast_bin()
+                .arg("healthcheck")
+                .env("HOLDFAST_ADMIN", format!("0.0.0.0:{port}"))
+                .output()
+                .unwrap()
+        }
+    })
+    .await
+    .unwrap();
+    assert!(env.status.success(), "{env:?}");
+
+    hf.begin_shutdown();
+    hf.wait().await;
+    let down = check(admin).await;
+    assert_eq!(down.status.code(), Some(1), "{down:?}");
+    assert!(
+        String::from_utf8_lossy(&down.stderr).contains("not ready"),
+        "{down:?}"
+    );
+}
