@@ -33,7 +33,8 @@ pub enum Verdict {
     RouterPassthrough(PassReason),
     /// The backend is missing: the client gets a 503 with Retry-After.
     Missing(Missing),
-    /// The request may have reached the application and then failed: 502, never replayed.
+    /// The request may have reached the application and then failed, or it cannot be sent for
+    /// a reason that waiting does not fix (TLS): 502, never held or replayed.
     Failed(FailReason),
 }
 
@@ -115,7 +116,8 @@ impl RewriteReason {
     }
 }
 
-/// Why a request that may have reached the application failed.
+/// Why a request failed with a 502: it may have reached the application, or (TLS) it cannot be
+/// sent at all until someone fixes a certificate or the configuration.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FailReason {
     /// No response headers within `client.response_timeout_secs`.
@@ -126,6 +128,10 @@ pub enum FailReason {
     Protocol,
     /// The client's request body failed while it was being forwarded.
     ClientBody,
+    /// TLS to the upstream failed: its certificate is not trusted or not for its name, it
+    /// refused holdfast's client certificate, or no protocol version or cipher suite is shared.
+    /// A configuration error that no retry fixes.
+    UpstreamTls,
 }
 
 impl FailReason {
@@ -136,6 +142,7 @@ impl FailReason {
             FailReason::UpstreamReset => "upstream_reset",
             FailReason::Protocol => "upstream_protocol",
             FailReason::ClientBody => "client_body",
+            FailReason::UpstreamTls => "upstream_tls",
         }
     }
 }
@@ -171,6 +178,18 @@ pub struct Context<'a> {
 /// The decision, top to bottom. The first matching row wins.
 pub fn classify(outcome: &Outcome<'_>, cx: &Context<'_>) -> Verdict {
     match outcome {
+        // 1a. The TLS handshake with the upstream failed on a certificate or the protocol
+        //     (untrusted, wrong name, expired, client certificate refused, nothing in common).
+        //     Nothing was sent, but a restarting container does not cause this and waiting does
+        //     not fix it: it is a configuration error, answered 502 at once and never held.
+        //     (A TLS connection that fails on I/O, refused or timed out, is row 1.)
+        Outcome::Error(err)
+            if find_cause::<ConnectError>(*err)
+                .is_some_and(|c| c.kind() == ConnectErrorKind::Tls) =>
+        {
+            Verdict::Failed(FailReason::UpstreamTls)
+        }
+
         // 1. The connection failed before anything was sent: the backend is missing, and the
         //    request certainly never reached it.
         Outcome::Error(err) if find_cause::<ConnectError>(*err).is_some() => {
@@ -182,6 +201,7 @@ pub fn classify(outcome: &Outcome<'_>, cx: &Context<'_>) -> Verdict {
                     ConnectErrorKind::Dns => RewriteReason::Dns,
                     ConnectErrorKind::Unreachable => RewriteReason::Unreachable,
                     ConnectErrorKind::Other => RewriteReason::ConnectError,
+                    ConnectErrorKind::Tls => unreachable!("row 1a"),
                 },
                 never_reached_app: true,
             })
@@ -223,6 +243,10 @@ pub fn classify(outcome: &Outcome<'_>, cx: &Context<'_>) -> Verdict {
         Outcome::Error(err) => {
             if find_cause::<crate::replay::ClientBodyError>(*err).is_some() {
                 Verdict::Failed(FailReason::ClientBody)
+            } else if find_cause::<rustls::Error>(*err).is_some() {
+                // TLS failed after the handshake: with TLS 1.3 an upstream that refuses
+                // holdfast's client certificate says so only after the request was written.
+                Verdict::Failed(FailReason::UpstreamTls)
             } else if let Some(h) = find_cause::<hyper::Error>(*err) {
                 if h.is_parse() || h.is_parse_status() {
                     Verdict::Failed(FailReason::Protocol)
@@ -796,6 +820,23 @@ mod tests {
         assert_eq!(
             classify(&Outcome::Error(&reset), &cx),
             Verdict::Failed(FailReason::UpstreamReset)
+        );
+        // A certificate error is a configuration error, not a missing backend.
+        let bad_cert = rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer);
+        let handshake = ConnectError::new(
+            ConnectErrorKind::Tls,
+            io::Error::new(io::ErrorKind::InvalidData, bad_cert.clone()),
+        );
+        assert_eq!(
+            classify(&Outcome::Error(&io::Error::other(handshake)), &cx),
+            Verdict::Failed(FailReason::UpstreamTls)
+        );
+        // So is a TLS alert read after the request was written (TLS 1.3 client certificates).
+        let alert = rustls::Error::AlertReceived(rustls::AlertDescription::CertificateRequired);
+        let after_send = io::Error::other(io::Error::new(io::ErrorKind::InvalidData, alert));
+        assert_eq!(
+            classify(&Outcome::Error(&after_send), &cx),
+            Verdict::Failed(FailReason::UpstreamTls)
         );
         assert_eq!(
             classify(&Outcome::ResponseTimeout, &cx),

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
-use crate::config::RawFlags;
+use crate::config::{RawFlags, RawTlsFlags};
 
 /// holdfast: keeps MCP clients connected while their server's container is recreated.
 ///
@@ -46,6 +46,15 @@ pub struct Cli {
     /// Log one line per request (target holdfast::access).
     #[arg(long, global = true)]
     pub access_log: bool,
+
+    /// PEM certificate chain for the proxy listener; with --tls-key it speaks TLS (reloaded
+    /// when the file changes).
+    #[arg(long, global = true, value_name = "FILE")]
+    pub tls_cert: Option<String>,
+
+    /// PEM private key of --tls-cert.
+    #[arg(long, global = true, value_name = "FILE")]
+    pub tls_key: Option<String>,
 }
 
 /// Subcommands.
@@ -90,6 +99,10 @@ impl Cli {
                 LogFormatArg::Json => "json".into(),
             }),
             access_log: self.access_log.then_some(true),
+            tls: RawTlsFlags {
+                cert: self.tls_cert.clone(),
+                key: self.tls_key.clone(),
+            },
         }
     }
 }

@@ -8,16 +8,23 @@
 //! uses. Nothing outside this module sees a raw value.
 //!
 //! Every default lives in [`defaults`] and is documented in `config/holdfast.toml`.
+//!
+//! Validation reads the TLS files (certificates, keys, CA bundles, the system's roots for an
+//! `https://` upstream), so that `check-config` reports a certificate that does not load, and the
+//! proxy starts with what was checked.
 
 use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use figment::providers::{Env, Format, Serialized, Toml};
 use figment::Figment;
 use http::Uri;
 use serde::{Deserialize, Serialize};
+
+use crate::tls::{self, Identity, TlsError};
 
 /// The documented defaults, one constant each.
 pub mod defaults {
@@ -93,6 +100,11 @@ pub mod defaults {
     pub const HOST_HEADER: &str = "preserve";
     /// Learn expected paths from the application's answers.
     pub const LEARN: bool = true;
+    /// How often the listener's certificate files are read to see whether they changed. Cheap
+    /// (two small files); Kubernetes takes up to a minute or so to update a mounted Secret anyway.
+    pub const TLS_RELOAD_INTERVAL_SECS: f64 = 5.0;
+    /// Verify the upstream's certificate (the switch that turns it off is loud on purpose).
+    pub const INSECURE_SKIP_VERIFY: bool = false;
 }
 
 /// Phase one: what figment deserializes. Every field optional-by-default so that each layer may
@@ -102,7 +114,7 @@ pub mod defaults {
 pub struct RawConfig {
     /// Proxy listen address.
     pub listen: String,
-    /// Upstream base URL (`http://host:port[/prefix]`).
+    /// Upstream base URL (`http[s]://host:port[/prefix]`).
     pub upstream: String,
     /// Admin listen address.
     pub admin: String,
@@ -124,6 +136,36 @@ pub struct RawConfig {
     pub shutdown: RawShutdown,
     /// Hold and replay.
     pub hold: RawHold,
+    /// TLS on the proxy listener.
+    pub tls: RawTls,
+}
+
+/// `[tls]`: TLS on the proxy listener. Off unless both `cert` and `key` are set.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawTls {
+    /// PEM certificate chain, leaf first.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cert: Option<String>,
+    /// PEM private key of the leaf certificate.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    /// PEM CA bundle; when set, clients must present a certificate it issued.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub client_ca: Option<String>,
+    /// How often the certificate and key files are checked for changes.
+    pub reload_interval_secs: f64,
+}
+
+impl Default for RawTls {
+    fn default() -> Self {
+        Self {
+            cert: None,
+            key: None,
+            client_ca: None,
+            reload_interval_secs: defaults::TLS_RELOAD_INTERVAL_SECS,
+        }
+    }
 }
 
 /// `[hold]`: holding requests while the backend is missing.
@@ -181,6 +223,18 @@ pub struct RawClient {
     pub response_timeout_secs: f64,
     /// Idle pooled connection lifetime.
     pub pool_idle_timeout_secs: f64,
+    /// PEM CA bundle that an `https://` upstream's certificate must chain to (instead of the
+    /// system's roots).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ca: Option<String>,
+    /// PEM client certificate chain for an upstream that asks for one (mTLS).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cert: Option<String>,
+    /// PEM private key of `cert`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    /// Accept any certificate from an `https://` upstream. Insecure; logs a warning at start.
+    pub insecure_skip_verify: bool,
 }
 
 /// `[streams]`: body timeouts.
@@ -274,6 +328,7 @@ impl Default for RawConfig {
             limits: RawLimits::default(),
             shutdown: RawShutdown::default(),
             hold: RawHold::default(),
+            tls: RawTls::default(),
         }
     }
 }
@@ -285,6 +340,10 @@ impl Default for RawClient {
             connect_timeout_secs: defaults::CONNECT_TIMEOUT_SECS,
             response_timeout_secs: defaults::RESPONSE_TIMEOUT_SECS,
             pool_idle_timeout_secs: defaults::POOL_IDLE_TIMEOUT_SECS,
+            ca: None,
+            cert: None,
+            key: None,
+            insecure_skip_verify: defaults::INSECURE_SKIP_VERIFY,
         }
     }
 }
@@ -366,6 +425,75 @@ pub struct Config {
     pub drain_timeout: Duration,
     /// Hold and replay.
     pub hold: Hold,
+    /// TLS on the proxy listener (`None`: plain HTTP).
+    pub tls: Option<InboundTls>,
+    /// TLS to an `https://` upstream (`None` for `http://`).
+    pub upstream_tls: Option<UpstreamTls>,
+}
+
+/// Validated `[tls]`: the listener's certificate, as loaded, and where to reload it from.
+#[derive(Clone)]
+pub struct InboundTls {
+    /// Certificate chain file (`tls.cert`).
+    pub cert: PathBuf,
+    /// Private key file (`tls.key`).
+    pub key: PathBuf,
+    /// CA bundle for client certificates (`tls.client_ca`).
+    pub client_ca: Option<PathBuf>,
+    /// How often the files are checked for changes.
+    pub reload_interval: Duration,
+    /// The certificate and key as loaded during validation: served until the files change.
+    pub identity: Identity,
+    /// Verifies client certificates, when `client_ca` is set.
+    pub client_verifier: Option<Arc<dyn rustls::server::danger::ClientCertVerifier>>,
+}
+
+impl fmt::Debug for InboundTls {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("InboundTls")
+            .field("cert", &self.cert)
+            .field("key", &self.key)
+            .field("client_ca", &self.client_ca)
+            .field("reload_interval", &self.reload_interval)
+            .field("identity", &self.identity)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Validated TLS settings for an `https://` upstream (`client.ca`, `client.cert`, `client.key`,
+/// `client.insecure_skip_verify`).
+#[derive(Clone)]
+pub struct UpstreamTls {
+    /// What the connector uses: trust, client certificate, ALPN.
+    pub config: Arc<rustls::ClientConfig>,
+    /// Where trust comes from.
+    pub verify: UpstreamVerify,
+    /// The client certificate file, when one is sent.
+    pub client_cert: Option<PathBuf>,
+    /// Whether `h2` is offered by ALPN (only with `client.host_header = "upstream"`: see
+    /// `Validator::upstream_tls`).
+    pub offers_h2: bool,
+}
+
+impl fmt::Debug for UpstreamTls {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("UpstreamTls")
+            .field("verify", &self.verify)
+            .field("client_cert", &self.client_cert)
+            .field("offers_h2", &self.offers_h2)
+            .finish_non_exhaustive()
+    }
+}
+
+/// How an `https://` upstream's certificate is verified.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UpstreamVerify {
+    /// Against the operating system's roots.
+    SystemRoots,
+    /// Against the CA bundle in `client.ca`.
+    Ca(PathBuf),
+    /// Not at all (`client.insecure_skip_verify = true`).
+    InsecureSkipVerify,
 }
 
 /// Validated `[hold]`.
@@ -424,17 +552,29 @@ pub struct Routes {
 pub struct UpstreamUrl {
     /// The URL as configured (for logs).
     pub original: String,
-    /// `scheme://host:port` of the upstream.
+    /// `host:port` of the upstream.
     pub authority: http::uri::Authority,
     /// Path prefix without a trailing slash (`""` when none).
     pub path_prefix: String,
+    /// `https://`: connections are TLS.
+    pub tls: bool,
 }
 
 impl UpstreamUrl {
-    /// `http://authority/`: where connections go (the TCP probe's target).
+    /// `http` or `https`.
+    pub fn scheme(&self) -> http::uri::Scheme {
+        if self.tls {
+            http::uri::Scheme::HTTPS
+        } else {
+            http::uri::Scheme::HTTP
+        }
+    }
+
+    /// `scheme://authority/`: where connections go (the TCP probe's target; the scheme gives the
+    /// default port).
     pub fn base_uri(&self) -> Uri {
         Uri::builder()
-            .scheme("http")
+            .scheme(self.scheme())
             .authority(self.authority.clone())
             .path_and_query("/")
             .build()
@@ -563,6 +703,27 @@ pub struct RawFlags {
     /// `--access-log`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub access_log: Option<bool>,
+    /// `--tls-cert`, `--tls-key`.
+    #[serde(skip_serializing_if = "RawTlsFlags::is_empty")]
+    pub tls: RawTlsFlags,
+}
+
+/// Flags of the `[tls]` section.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct RawTlsFlags {
+    /// `--tls-cert`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cert: Option<String>,
+    /// `--tls-key`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+}
+
+impl RawTlsFlags {
+    /// No TLS flag given.
+    pub fn is_empty(&self) -> bool {
+        self.cert.is_none() && self.key.is_none()
+    }
 }
 
 /// Loads and validates: the one entry point the binary uses.
@@ -648,6 +809,7 @@ impl Config {
         let listen = v.socket_addr("listen", &raw.listen);
         let admin = v.socket_addr("admin", &raw.admin);
         let upstream = v.upstream("upstream", &raw.upstream);
+        let tls = v.inbound_tls(&raw.tls);
         let log_format = match raw.log_format.as_str() {
             "text" => Some(LogFormat::Text),
             "json" => Some(LogFormat::Json),
@@ -663,6 +825,10 @@ impl Config {
                 "client.host_header",
                 format!("expected `preserve` or `upstream`, got `{other}`"),
             ),
+        };
+        let upstream_tls = match &upstream {
+            Some(u) => v.upstream_tls(&raw.client, u, host_header),
+            None => None,
         };
         if raw.retry_after_secs == 0 {
             v.fail::<()>("retry_after_secs", "must be at least 1".into());
@@ -847,6 +1013,8 @@ impl Config {
                 retry_after_min: Duration::from_secs(h.retry_after_min_secs),
                 retry_after_max: Duration::from_secs(h.retry_after_max_secs),
             },
+            tls,
+            upstream_tls,
         })
     }
 }
@@ -905,16 +1073,16 @@ impl Validator<'_> {
             Ok(u) => u,
             Err(e) => return self.fail(key, format!("not a URL ({e}): `{value}`")),
         };
-        match uri.scheme_str() {
-            Some("http") => {}
-            Some("https") => {
+        let tls = match uri.scheme_str() {
+            Some("http") => false,
+            Some("https") => true,
+            _ => {
                 return self.fail(
                     key,
-                    "https upstreams are not supported yet; use http://".into(),
+                    format!("expected an http:// or https:// URL, got `{value}`"),
                 )
             }
-            _ => return self.fail(key, format!("expected an http:// URL, got `{value}`")),
-        }
+        };
         let Some(authority) = uri.authority().cloned() else {
             return self.fail(key, format!("the URL has no host: `{value}`"));
         };
@@ -927,10 +1095,177 @@ impl Validator<'_> {
         if uri.query().is_some() {
             return self.fail(key, "the upstream URL must not have a query".into());
         }
+        if tls {
+            // The certificate is verified for this name, and it is sent as SNI.
+            let host = authority
+                .host()
+                .trim_start_matches('[')
+                .trim_end_matches(']');
+            if let Err(e) = rustls::pki_types::ServerName::try_from(host) {
+                return self.fail(
+                    key,
+                    format!("`{host}` cannot be verified as a TLS server name ({e})"),
+                );
+            }
+        }
         Some(UpstreamUrl {
             original: value.into(),
             authority,
             path_prefix: uri.path().trim_end_matches('/').into(),
+            tls,
+        })
+    }
+
+    /// Records a problem with a certificate and key pair under the key of the file at fault:
+    /// `cert_key` for the certificate, `key_key` for the private key (which may share one file).
+    fn pair_fail<T>(
+        &mut self,
+        err: TlsError,
+        (cert_key, cert_path): (&str, &Path),
+        (key_key, key_path): (&str, &Path),
+    ) -> Option<T> {
+        let at = match &err {
+            TlsError::NoCertificate { .. } => cert_key,
+            TlsError::NoKey { .. } | TlsError::Key { .. } => key_key,
+            _ if err.file() == Some(key_path) && cert_path != key_path => key_key,
+            _ => cert_key,
+        };
+        self.fail(at, err.to_string())
+    }
+
+    /// A path setting; empty counts as unset (so an environment variable can clear a file's).
+    fn path(value: &Option<String>) -> Option<PathBuf> {
+        value
+            .as_deref()
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    }
+
+    /// `[tls]`: both files or neither; the files must load.
+    fn inbound_tls(&mut self, raw: &RawTls) -> Option<InboundTls> {
+        let reload_interval = self.secs("tls.reload_interval_secs", raw.reload_interval_secs);
+        let client_ca = Self::path(&raw.client_ca);
+        let (cert, key) = match (Self::path(&raw.cert), Self::path(&raw.key)) {
+            (Some(cert), Some(key)) => (cert, key),
+            (None, None) => {
+                if client_ca.is_some() {
+                    self.fail::<()>(
+                        "tls.client_ca",
+                        "client certificates need TLS: set tls.cert and tls.key too".into(),
+                    );
+                }
+                return None;
+            }
+            (Some(_), None) => {
+                return self.fail(
+                    "tls.key",
+                    "tls.cert is set, so the key is needed too".into(),
+                )
+            }
+            (None, Some(_)) => {
+                return self.fail(
+                    "tls.cert",
+                    "tls.key is set, so the certificate is needed too".into(),
+                )
+            }
+        };
+        let identity = match Identity::load(&cert, &key) {
+            Ok(identity) => Some(identity),
+            Err(e) => self.pair_fail(e, ("tls.cert", &cert), ("tls.key", &key)),
+        };
+        let client_verifier = match &client_ca {
+            Some(ca) => match tls::client_verifier(ca) {
+                Ok(verifier) => Some(Some(verifier)),
+                Err(e) => self.fail("tls.client_ca", e.to_string()),
+            },
+            None => Some(None),
+        };
+        Some(InboundTls {
+            cert,
+            key,
+            client_ca,
+            reload_interval: reload_interval?,
+            identity: identity?,
+            client_verifier: client_verifier?,
+        })
+    }
+
+    /// The `client.*` TLS keys: only for an `https://` upstream, whose trust (system roots, a
+    /// CA bundle, or none) and optional client certificate they set.
+    fn upstream_tls(
+        &mut self,
+        raw: &RawClient,
+        upstream: &UpstreamUrl,
+        host_header: Option<HostHeader>,
+    ) -> Option<UpstreamTls> {
+        let (ca, cert, key) = (
+            Self::path(&raw.ca),
+            Self::path(&raw.cert),
+            Self::path(&raw.key),
+        );
+        if !upstream.tls {
+            // A TLS setting for a plain upstream means the URL or the setting is a mistake.
+            for (k, set) in [
+                ("client.ca", ca.is_some()),
+                ("client.cert", cert.is_some()),
+                ("client.key", key.is_some()),
+                ("client.insecure_skip_verify", raw.insecure_skip_verify),
+            ] {
+                if set {
+                    self.fail::<()>(
+                        k,
+                        "applies only to an https:// upstream, and the upstream is http://".into(),
+                    );
+                }
+            }
+            return None;
+        }
+        let trust = match (&ca, raw.insecure_skip_verify) {
+            (Some(_), true) => self.fail(
+                "client.insecure_skip_verify",
+                "contradicts client.ca: either verify against the CA bundle or not at all".into(),
+            ),
+            (Some(ca), false) => match tls::load_roots(ca) {
+                Ok(roots) => Some((tls::Trust::Roots(roots), UpstreamVerify::Ca(ca.clone()))),
+                Err(e) => self.fail("client.ca", e.to_string()),
+            },
+            (None, true) => Some((
+                tls::Trust::InsecureSkipVerify,
+                UpstreamVerify::InsecureSkipVerify,
+            )),
+            (None, false) => match tls::system_roots() {
+                Ok(roots) => Some((tls::Trust::Roots(roots), UpstreamVerify::SystemRoots)),
+                Err(e) => self.fail("client.ca", e.to_string()),
+            },
+        };
+        let identity = match (&cert, &key) {
+            (Some(cert), Some(key)) => match Identity::load(cert, key) {
+                Ok(identity) => Some(Some(identity.certified_key())),
+                Err(e) => self.pair_fail(e, ("client.cert", cert), ("client.key", key)),
+            },
+            (None, None) => Some(None),
+            (Some(_), None) => self.fail(
+                "client.key",
+                "client.cert is set, so its key is needed too".into(),
+            ),
+            (None, Some(_)) => self.fail(
+                "client.cert",
+                "client.key is set, so the certificate is needed too".into(),
+            ),
+        };
+        let (trust, verify) = trust?;
+        // HTTP/2 carries the host in `:authority`, which hyper's pooled client takes from the
+        // URI it connects to: the upstream's authority. A preserved client Host would have to
+        // travel as a `Host` header that differs from `:authority`, which RFC 9113 §8.3.1
+        // forbids (and servers resolve either way). So h2 is offered only when the upstream is
+        // to see its own authority anyway; otherwise the connection stays HTTP/1.1, where Host
+        // is preserved exactly.
+        let offers_h2 = host_header == Some(HostHeader::Upstream);
+        Some(UpstreamTls {
+            config: tls::client_config(trust, identity?, offers_h2),
+            verify,
+            client_cert: cert,
+            offers_h2,
         })
     }
 }

@@ -9,12 +9,13 @@
 //! # Layout
 //! - [`config`]: two-phase configuration (figment layers, then validation).
 //! - [`cli`]: command-line flags and subcommands.
-//! - [`server`]: accept loop, connection limits, graceful shutdown.
+//! - [`server`]: accept loop, TLS handshakes, connection limits, graceful shutdown.
+//! - [`tls`]: rustls configurations, the listener's certificate reloading, handshake failures.
 //! - [`proxy`]: forwarding one request; acts on the classifier's verdict.
 //! - [`headers`]: hop-by-hop removal, Host, X-Forwarded-*.
 //! - [`body`]: streaming response bodies under idle timeouts.
 //! - [`replay`]: the request body, forwarded as it streams and kept (capped) for a replay.
-//! - [`upstream`]: the pooled client and its connector (typed connect failures).
+//! - [`upstream`]: the pooled client and its connector (TCP, then TLS; typed connect failures).
 //! - [`classify`]: the one flat decision of what an upstream outcome means; router signatures.
 //! - [`hold`]: outages, holding requests through them, probing, Retry-After from history.
 //! - [`respond`]: every synthetic response.
@@ -37,4 +38,5 @@ pub mod replay;
 pub mod respond;
 pub mod server;
 pub mod telemetry;
+pub mod tls;
 pub mod upstream;

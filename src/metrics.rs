@@ -179,6 +179,8 @@ pub enum Fail {
     upstream_protocol,
     /// The client's body failed.
     client_body,
+    /// TLS to the upstream failed (certificate not trusted, wrong name, protocol mismatch).
+    upstream_tls,
 }
 
 impl From<FailReason> for FailLabel {
@@ -188,6 +190,7 @@ impl From<FailReason> for FailLabel {
             FailReason::UpstreamReset => Fail::upstream_reset,
             FailReason::Protocol => Fail::upstream_protocol,
             FailReason::ClientBody => Fail::client_body,
+            FailReason::UpstreamTls => Fail::upstream_tls,
         };
         FailLabel { reason }
     }
@@ -361,5 +364,89 @@ impl Metrics {
             m.response_aborts.clone(),
         );
         m
+    }
+}
+
+/// Metrics of the TLS listener, registered only when `[tls]` is on (an expiry gauge at 0 would
+/// read as "expired" to an alert rule).
+#[derive(Debug, Clone, Default)]
+pub struct TlsMetrics {
+    /// `holdfast_tls_handshake_failures_total{reason}`: inbound handshakes that failed.
+    pub handshake_failures: Family<HandshakeLabel, Counter>,
+    /// `holdfast_tls_cert_expiry_timestamp_seconds`: the serving certificate's notAfter, as Unix
+    /// time, set on each (re)load.
+    pub cert_expiry: Gauge,
+}
+
+/// Label set of `holdfast_tls_handshake_failures_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HandshakeLabel {
+    /// Why the handshake failed.
+    pub reason: HandshakeFailure,
+}
+
+/// Bounded handshake failure reasons.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)]
+pub enum HandshakeFailure {
+    /// `tls.client_ca` is set and the client sent no certificate.
+    no_certificate,
+    /// The client's certificate failed verification (unknown CA, expired, not for clients).
+    bad_certificate,
+    /// The client aborted with a certificate alert: it does not trust holdfast's certificate
+    /// (wrong CA, expired, wrong name).
+    rejected_by_client,
+    /// Not TLS, or no common version, cipher suite or ALPN protocol, or a malformed handshake.
+    protocol,
+    /// The handshake did not finish within `limits.header_read_timeout_secs`.
+    timeout,
+    /// The client closed or reset the connection during the handshake (TCP health checks do).
+    closed,
+    /// Anything else.
+    other,
+}
+
+impl HandshakeFailure {
+    /// Every reason, for pre-creating the series.
+    pub const ALL: [HandshakeFailure; 7] = [
+        HandshakeFailure::no_certificate,
+        HandshakeFailure::bad_certificate,
+        HandshakeFailure::rejected_by_client,
+        HandshakeFailure::protocol,
+        HandshakeFailure::timeout,
+        HandshakeFailure::closed,
+        HandshakeFailure::other,
+    ];
+}
+
+impl TlsMetrics {
+    /// Creates the TLS metrics and registers them under the `holdfast_` prefix.
+    pub fn register(registry: &mut Registry) -> Self {
+        let m = TlsMetrics::default();
+        // Pre-create every reason so dashboards show zeros instead of gaps.
+        for reason in HandshakeFailure::ALL {
+            let _ = m
+                .handshake_failures
+                .get_or_create(&HandshakeLabel { reason });
+        }
+        let r = registry.sub_registry_with_prefix("holdfast");
+        r.register(
+            "tls_handshake_failures",
+            "Inbound TLS handshakes that failed, by reason",
+            m.handshake_failures.clone(),
+        );
+        r.register(
+            "tls_cert_expiry_timestamp_seconds",
+            "notAfter of the serving certificate as Unix time, set on each (re)load",
+            m.cert_expiry.clone(),
+        );
+        m
+    }
+
+    /// Counts one failed handshake.
+    pub fn handshake_failed(&self, reason: HandshakeFailure) {
+        self.handshake_failures
+            .get_or_create(&HandshakeLabel { reason })
+            .inc();
     }
 }

@@ -59,6 +59,8 @@ pub struct Proxy {
     signatures: Vec<classify::Signature>,
     routes: ExpectedRoutes,
     client: Client,
+    /// `X-Forwarded-Proto`: what the client spoke to holdfast (`https` when the listener is TLS).
+    client_proto: &'static str,
     /// Request body bytes kept for a replay (or for the JSON-RPC id of a 503).
     replay_cap: usize,
     outages: Arc<Outages>,
@@ -88,7 +90,12 @@ impl Proxy {
                 cfg.routes.learn,
                 cfg.routes.learn_ttl,
             ),
-            client: upstream::client(cfg.connect_timeout, cfg.pool_idle_timeout),
+            client: upstream::client(
+                cfg.connect_timeout,
+                cfg.pool_idle_timeout,
+                cfg.upstream_tls.as_ref().map(|t| t.config.clone()),
+            ),
+            client_proto: if cfg.tls.is_some() { "https" } else { "http" },
             replay_cap: if cfg.hold.enabled {
                 cfg.hold.max_body_bytes
             } else {
@@ -274,7 +281,7 @@ impl Proxy {
         headers::add_forwarded(
             &mut parts.headers,
             peer.ip(),
-            "http",
+            self.client_proto,
             client_host.as_deref(),
         );
         match (self.host_header, &client_host) {
@@ -295,7 +302,8 @@ impl Proxy {
         let mut req = Request::new(body);
         *req.method_mut() = target.method.clone();
         *req.uri_mut() = target.uri.clone();
-        // The upstream connection speaks HTTP/1.1 whatever the client spoke.
+        // The upstream connection speaks HTTP/1.1 whatever the client spoke, unless it is TLS
+        // and the upstream picked h2 by ALPN: hyper's client then sends the request as HTTP/2.
         *req.version_mut() = Version::HTTP_11;
         *req.headers_mut() = target.headers.clone();
         let sent = tokio::time::timeout(self.response_timeout, self.client.request(req)).await;
@@ -314,7 +322,17 @@ impl Proxy {
             }
             Ok(Err(err)) => {
                 let verdict = classify::classify(&Outcome::Error(&err), &cx(true));
-                tracing::debug!(error = %ErrorChain(&err), ?verdict, "upstream request failed");
+                if verdict == Verdict::Failed(FailReason::UpstreamTls) {
+                    // A configuration error: say what is wrong, every time, loudly.
+                    tracing::error!(
+                        upstream = %self.upstream.original,
+                        error = %ErrorChain(&err),
+                        "TLS to the upstream failed; check its certificate against client.ca \
+                         (or the system roots) and its name, and client.cert/client.key"
+                    );
+                } else {
+                    tracing::debug!(error = %ErrorChain(&err), ?verdict, "upstream request failed");
+                }
                 return (verdict, None);
             }
             Ok(Ok(resp)) => resp,
@@ -389,14 +407,17 @@ impl Proxy {
             .upstream_failures
             .get_or_create(&reason.into())
             .inc();
-        // A client that went away is not worth a warning: nobody reads this answer.
-        if reason == FailReason::ClientBody {
-            tracing::debug!("the client's request body failed; answering 502");
-        } else {
-            tracing::warn!(
+        match reason {
+            // A client that went away is not worth a warning: nobody reads this answer.
+            FailReason::ClientBody => {
+                tracing::debug!("the client's request body failed; answering 502")
+            }
+            // Already logged as an error, with its cause, where the cause was at hand.
+            FailReason::UpstreamTls => {}
+            _ => tracing::warn!(
                 reason = reason.as_str(),
                 "upstream failed after the request may have reached it; answering 502"
-            );
+            ),
         }
         (
             respond::bad_gateway(reason, version),
@@ -507,7 +528,7 @@ impl Proxy {
             return Err("the request target must be an absolute path");
         }
         Uri::builder()
-            .scheme("http")
+            .scheme(self.upstream.scheme())
             .authority(self.upstream.authority.clone())
             .path_and_query(format!("{}{}", self.upstream.path_prefix, pq))
             .build()

@@ -65,16 +65,24 @@ pub fn unavailable(
     resp
 }
 
-/// 502: the request may have reached the application and then failed. Never replayed.
+/// 502: the request may have reached the application and then failed, or TLS to the upstream
+/// failed (a configuration error). Never replayed.
 pub fn bad_gateway(reason: FailReason, version: Version) -> Response<ProxyBody> {
+    let text = match reason {
+        FailReason::UpstreamTls => format!(
+            "TLS to the upstream failed ({}): its certificate is not trusted or not for its name, \
+             or it refused holdfast's; see holdfast's log\n",
+            reason.as_str()
+        ),
+        _ => format!(
+            "upstream failed after the request was sent ({}); it may have been executed\n",
+            reason.as_str()
+        ),
+    };
     let mut resp = build(
         StatusCode::BAD_GATEWAY,
         "text/plain; charset=utf-8",
-        format!(
-            "upstream failed after the request was sent ({}); it may have been executed\n",
-            reason.as_str()
-        )
-        .into(),
+        text.into(),
     );
     resp.headers_mut()
         .insert(REASON_HEADER, HeaderValue::from_static(reason.as_str()));

@@ -1,27 +1,36 @@
-//! The accept loops, connection limits and graceful shutdown.
+//! The accept loops, TLS handshakes, connection limits and graceful shutdown.
 //!
 //! [`run`] takes already-bound listeners (so tests bind port 0 and read the address) and a
 //! shutdown future. On shutdown: readiness goes false, accepting stops, in-flight requests get
 //! `drain_timeout` to finish, then every remaining connection (long SSE streams) is closed.
+//!
+//! With `[tls]` the proxy listener speaks TLS: each accepted connection's handshake runs in its
+//! own task (a slow client never holds up accepting), bounded by `limits.header_read_timeout_secs`
+//! like a request head, and a failure is counted by reason. The admin listener stays plain HTTP
+//! on loopback.
 
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use prometheus_client::registry::Registry;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
+use tokio_rustls::server::TlsStream;
+use tokio_rustls::TlsAcceptor;
 
 use crate::admin;
-use crate::config::Config;
-use crate::metrics::Metrics;
+use crate::config::{Config, UpstreamVerify};
+use crate::metrics::{HandshakeFailure, Metrics, TlsMetrics};
 use crate::proxy::Proxy;
+use crate::tls;
 
 /// Whether the proxy listener is up and not draining (`/readyz`).
 #[derive(Debug, Default)]
@@ -49,6 +58,37 @@ pub async fn run(
 ) -> std::io::Result<()> {
     let mut registry = Registry::default();
     let metrics = Arc::new(Metrics::register(&mut registry));
+    // The listener's TLS: the certificate store that new handshakes read, and the task that
+    // swaps a changed certificate into it.
+    let tls = config.tls.as_ref().map(|t| {
+        let metrics = TlsMetrics::register(&mut registry);
+        let store = tls::CertStore::new(&t.identity);
+        let reloader = AbortOnDrop(tls::spawn_reloader(
+            store.clone(),
+            t.identity.clone(),
+            tls::Reload {
+                cert: t.cert.clone(),
+                key: t.key.clone(),
+                interval: t.reload_interval,
+            },
+            metrics.clone(),
+        ));
+        let listener_tls = ListenerTls {
+            acceptor: TlsAcceptor::from(tls::server_config(store, t.client_verifier.clone())),
+            metrics,
+            handshake_timeout: config.header_read_timeout,
+        };
+        (listener_tls, reloader)
+    });
+    if let Some(u) = &config.upstream_tls {
+        if u.verify == UpstreamVerify::InsecureSkipVerify {
+            tracing::warn!(
+                upstream = %config.upstream.original,
+                "client.insecure_skip_verify is on: the upstream's certificate is NOT verified, \
+                 so anyone on the network path can impersonate it; use client.ca instead"
+            );
+        }
+    }
     let proxy = Arc::new(Proxy::new(&config, metrics));
     let ready = Arc::new(Readiness::default());
 
@@ -65,17 +105,86 @@ pub async fn run(
 
     tracing::info!(
         listen = %listener.local_addr()?,
+        tls = config.tls.is_some(),
+        client_certificates = config.tls.as_ref().is_some_and(|t| t.client_ca.is_some()),
         admin = %admin_addr,
         upstream = %config.upstream.original,
         "holdfast proxying"
     );
     ready.set(true);
-    serve_proxy(&config, listener, proxy, &ready, shutdown).await;
+    let listener_tls = tls.as_ref().map(|(t, _)| t.clone());
+    serve_proxy(&config, listener, proxy, listener_tls, &ready, shutdown).await;
 
+    // The certificate reloader stops here (or on any early return): its guard is in `tls`.
+    drop(tls);
     let _ = admin_stop_tx.send(());
     let _ = admin_task.await;
     tracing::info!("holdfast stopped");
     Ok(())
+}
+
+/// Aborts a background task when dropped, so it ends with `run` however `run` ends.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// The listener's TLS: how to shake hands, and where failures are counted.
+#[derive(Clone)]
+struct ListenerTls {
+    acceptor: TlsAcceptor,
+    metrics: TlsMetrics,
+    /// Slowloris guard for the handshake (`limits.header_read_timeout_secs`).
+    handshake_timeout: Duration,
+}
+
+impl ListenerTls {
+    /// The TLS stream, or `None` when the handshake failed (counted and logged at debug: port
+    /// scanners and TCP health checks fail handshakes all day).
+    async fn handshake(&self, stream: TcpStream, peer: SocketAddr) -> Option<TlsStream<TcpStream>> {
+        let reason = match tokio::time::timeout(
+            self.handshake_timeout,
+            self.acceptor.accept(stream),
+        )
+        .await
+        {
+            Ok(Ok(tls)) => return Some(tls),
+            Ok(Err(e)) => {
+                let reason = tls::handshake_failure(&e);
+                tracing::debug!(%peer, error = %e, ?reason, "TLS handshake failed");
+                reason
+            }
+            Err(_) => {
+                tracing::debug!(%peer, "TLS handshake timed out");
+                HandshakeFailure::timeout
+            }
+        };
+        self.metrics.handshake_failed(reason);
+        None
+    }
+}
+
+/// Serves one client connection (plain or TLS) until it ends or the drain closes it.
+async fn serve_connection<I>(
+    builder: Arc<auto::Builder<TokioExecutor>>,
+    io: I,
+    proxy: Arc<Proxy>,
+    peer: SocketAddr,
+    watcher: Watcher,
+) where
+    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+{
+    let service = service_fn(move |req| {
+        let proxy = proxy.clone();
+        async move { Ok::<_, std::convert::Infallible>(proxy.handle(req, peer).await) }
+    });
+    let conn = builder.serve_connection(io, service).into_owned();
+    if let Err(e) = watcher.watch(conn).await {
+        tracing::debug!(error = %e, %peer, "client connection ended with an error");
+    }
 }
 
 /// The proxy's accept loop and drain.
@@ -83,6 +192,7 @@ async fn serve_proxy(
     config: &Config,
     listener: TcpListener,
     proxy: Arc<Proxy>,
+    tls: Option<ListenerTls>,
     ready: &Readiness,
     shutdown: impl Future<Output = ()>,
 ) {
@@ -123,18 +233,18 @@ async fn serve_proxy(
             () = &mut shutdown => break,
         };
         let _ = stream.set_nodelay(true);
-        let proxy = proxy.clone();
-        let service = service_fn(move |req| {
-            let proxy = proxy.clone();
-            async move { Ok::<_, std::convert::Infallible>(proxy.handle(req, peer).await) }
-        });
-        let conn = builder
-            .serve_connection(TokioIo::new(stream), service)
-            .into_owned();
-        let conn = graceful.watch(conn);
+        let (proxy, builder, tls) = (proxy.clone(), builder.clone(), tls.clone());
+        // Taken now, so a drain that starts during the TLS handshake still waits for (and then
+        // gracefully closes) this connection.
+        let watcher = graceful.watcher();
         connections.spawn(async move {
-            if let Err(e) = conn.await {
-                tracing::debug!(error = %e, %peer, "client connection ended with an error");
+            match tls {
+                None => serve_connection(builder, TokioIo::new(stream), proxy, peer, watcher).await,
+                Some(tls) => {
+                    if let Some(stream) = tls.handshake(stream, peer).await {
+                        serve_connection(builder, TokioIo::new(stream), proxy, peer, watcher).await
+                    }
+                }
             }
             drop(permit);
         });

@@ -1,34 +1,53 @@
 //! The upstream client: a pooled hyper-util client over a connector of our own.
 //!
-//! The connector exists for two reasons. First, it resolves the upstream's name afresh for every
-//! new connection: a recreated container comes back at a new address, and a cached address would
-//! keep the outage going after the backend is back. Second, it reports *why* a connection failed
-//! ([`ConnectErrorKind`]) as a typed cause, so the classifier can tell "refused" from "DNS" from
-//! "timed out" by walking the error chain instead of reading messages.
+//! The connector exists for three reasons. First, it resolves the upstream's name afresh for
+//! every new connection: a recreated container comes back at a new address, and a cached address
+//! would keep the outage going after the backend is back. Second, it reports *why* a connection
+//! failed ([`ConnectErrorKind`]) as a typed cause, so the classifier can tell "refused" from "DNS"
+//! from "timed out" from "certificate not trusted" by walking the error chain instead of reading
+//! messages. Third, for an `https://` upstream it runs the TLS handshake (rustls), with SNI and
+//! verification against the upstream URL's host, and tells hyper by ALPN whether the connection
+//! speaks HTTP/2.
 //!
 //! Everything the connector reports happened before a byte of the request was written: a
 //! [`ConnectError`] anywhere in a send error's chain proves the request never reached the
 //! application.
+//!
+//! Two connectors share the TCP part: [`UpstreamConnector`] (TCP, then TLS for https) is what the
+//! client sends through; [`Connector`] is the bare TCP connect that the hold prober uses to ask
+//! "does anything listen again?". The probe deliberately stops at TCP: a listening socket is all
+//! it has to show, and the oldest held request, sent through [`UpstreamConnector`], then proves
+//! the rest, TLS included.
 
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use http::Uri;
+use hyper_util::client::legacy::connect::{Connected, Connection};
 use hyper_util::client::legacy::Client as HyperClient;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use rustls::pki_types::ServerName;
 use tokio::net::TcpStream;
+use tokio_rustls::client::TlsStream;
 
 use crate::replay::ReplayBody;
 
 /// The pooled client the proxy sends through.
-pub type Client = HyperClient<Connector, ReplayBody>;
+pub type Client = HyperClient<UpstreamConnector, ReplayBody>;
 
-/// Builds the client. Pooled connections are reused (keep-alive) and expire after `idle`.
-pub fn client(connect_timeout: Duration, pool_idle: Duration) -> Client {
+/// Builds the client. Pooled connections are reused (keep-alive) and expire after `idle`. With
+/// `tls` (an `https://` upstream) connections are TLS and may speak HTTP/2 when the upstream picks
+/// `h2` by ALPN; plain connections speak HTTP/1.1.
+pub fn client(
+    connect_timeout: Duration,
+    pool_idle: Duration,
+    tls: Option<Arc<rustls::ClientConfig>>,
+) -> Client {
     HyperClient::builder(TokioExecutor::new())
         .pool_timer(TokioTimer::new())
         .timer(TokioTimer::new())
@@ -36,7 +55,10 @@ pub fn client(connect_timeout: Duration, pool_idle: Duration) -> Client {
         // A request on a pooled connection that the upstream closed before we wrote anything is
         // handed back by hyper and sent again on a new connection: it never reached the app.
         .retry_canceled_requests(true)
-        .build(Connector::new(connect_timeout))
+        .build(UpstreamConnector {
+            connect_timeout,
+            tls: tls.map(tokio_rustls::TlsConnector::from),
+        })
 }
 
 /// Why a connection to the upstream could not be made.
@@ -52,11 +74,23 @@ pub enum ConnectErrorKind {
     Unreachable,
     /// Anything else that happened before the connection existed.
     Other,
+    /// The TLS handshake failed on a certificate or the protocol (not on I/O): the upstream's
+    /// certificate is not trusted or not for its name, it refused ours, or nothing is shared.
+    Tls,
+}
+
+impl ConnectErrorKind {
+    fn what(self) -> &'static str {
+        match self {
+            ConnectErrorKind::Tls => "the TLS handshake with the upstream failed",
+            _ => "connecting to the upstream failed",
+        }
+    }
 }
 
 /// A failure to connect, keeping the underlying cause.
 #[derive(Debug, thiserror::Error)]
-#[error("connecting to the upstream failed ({kind:?})")]
+#[error("{} ({kind:?})", kind.what())]
 pub struct ConnectError {
     kind: ConnectErrorKind,
     #[source]
@@ -87,7 +121,7 @@ impl ConnectError {
     }
 }
 
-/// Resolves and connects, once per new pooled connection.
+/// The bare TCP connect: resolve, then connect, under one deadline. The hold prober's probe.
 #[derive(Clone, Debug)]
 pub struct Connector {
     connect_timeout: Duration,
@@ -112,30 +146,208 @@ impl tower_service::Service<Uri> for Connector {
     fn call(&mut self, uri: Uri) -> Self::Future {
         let timeout = self.connect_timeout;
         Box::pin(async move {
-            let host = uri
-                .host()
-                .ok_or_else(|| {
-                    ConnectError::new(ConnectErrorKind::Other, io::Error::other("no host in URI"))
-                })?
-                .trim_start_matches('[')
-                .trim_end_matches(']')
-                .to_string();
-            let port = uri.port_u16().unwrap_or(80);
-            // The whole of resolve + connect runs under one deadline, so a hanging resolver
-            // counts as a timeout too.
-            match tokio::time::timeout(timeout, connect(host, port)).await {
-                Ok(result) => result,
-                Err(_) => Err(ConnectError::new(
-                    ConnectErrorKind::Timeout,
-                    io::Error::new(io::ErrorKind::TimedOut, "connect timed out"),
-                )),
-            }
+            let (host, port) = host_and_port(&uri)?;
+            within(timeout, connect(&host, port))
+                .await
+                .map(TokioIo::new)
         })
     }
 }
 
-async fn connect(host: String, port: u16) -> Result<TokioIo<TcpStream>, ConnectError> {
-    let addrs: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), port))
+/// What the client connects through: TCP, then TLS for an `https://` upstream, with the whole
+/// of resolve + connect + handshake under `connect_timeout`.
+#[derive(Clone)]
+pub struct UpstreamConnector {
+    connect_timeout: Duration,
+    /// Present for an `https://` upstream.
+    tls: Option<tokio_rustls::TlsConnector>,
+}
+
+impl tower_service::Service<Uri> for UpstreamConnector {
+    type Response = UpstreamIo;
+    type Error = ConnectError;
+    type Future = Pin<Box<dyn Future<Output = Result<UpstreamIo, ConnectError>> + Send>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), ConnectError>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, uri: Uri) -> Self::Future {
+        let timeout = self.connect_timeout;
+        let tls = self.tls.clone();
+        Box::pin(async move {
+            let (host, port) = host_and_port(&uri)?;
+            within(timeout, async move {
+                let tcp = connect(&host, port).await?;
+                let Some(tls) = tls else {
+                    return Ok(UpstreamIo::Plain(TokioIo::new(tcp)));
+                };
+                // SNI and certificate verification use the upstream URL's host, never anything a
+                // client sent (the Host header is the client's to choose).
+                let name = ServerName::try_from(host).map_err(|e| {
+                    ConnectError::new(
+                        ConnectErrorKind::Tls,
+                        io::Error::new(io::ErrorKind::InvalidInput, e),
+                    )
+                })?;
+                let stream = tls
+                    .connect(name, tcp)
+                    .await
+                    .map_err(ConnectError::from_handshake)?;
+                Ok(UpstreamIo::Tls(Box::new(TokioIo::new(stream))))
+            })
+            .await
+        })
+    }
+}
+
+impl std::fmt::Debug for UpstreamConnector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UpstreamConnector")
+            .field("connect_timeout", &self.connect_timeout)
+            .field("tls", &self.tls.is_some())
+            .finish()
+    }
+}
+
+impl ConnectError {
+    /// A failed TLS handshake: a rustls error (certificate, alert, protocol) is [`Tls`]; an I/O
+    /// failure during the handshake (reset, EOF: the server went away) is a connection failure
+    /// like any other, and the request was still never sent.
+    ///
+    /// [`Tls`]: ConnectErrorKind::Tls
+    fn from_handshake(source: io::Error) -> Self {
+        let is_tls = source
+            .get_ref()
+            .is_some_and(|inner| inner.is::<rustls::Error>());
+        if is_tls {
+            Self::new(ConnectErrorKind::Tls, source)
+        } else {
+            Self::from_io(source)
+        }
+    }
+}
+
+/// A connection to the upstream, plain or TLS.
+#[derive(Debug)]
+pub enum UpstreamIo {
+    /// `http://`.
+    Plain(TokioIo<TcpStream>),
+    /// `https://` (boxed: a TLS session is large and the plain variant is common).
+    Tls(Box<TokioIo<TlsStream<TcpStream>>>),
+}
+
+impl Connection for UpstreamIo {
+    fn connected(&self) -> Connected {
+        match self {
+            UpstreamIo::Plain(_) => Connected::new(),
+            UpstreamIo::Tls(tls) => {
+                // hyper-util's client switches this connection (and its pool slot) to HTTP/2
+                // when the server picked `h2` by ALPN.
+                if tls.inner().get_ref().1.alpn_protocol() == Some(b"h2") {
+                    Connected::new().negotiated_h2()
+                } else {
+                    Connected::new()
+                }
+            }
+        }
+    }
+}
+
+impl hyper::rt::Read for UpstreamIo {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: hyper::rt::ReadBufCursor<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            UpstreamIo::Plain(io) => Pin::new(io).poll_read(cx, buf),
+            UpstreamIo::Tls(io) => Pin::new(io.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl hyper::rt::Write for UpstreamIo {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            UpstreamIo::Plain(io) => Pin::new(io).poll_write(cx, buf),
+            UpstreamIo::Tls(io) => Pin::new(io.as_mut()).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            UpstreamIo::Plain(io) => Pin::new(io).poll_flush(cx),
+            UpstreamIo::Tls(io) => Pin::new(io.as_mut()).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            UpstreamIo::Plain(io) => Pin::new(io).poll_shutdown(cx),
+            UpstreamIo::Tls(io) => Pin::new(io.as_mut()).poll_shutdown(cx),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            UpstreamIo::Plain(io) => io.is_write_vectored(),
+            UpstreamIo::Tls(io) => io.is_write_vectored(),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            UpstreamIo::Plain(io) => Pin::new(io).poll_write_vectored(cx, bufs),
+            UpstreamIo::Tls(io) => Pin::new(io.as_mut()).poll_write_vectored(cx, bufs),
+        }
+    }
+}
+
+/// The host (without IPv6 brackets) and port to connect to; the port defaults by scheme.
+fn host_and_port(uri: &Uri) -> Result<(String, u16), ConnectError> {
+    let host = uri
+        .host()
+        .ok_or_else(|| {
+            ConnectError::new(ConnectErrorKind::Other, io::Error::other("no host in URI"))
+        })?
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_string();
+    let default_port = if uri.scheme() == Some(&http::uri::Scheme::HTTPS) {
+        443
+    } else {
+        80
+    };
+    Ok((host, uri.port_u16().unwrap_or(default_port)))
+}
+
+/// Runs `connecting` under `timeout`. The whole of resolve + connect (+ handshake) shares one
+/// deadline, so a hanging resolver or a server that never finishes the handshake counts as a
+/// timeout too.
+async fn within<T>(
+    timeout: Duration,
+    connecting: impl Future<Output = Result<T, ConnectError>>,
+) -> Result<T, ConnectError> {
+    match tokio::time::timeout(timeout, connecting).await {
+        Ok(result) => result,
+        Err(_) => Err(ConnectError::new(
+            ConnectErrorKind::Timeout,
+            io::Error::new(io::ErrorKind::TimedOut, "connect timed out"),
+        )),
+    }
+}
+
+async fn connect(host: &str, port: u16) -> Result<TcpStream, ConnectError> {
+    let addrs: Vec<SocketAddr> = tokio::net::lookup_host((host, port))
         .await
         .map_err(|e| ConnectError::new(ConnectErrorKind::Dns, e))?
         .collect();
@@ -152,7 +364,7 @@ async fn connect(host: String, port: u16) -> Result<TokioIo<TcpStream>, ConnectE
             Ok(stream) => {
                 // MCP messages are small and latency-bound.
                 let _ = stream.set_nodelay(true);
-                return Ok(TokioIo::new(stream));
+                return Ok(stream);
             }
             Err(e) => last = Some(ConnectError::from_io(e)),
         }

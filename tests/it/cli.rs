@@ -309,7 +309,7 @@ fn check_config_names_a_missing_config_file() {
 #[test]
 fn invalid_configuration_exits_2_listing_every_problem() {
     let mut cmd = holdfast(&["--listen", "nowhere", "--retry-after", "0"]);
-    cmd.env("HOLDFAST_UPSTREAM", "https://b:8443");
+    cmd.env("HOLDFAST_UPSTREAM", "ftp://b:8443");
     let out = finish(cmd);
     assert_eq!(out.status.code(), Some(2), "{out:?}");
     assert!(out.stderr.starts_with("invalid configuration:"), "{out:?}");
@@ -317,7 +317,7 @@ fn invalid_configuration_exits_2_listing_every_problem() {
         "listen (from command-line flag)",
         "retry_after_secs (from command-line flag)",
         "upstream (from environment",
-        "https",
+        "ftp://",
     ] {
         assert!(out.stderr.contains(fragment), "no {fragment:?}: {out:?}");
     }

@@ -14,7 +14,7 @@ use figment::Jail;
 use holdfast::cli::Cli;
 use holdfast::config::{
     self, Config, ConfigError, HostHeader, LogFormat, Problem, RawConfig, RawFlags, RawHeaderMatch,
-    RawSignature,
+    RawSignature, RawTlsFlags,
 };
 use http::header::{HeaderMap, HeaderValue};
 use http::StatusCode;
@@ -394,6 +394,8 @@ fn every_flag_reaches_the_config() {
             retry_after_secs: Some(9),
             log_format: Some("json".into()),
             access_log: Some(true),
+            // --tls-cert and --tls-key need certificate files: tests/it/tls.rs.
+            tls: RawTlsFlags::default(),
         };
         let c = loaded(None, &flags);
         assert_eq!(c.listen, "127.0.0.1:2001".parse().unwrap());
@@ -550,7 +552,7 @@ fn every_validation_problem_is_reported_at_once_with_key_and_origin() {
             "bad.toml",
             r#"
             listen = "localhost:8080"
-            upstream = "https://mcp-backend:8443"
+            upstream = "ftp://mcp-backend:8443"
             [client]
             connect_timeout_secs = -1
             [routes]
@@ -568,7 +570,7 @@ fn every_validation_problem_is_reported_at_once_with_key_and_origin() {
         let err = load_err(Some("bad.toml"), &flags);
 
         assert_problem(&err, "listen", "bad.toml", "localhost:8080");
-        assert_problem(&err, "upstream", "bad.toml", "https");
+        assert_problem(&err, "upstream", "bad.toml", "ftp://");
         assert_problem(&err, "client.connect_timeout_secs", "bad.toml", "-1");
         assert_problem(&err, "routes.presets[1]", "bad.toml", "traefik-405");
         assert_problem(&err, "routes.signatures[0]", "bad.toml", "200");
@@ -700,7 +702,6 @@ fn upstream_path_prefix_is_kept_without_its_trailing_slash() {
 fn bad_upstreams_are_rejected_with_a_reason() {
     for (url, reason) in [
         ("", "required"),
-        ("https://b:8443", "https"),
         ("ftp://b:21", "http://"),
         ("b:8000", "http://"),
         ("/just/a/path", "http://"),

@@ -14,3 +14,4 @@ mod rows;
 mod shutdown;
 mod sse;
 mod support;
+mod tls;
