@@ -703,12 +703,17 @@ async fn an_https_upstream_that_offers_h2_gets_h2_when_it_sees_its_own_authority
     raw.client.host_header = "upstream".into();
     let holdfast = Holdfast::start_with(raw).await;
 
-    for _ in 0..3 {
-        let got = within(crate::support::http::get(&holdfast.url("/mcp"))).await;
-        assert_eq!(got.status, 200);
+    // Concurrent first requests race to connect; the first h2 connection serves them all.
+    let mut calls = JoinSet::new();
+    for _ in 0..20 {
+        let url = holdfast.url("/mcp");
+        calls.spawn(async move { crate::support::http::get(&url).await.status });
+    }
+    while let Some(status) = within(calls.join_next()).await {
+        assert_eq!(status.unwrap(), 200);
     }
     let seen = upstream.seen();
-    assert_eq!(seen.len(), 3);
+    assert_eq!(seen.len(), 20);
     let authority = format!("localhost:{}", upstream.addr.port());
     for s in &seen {
         assert_eq!(s.version, Version::HTTP_2, "{s:?}");
