@@ -1,0 +1,52 @@
+# syntax=docker/dockerfile:1
+#
+# holdfast container image.
+#
+#   docker build -t holdfast .
+#   docker run --rm -p 8080:8080 -e HOLDFAST_UPSTREAM=http://mcp-backend:8000 holdfast
+#
+# Build: the official Rust image compiles the release binary with the same command .ci/run runs
+# (tests/it/deploy_container.rs checks that they stay equal), linked statically against glibc
+# (`+crt-static`; a musl toolchain cannot be installed where CI runs). Run: distroless `static`
+# (CA certificates, /etc/passwd, tzdata; no shell, no libc, no package manager) as the non-root
+# user 65532: about 2 MB plus the 7 MB binary.
+#
+# glibc's resolver is built into the static binary: /etc/hosts and DNS (Docker's embedded DNS
+# for service names included) work without any shared library, as holdfast needs, since it
+# resolves the upstream name again for every new connection. For a dynamically linked build on
+# `gcr.io/distroless/cc-debian12:nonroot` instead (about 30 MB), drop RUSTFLAGS and `--target`
+# from the build command (in .ci/run too) and copy target/release/holdfast.
+
+ARG RUST_VERSION=1.95
+
+FROM rust:${RUST_VERSION}-slim-bookworm AS build
+WORKDIR /src
+COPY . .
+# Cache mounts keep the crates.io downloads and the target directory between builds; the binary
+# is copied out of the cached target directory in the same step, since the cache is not part of
+# the image. `--target` keeps crt-static off build scripts and proc-macros (they must stay
+# dynamic); `uname -m` makes it x86_64 or aarch64, whichever platform is being built.
+RUN --mount=type=cache,target=/usr/local/cargo/registry \
+    --mount=type=cache,target=/src/target \
+    RUSTFLAGS='-C target-feature=+crt-static' cargo build --release --locked --target "$(uname -m)-unknown-linux-gnu" \
+    && install -D -m 0755 "target/$(uname -m)-unknown-linux-gnu/release/holdfast" /out/holdfast
+
+FROM gcr.io/distroless/static-debian12:nonroot
+COPY --from=build /out/holdfast /usr/local/bin/holdfast
+# Numeric, so Kubernetes' runAsNonRoot can verify it (distroless' `nonroot`).
+USER 65532:65532
+# The admin listener on every interface, so that the orchestrator's probes and Prometheus reach
+# /readyz, /healthz and /metrics from outside the container (holdfast's own default is loopback
+# only; the proxy already listens on 0.0.0.0:8080). The environment beats a config file, so
+# change the admin address with HOLDFAST_ADMIN, not with `admin` in the file.
+ENV HOLDFAST_ADMIN=0.0.0.0:9090
+# 8080: proxy (MCP clients). 9090: admin (/metrics, /healthz, /readyz).
+EXPOSE 8080 9090
+# No curl in a distroless image: `holdfast healthcheck` asks the configured admin listener's
+# /readyz and exits 0 (ready) or 1. The exec form, since there is no shell.
+HEALTHCHECK --interval=10s --timeout=3s --start-period=5s --retries=3 \
+    CMD ["/usr/local/bin/holdfast", "healthcheck"]
+# SIGTERM (what `docker stop` sends) makes holdfast drain for shutdown.drain_timeout_secs (20 s):
+# give it a longer stop timeout (`docker stop -t 30`, compose `stop_grace_period: 30s`).
+STOPSIGNAL SIGTERM
+ENTRYPOINT ["/usr/local/bin/holdfast"]

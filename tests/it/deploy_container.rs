@@ -1,0 +1,1032 @@
+//! The deployment files: `Dockerfile`, `deploy/traefik/*.yaml`, `deploy/kubernetes/*.yaml`.
+//!
+//! Docker cannot run here, so the Dockerfile is read for what the image must have (non-root user,
+//! healthcheck, ports, admin address) and its build command is compared with the one `.ci/run`
+//! runs; the image's environment alone is then shown to start the real binary and pass its
+//! HEALTHCHECK. The YAML is read with python3 + PyYAML; the Kubernetes manifests are checked
+//! against the Kubernetes schemas, offline, by the `kubernetes-validate` PyPI package (it ships
+//! them), and the Prometheus Operator's PodMonitor (a CRD the validator has no schema for) field
+//! by field here. `.ci/run` installs both Python packages; a missing one fails the test, naming
+//! the install command, rather than skipping it.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// Generous: every command here takes well under a second; only a hang should reach this.
+const PATIENCE: Duration = Duration::from_secs(30);
+
+/// What `.ci/run` installs for these tests (shown when it is missing).
+const PIP_INSTALL: &str = "python3 -m pip install kubernetes-validate==1.37.0 PyYAML";
+
+/// The oldest Kubernetes with native sidecars on by default (beta in 1.29, GA in 1.33).
+const OLDEST_KUBERNETES: &str = "1.29";
+
+/// A path in the repository.
+fn repo(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
+}
+
+fn read(rel: &str) -> String {
+    std::fs::read_to_string(repo(rel)).unwrap_or_else(|e| panic!("read {rel}: {e}"))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Running commands, bounded.
+
+/// What a finished command printed.
+struct Finished {
+    status: ExitStatus,
+    stdout: String,
+    stderr: String,
+}
+
+impl std::fmt::Debug for Finished {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}\n--- stdout ---\n{}--- stderr ---\n{}",
+            self.status, self.stdout, self.stderr
+        )
+    }
+}
+
+/// Kills the child when dropped, so a failing test leaves nothing running.
+struct Guard(Child);
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
+/// Reads a whole pipe on a thread, delivering it when the pipe closes.
+fn read_all(mut pipe: impl Read + Send + 'static) -> mpsc::Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    thread::spawn(move || {
+        let mut text = String::new();
+        let _ = pipe.read_to_string(&mut text);
+        let _ = tx.send(text);
+    });
+    rx
+}
+
+/// Runs `cmd` to completion (killed if it has not closed its output within [`PATIENCE`]).
+/// `what` names the program in the panic when it cannot be started at all.
+fn finish(mut cmd: Command, what: &str) -> Finished {
+    let mut child = Guard(
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot run {what} ({e}); .ci/run installs it")),
+    );
+    let stdout = read_all(child.0.stdout.take().unwrap());
+    let stderr = read_all(child.0.stderr.take().unwrap());
+    let deadline = Instant::now() + PATIENCE;
+    let stdout = stdout
+        .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+        .unwrap_or_else(|_| panic!("{what} did not finish in time"));
+    let stderr = stderr
+        .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+        .unwrap_or_else(|_| panic!("{what} did not finish in time"));
+    let status = child.0.wait().expect("wait for the child");
+    Finished {
+        status,
+        stdout,
+        stderr,
+    }
+}
+
+/// `holdfast ARGS` with an empty environment (as in a container: only what the test sets), run
+/// from the crate directory.
+fn holdfast(args: &[&str]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_holdfast"));
+    cmd.args(args)
+        .env_clear()
+        .current_dir(env!("CARGO_MANIFEST_DIR"));
+    cmd
+}
+
+/// Panics with the install command when python3 says a module is missing.
+fn python_failed(out: &Finished, what: &str) -> ! {
+    if out.stderr.contains("No module named") {
+        panic!("{what} needs a Python package that is not installed: run `{PIP_INSTALL}` (.ci/run does)\n{out:?}");
+    }
+    panic!("{what} failed: {out:?}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// YAML, through python3 + PyYAML.
+
+/// Every document of a YAML file (empty ones dropped), as JSON values.
+fn yaml_docs(rel: &str) -> Vec<Value> {
+    const TO_JSON: &str = "import json, sys, yaml\n\
+        with open(sys.argv[1]) as f:\n    \
+            docs = [d for d in yaml.safe_load_all(f) if d is not None]\n\
+        json.dump(docs, sys.stdout)\n";
+    let path = repo(rel);
+    let mut cmd = Command::new("python3");
+    cmd.args(["-c", TO_JSON]).arg(&path);
+    let out = finish(cmd, "python3");
+    if !out.status.success() {
+        python_failed(&out, &format!("reading {rel} as YAML"));
+    }
+    match serde_json::from_str(&out.stdout) {
+        Ok(Value::Array(docs)) => docs,
+        other => panic!("{rel}: unexpected YAML reading {other:?}"),
+    }
+}
+
+/// A string-to-string map written either as a YAML mapping or as a list of `KEY=VALUE` (compose's
+/// `environment` and `labels`).
+fn string_map(v: &Value) -> BTreeMap<String, String> {
+    match v {
+        Value::Null => BTreeMap::new(),
+        Value::Object(m) => m
+            .iter()
+            .map(|(k, v)| {
+                let v = match v {
+                    Value::String(s) => s.clone(),
+                    other => other.to_string(),
+                };
+                (k.clone(), v)
+            })
+            .collect(),
+        Value::Array(items) => items
+            .iter()
+            .map(|item| {
+                let s = item
+                    .as_str()
+                    .unwrap_or_else(|| panic!("not a string: {item}"));
+                let (k, v) = s.split_once('=').unwrap_or((s, ""));
+                (k.to_string(), v.to_string())
+            })
+            .collect(),
+        other => panic!("neither a mapping nor a list: {other}"),
+    }
+}
+
+/// The strings of a YAML list (empty when absent).
+fn strings(v: &Value) -> Vec<&str> {
+    v.as_array()
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default()
+}
+
+/// Seconds in a compose duration such as `30s`, `1m` or `1m30s`.
+fn compose_secs(s: &str) -> f64 {
+    let mut total = 0.0;
+    let mut number = String::new();
+    for c in s.chars() {
+        match c {
+            '0'..='9' | '.' => number.push(c),
+            'h' | 'm' | 's' => {
+                let n: f64 = number
+                    .parse()
+                    .unwrap_or_else(|_| panic!("bad duration {s:?}"));
+                total += n * match c {
+                    'h' => 3600.0,
+                    'm' => 60.0,
+                    _ => 1.0,
+                };
+                number.clear();
+            }
+            _ => panic!("bad duration {s:?}"),
+        }
+    }
+    assert!(number.is_empty(), "duration {s:?} lacks a unit");
+    total
+}
+
+// ---------------------------------------------------------------------------------------------
+// The Dockerfile.
+
+/// One Dockerfile instruction: its keyword in capitals and its arguments, with continuation lines
+/// joined and comment lines dropped (as Docker does).
+#[derive(Debug)]
+struct Instruction {
+    keyword: String,
+    args: String,
+}
+
+fn instructions(text: &str) -> Vec<Instruction> {
+    let mut out = Vec::new();
+    let mut current = String::new();
+    for line in text.lines() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        if let Some(body) = line.strip_suffix('\\') {
+            current.push_str(body);
+            current.push(' ');
+            continue;
+        }
+        current.push_str(line);
+        let whole = current.trim();
+        let (keyword, args) = whole.split_once(char::is_whitespace).unwrap_or((whole, ""));
+        out.push(Instruction {
+            keyword: keyword.to_ascii_uppercase(),
+            args: args.split_whitespace().collect::<Vec<_>>().join(" "),
+        });
+        current.clear();
+    }
+    assert!(current.is_empty(), "Dockerfile ends inside a continuation");
+    out
+}
+
+/// The Dockerfile's stages, each starting with its FROM.
+fn stages() -> Vec<Vec<Instruction>> {
+    let mut stages: Vec<Vec<Instruction>> = Vec::new();
+    for i in instructions(&read("Dockerfile")) {
+        match (i.keyword.as_str(), stages.last_mut()) {
+            ("FROM", _) => stages.push(vec![i]),
+            (_, Some(stage)) => stage.push(i),
+            // ARG before the first FROM.
+            (_, None) => {}
+        }
+    }
+    assert!(stages.len() >= 2, "a multi-stage build: {stages:?}");
+    stages
+}
+
+/// The arguments of every `keyword` instruction in a stage.
+fn args_of<'a>(stage: &'a [Instruction], keyword: &str) -> Vec<&'a str> {
+    stage
+        .iter()
+        .filter(|i| i.keyword == keyword)
+        .map(|i| i.args.as_str())
+        .collect()
+}
+
+/// The stage's ENV, in both forms (`ENV K=V K2=V2` and the legacy `ENV K V`).
+fn env_of(stage: &[Instruction]) -> BTreeMap<String, String> {
+    let mut env = BTreeMap::new();
+    for args in args_of(stage, "ENV") {
+        if args
+            .split_whitespace()
+            .next()
+            .is_some_and(|w| w.contains('='))
+        {
+            for pair in args.split_whitespace() {
+                let (k, v) = pair.split_once('=').unwrap_or_else(|| panic!("ENV {args}"));
+                env.insert(k.to_string(), v.trim_matches('"').to_string());
+            }
+        } else {
+            let (k, v) = args.split_once(' ').unwrap_or_else(|| panic!("ENV {args}"));
+            env.insert(k.to_string(), v.trim_matches('"').to_string());
+        }
+    }
+    env
+}
+
+/// A JSON-array (exec form) argument list.
+fn exec_form(args: &str) -> Vec<String> {
+    serde_json::from_str(args).unwrap_or_else(|e| {
+        panic!("not the exec form (a JSON array; there is no shell) ({e}): {args}")
+    })
+}
+
+/// Every shell command in `text` that runs `cargo build`, with its environment assignments
+/// (`RUSTFLAGS=...`) and whitespace normalized; a RUN's own flags (`--mount=...`) and comment
+/// lines are left out.
+fn cargo_builds(text: &str) -> Vec<String> {
+    text.lines()
+        .filter(|l| !l.trim_start().starts_with('#'))
+        .flat_map(|l| l.split(['&', '|', ';']))
+        .filter(|command| command.contains("cargo build"))
+        .map(|command| {
+            command
+                .split_whitespace()
+                .skip_while(|w| {
+                    ["--mount=", "--network=", "--security="]
+                        .iter()
+                        .any(|flag| w.starts_with(flag))
+                })
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .collect()
+}
+
+/// Where `cargo build` puts the release binary: `target/[TRIPLE/]release/holdfast`, the triple
+/// as the shell writes it (`"$(uname -m)-unknown-linux-gnu"` stays unexpanded).
+fn built_binary(command: &str) -> String {
+    let Some((_, rest)) = command.split_once("--target ") else {
+        return "target/release/holdfast".to_string();
+    };
+    let triple = match rest.strip_prefix('"') {
+        Some(quoted) => quoted.split('"').next().unwrap(),
+        None => rest.split(' ').next().unwrap(),
+    };
+    format!("target/{triple}/release/holdfast")
+}
+
+/// Where the final stage installs the binary, from `COPY --from=... SRC DEST`.
+fn installed_binary(last: &[Instruction]) -> String {
+    let copies = args_of(last, "COPY");
+    let copy = copies
+        .iter()
+        .find(|a| a.starts_with("--from="))
+        .unwrap_or_else(|| panic!("the final stage copies the binary from the build: {last:?}"));
+    let dest = copy.split_whitespace().last().unwrap();
+    assert!(dest.ends_with("/holdfast"), "COPY {copy}");
+    dest.to_string()
+}
+
+#[test]
+fn dockerfile_final_stage_is_minimal_non_root_with_healthcheck_ports_and_admin() {
+    let stages = stages();
+    let last = stages.last().unwrap();
+
+    let base = &last[0].args;
+    assert!(
+        base.starts_with("gcr.io/distroless/") || base == "scratch",
+        "a minimal final image (distroless or scratch): FROM {base}"
+    );
+
+    // USER: set, numeric (Kubernetes' runAsNonRoot can only verify a number) and not root.
+    let users = args_of(last, "USER");
+    let user = users.last().expect("the final stage sets USER");
+    let uid = user.split(':').next().unwrap();
+    let uid: u32 = uid
+        .parse()
+        .unwrap_or_else(|_| panic!("USER {user}: use a numeric uid"));
+    assert_ne!(uid, 0, "USER {user} is root");
+
+    // EXPOSE: the proxy and the admin port.
+    let exposed: Vec<&str> = args_of(last, "EXPOSE")
+        .into_iter()
+        .flat_map(str::split_whitespace)
+        .map(|p| p.trim_end_matches("/tcp"))
+        .collect();
+    for port in ["8080", "9090"] {
+        assert!(exposed.contains(&port), "EXPOSE {port}: {exposed:?}");
+    }
+
+    // The admin listener must be reachable from outside the container (probes, Prometheus).
+    let env = env_of(last);
+    assert_eq!(
+        env.get("HOLDFAST_ADMIN").map(String::as_str),
+        Some("0.0.0.0:9090"),
+        "ENV HOLDFAST_ADMIN=0.0.0.0:9090"
+    );
+    assert!(
+        !env.contains_key("HOLDFAST_UPSTREAM"),
+        "the upstream is the user's to set"
+    );
+
+    // ENTRYPOINT and HEALTHCHECK both run the installed binary, in exec form (no shell).
+    let binary = installed_binary(last);
+    let entrypoint = exec_form(args_of(last, "ENTRYPOINT").last().expect("ENTRYPOINT"));
+    assert_eq!(entrypoint, std::slice::from_ref(&binary));
+    let healthcheck = *args_of(last, "HEALTHCHECK").last().expect("HEALTHCHECK");
+    let (_, cmd) = healthcheck
+        .split_once("CMD ")
+        .unwrap_or_else(|| panic!("HEALTHCHECK {healthcheck}"));
+    assert_eq!(exec_form(cmd), [binary, "healthcheck".to_string()]);
+}
+
+#[test]
+fn dockerfile_build_command_is_the_one_ci_runs() {
+    let stages = stages();
+    let docker: Vec<String> = stages
+        .iter()
+        .flat_map(|stage| args_of(stage, "RUN"))
+        .flat_map(cargo_builds)
+        .collect();
+    let ci = cargo_builds(&read(".ci/run"));
+    assert_eq!(
+        docker.len(),
+        1,
+        "one cargo build in the Dockerfile: {docker:?}"
+    );
+    assert_eq!(ci.len(), 1, "one cargo build in .ci/run: {ci:?}");
+    assert_eq!(docker[0], ci[0], "the Dockerfile builds what CI builds");
+    for flag in ["--release", "--locked"] {
+        assert!(
+            docker[0].split(' ').any(|w| w == flag),
+            "{flag}: {}",
+            docker[0]
+        );
+    }
+    // What the build stage copies out is what that command produces.
+    let binary = built_binary(&docker[0]);
+    assert!(
+        stages
+            .iter()
+            .flat_map(|stage| args_of(stage, "RUN"))
+            .any(|run| run.contains(&binary)),
+        "the build stage takes {binary}"
+    );
+}
+
+/// A holdfast process whose stderr arrives line by line.
+struct Running {
+    child: Guard,
+    lines: mpsc::Receiver<String>,
+    seen: Vec<String>,
+}
+
+impl Running {
+    fn start(mut cmd: Command) -> Running {
+        let mut child = Guard(
+            cmd.stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("spawn holdfast"),
+        );
+        let stderr = child.0.stderr.take().unwrap();
+        let (tx, lines) = mpsc::channel();
+        thread::spawn(move || {
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Running {
+            child,
+            lines,
+            seen: Vec::new(),
+        }
+    }
+
+    /// The first stderr line containing `needle`.
+    fn wait_for_line(&mut self, needle: &str) -> String {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            match self
+                .lines
+                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            {
+                Ok(line) if line.contains(needle) => {
+                    self.seen.push(line.clone());
+                    return line;
+                }
+                Ok(line) => self.seen.push(line),
+                Err(RecvTimeoutError::Timeout) => {
+                    panic!("no {needle:?} in time; stderr:\n{}", self.seen.join("\n"))
+                }
+                Err(RecvTimeoutError::Disconnected) => panic!(
+                    "holdfast exited ({:?}) before {needle:?}; stderr:\n{}",
+                    self.child.0.wait(),
+                    self.seen.join("\n")
+                ),
+            }
+        }
+    }
+
+    /// SIGTERM (what `docker stop` sends), then the exit status.
+    fn terminate(mut self) -> ExitStatus {
+        let pid = self.child.0.id().to_string();
+        let sent = Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .expect("run kill");
+        assert!(sent.success(), "kill -TERM {pid}");
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            match self
+                .lines
+                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            {
+                Ok(line) => self.seen.push(line),
+                Err(RecvTimeoutError::Disconnected) => break,
+                Err(RecvTimeoutError::Timeout) => {
+                    panic!("still running after SIGTERM:\n{}", self.seen.join("\n"))
+                }
+            }
+        }
+        self.child.0.wait().expect("wait for holdfast")
+    }
+}
+
+#[test]
+fn image_environment_and_an_upstream_alone_run_holdfast_and_pass_its_healthcheck() {
+    let stages = stages();
+    let last = stages.last().unwrap();
+    let image_env = env_of(last);
+    let healthcheck = *args_of(last, "HEALTHCHECK").last().unwrap();
+    let probe_args: Vec<String> = exec_form(healthcheck.split_once("CMD ").unwrap().1)
+        .into_iter()
+        .skip(1)
+        .collect();
+
+    // The container's environment: the image's ENV plus HOLDFAST_UPSTREAM, nothing else. Only
+    // the ports change to 0 (never fixed ports in tests); the admin keeps the image's unspecified
+    // address, which the healthcheck must turn into loopback. The proxy's own default is
+    // 0.0.0.0:8080; loopback here.
+    let admin_ip = image_env["HOLDFAST_ADMIN"].rsplit_once(':').unwrap().0;
+    let mut cmd = holdfast(&[]);
+    cmd.envs(&image_env)
+        .env("HOLDFAST_ADMIN", format!("{admin_ip}:0"))
+        .env("HOLDFAST_LISTEN", "127.0.0.1:0")
+        .env("HOLDFAST_LOG_FORMAT", "json")
+        .env("HOLDFAST_UPSTREAM", "http://127.0.0.1:1");
+    let mut proxy = Running::start(cmd);
+    let line = proxy.wait_for_line("holdfast proxying");
+    let event: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"));
+    let admin = event["admin"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no admin address in {line}"))
+        .to_string();
+    assert!(admin.starts_with(admin_ip), "{admin}");
+
+    // The HEALTHCHECK's command, with the container's environment (its admin port as bound).
+    let probe = || {
+        let mut cmd = holdfast(&probe_args.iter().map(String::as_str).collect::<Vec<_>>());
+        cmd.envs(&image_env).env("HOLDFAST_ADMIN", &admin);
+        finish(cmd, "holdfast healthcheck")
+    };
+    let ready = probe();
+    assert!(ready.status.success(), "healthcheck while ready: {ready:?}");
+
+    assert_eq!(proxy.terminate().code(), Some(0));
+    let gone = probe();
+    assert_eq!(
+        gone.status.code(),
+        Some(1),
+        "healthcheck with nothing listening: {gone:?}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Traefik (docker compose).
+
+/// The services of a compose file.
+fn compose_services(rel: &str) -> serde_json::Map<String, Value> {
+    let docs = yaml_docs(rel);
+    assert_eq!(docs.len(), 1, "{rel}: one document");
+    docs[0]["services"]
+        .as_object()
+        .unwrap_or_else(|| panic!("{rel}: no services"))
+        .clone()
+}
+
+/// holdfast's drain timeout, from the sample configuration (its values are the defaults).
+fn default_drain_secs() -> f64 {
+    let sample: toml::Value = toml::from_str(&read("config/holdfast.toml")).unwrap();
+    toml_secs(&sample["shutdown"]["drain_timeout_secs"])
+}
+
+fn toml_secs(v: &toml::Value) -> f64 {
+    v.as_float()
+        .or_else(|| v.as_integer().map(|i| i as f64))
+        .unwrap_or_else(|| panic!("not a number of seconds: {v}"))
+}
+
+/// Checks what every compose holdfast service needs: built from this repository's Dockerfile, a
+/// stop grace period longer than the drain, and the Traefik-404 signature left on.
+fn check_compose_holdfast(rel: &str, holdfast: &Value) -> BTreeMap<String, String> {
+    let dir = repo(rel).parent().unwrap().to_path_buf();
+    let context = holdfast["build"]["context"]
+        .as_str()
+        .or_else(|| holdfast["build"].as_str())
+        .unwrap_or_else(|| panic!("{rel}: holdfast is built from this repository"));
+    assert_eq!(
+        dir.join(context).canonicalize().unwrap(),
+        repo("").canonicalize().unwrap(),
+        "{rel}: the build context is the repository root (where the Dockerfile is)"
+    );
+
+    let env = string_map(&holdfast["environment"]);
+    let drain = env
+        .get("HOLDFAST_SHUTDOWN__DRAIN_TIMEOUT_SECS")
+        .map(|s| s.parse().unwrap())
+        .unwrap_or_else(default_drain_secs);
+    let grace = holdfast["stop_grace_period"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{rel}: holdfast needs stop_grace_period (docker: 10 s)"));
+    assert!(
+        compose_secs(grace) > drain,
+        "{rel}: stop_grace_period {grace} must exceed the {drain} s drain"
+    );
+    if let Some(presets) = env.get("HOLDFAST_ROUTES__PRESETS") {
+        assert!(presets.contains("traefik-404"), "{rel}: presets {presets}");
+    }
+    env
+}
+
+/// `http://HOST:PORT` of an upstream URL.
+fn host_port(url: &str) -> (&str, u16) {
+    let authority = url
+        .strip_prefix("http://")
+        .unwrap_or_else(|| panic!("not http://: {url}"))
+        .trim_end_matches('/');
+    let (host, port) = authority
+        .split_once(':')
+        .unwrap_or_else(|| panic!("name the port: {url}"));
+    (host, port.parse().unwrap())
+}
+
+/// Ports a compose service exposes to the others (`expose`), as numbers.
+fn exposed(service: &Value) -> Vec<u16> {
+    service["expose"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|p| match p {
+                    Value::String(s) => s.parse().unwrap(),
+                    other => other.as_u64().unwrap() as u16,
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Traefik's `--entrypoints.NAME.address=:PORT` ports.
+fn entrypoint_ports(traefik: &Value) -> Vec<u16> {
+    strings(&traefik["command"])
+        .into_iter()
+        .filter(|a| a.starts_with("--entrypoints."))
+        .filter_map(|a| a.split_once(".address=:"))
+        .map(|(_, port)| port.parse().unwrap())
+        .collect()
+}
+
+fn check_traefik_docker_provider(rel: &str, traefik: &Value) {
+    let command = strings(&traefik["command"]);
+    assert!(
+        command.contains(&"--providers.docker=true"),
+        "{rel}: Traefik's Docker provider: {command:?}"
+    );
+    assert!(
+        strings(&traefik["volumes"])
+            .iter()
+            .any(|v| v.starts_with("/var/run/docker.sock:")),
+        "{rel}: Traefik reads the Docker socket"
+    );
+}
+
+#[test]
+fn traefik_compose_routes_to_holdfast_which_reaches_the_backend_by_service_name() {
+    let rel = "deploy/traefik/compose.yaml";
+    let services = compose_services(rel);
+    let (traefik, holdfast, backend) = (
+        &services["traefik"],
+        &services["holdfast"],
+        &services["mcp"],
+    );
+    check_traefik_docker_provider(rel, traefik);
+
+    // Traefik's route is holdfast's (its labels never vanish), on the proxy port.
+    let labels = string_map(&holdfast["labels"]);
+    assert_eq!(
+        labels.get("traefik.enable").map(String::as_str),
+        Some("true")
+    );
+    assert!(
+        labels
+            .iter()
+            .any(|(k, v)| k.starts_with("traefik.http.routers.")
+                && k.ends_with(".rule")
+                && v.contains("Host(")),
+        "{rel}: a Host rule on holdfast: {labels:?}"
+    );
+    let port: Vec<&String> = labels
+        .iter()
+        .filter(|(k, _)| k.ends_with(".loadbalancer.server.port"))
+        .map(|(_, v)| v)
+        .collect();
+    assert_eq!(
+        port,
+        ["8080"],
+        "{rel}: Traefik sends to holdfast's proxy port"
+    );
+
+    // The backend has no route of its own: only holdfast reaches it, by service name.
+    let backend_labels = string_map(&backend["labels"]);
+    assert!(
+        !backend_labels.keys().any(|k| k.starts_with("traefik.")),
+        "{rel}: the backend must not be routed by Traefik: {backend_labels:?}"
+    );
+    let env = check_compose_holdfast(rel, holdfast);
+    assert_eq!(
+        env.len(),
+        1,
+        "{rel}: HOLDFAST_UPSTREAM is all the image needs: {env:?}"
+    );
+    let (host, port) = host_port(&env["HOLDFAST_UPSTREAM"]);
+    assert_eq!(host, "mcp", "{rel}: the backend's service name");
+    assert!(
+        exposed(backend).contains(&port),
+        "{rel}: the backend exposes {port}"
+    );
+}
+
+#[test]
+fn traefik_compose_with_holdfast_in_front_forwards_to_traefik_with_the_host_kept() {
+    let rel = "deploy/traefik/compose.holdfast-in-front.yaml";
+    let services = compose_services(rel);
+    let (traefik, holdfast, backend) = (
+        &services["traefik"],
+        &services["holdfast"],
+        &services["mcp"],
+    );
+    check_traefik_docker_provider(rel, traefik);
+
+    // Clients reach holdfast; Traefik is not published.
+    assert!(
+        strings(&holdfast["ports"])
+            .iter()
+            .any(|p| p.ends_with(":8080")),
+        "{rel}: holdfast publishes its proxy port"
+    );
+    assert!(
+        traefik["ports"].is_null(),
+        "{rel}: only holdfast is published"
+    );
+
+    // holdfast -> Traefik's entrypoint, Host preserved so Traefik's Host rules match.
+    let env = check_compose_holdfast(rel, holdfast);
+    let (host, port) = host_port(&env["HOLDFAST_UPSTREAM"]);
+    assert_eq!(host, "traefik");
+    assert!(
+        entrypoint_ports(traefik).contains(&port),
+        "{rel}: Traefik listens on {port}"
+    );
+    assert_ne!(
+        env.get("HOLDFAST_CLIENT__HOST_HEADER").map(String::as_str),
+        Some("upstream"),
+        "{rel}: Traefik routes by the client's Host"
+    );
+
+    // The backend's labels make the route that vanishes with it.
+    let labels = string_map(&backend["labels"]);
+    assert_eq!(
+        labels.get("traefik.enable").map(String::as_str),
+        Some("true")
+    );
+    let port: Vec<u16> = labels
+        .iter()
+        .filter(|(k, _)| k.ends_with(".loadbalancer.server.port"))
+        .map(|(_, v)| v.parse().unwrap())
+        .collect();
+    assert_eq!(port.len(), 1, "{rel}: {labels:?}");
+    assert!(exposed(backend).contains(&port[0]));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Kubernetes.
+
+const K8S: &str = "deploy/kubernetes/holdfast.yaml";
+const PODMONITOR: &str = "deploy/kubernetes/podmonitor.yaml";
+
+/// The one document of `kind` in `docs`.
+fn kind<'a>(docs: &'a [Value], kind: &str) -> &'a Value {
+    let found: Vec<&Value> = docs.iter().filter(|d| d["kind"] == kind).collect();
+    assert_eq!(found.len(), 1, "one {kind} in {K8S}");
+    found[0]
+}
+
+/// The pod spec of the Deployment and its holdfast sidecar.
+fn pod_and_sidecar(docs: &[Value]) -> (&Value, &Value) {
+    let pod = &kind(docs, "Deployment")["spec"]["template"]["spec"];
+    let sidecar = pod["initContainers"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["name"] == "holdfast"))
+        .expect("holdfast is an initContainers entry (a native sidecar)");
+    (pod, sidecar)
+}
+
+/// The ConfigMap's holdfast.toml.
+fn configmap_toml(docs: &[Value]) -> String {
+    kind(docs, "ConfigMap")["data"]["holdfast.toml"]
+        .as_str()
+        .expect("the ConfigMap holds holdfast.toml")
+        .to_string()
+}
+
+/// A container port, by number or by the name of one of `container`'s ports.
+fn resolve_port(container: &Value, port: &Value) -> u64 {
+    match port {
+        Value::Number(n) => n.as_u64().unwrap(),
+        Value::String(name) => container["ports"]
+            .as_array()
+            .and_then(|ports| ports.iter().find(|p| p["name"] == *name))
+            .and_then(|p| p["containerPort"].as_u64())
+            .unwrap_or_else(|| panic!("no port named {name}")),
+        other => panic!("bad port {other}"),
+    }
+}
+
+#[test]
+fn kubernetes_manifests_pass_the_schema_validator() {
+    // The oldest Kubernetes with native sidecars, and the newest the validator knows. Strict:
+    // an unknown field (a typo) is an error, not silently dropped.
+    let documents = yaml_docs(K8S).len();
+    for version in [Some(OLDEST_KUBERNETES), None] {
+        let mut cmd = Command::new("python3");
+        cmd.args(["-m", "kubernetes_validate", "--strict"]);
+        if let Some(v) = version {
+            cmd.args(["--kubernetes-version", v]);
+        }
+        cmd.arg(repo(K8S));
+        let out = finish(cmd, "python3 -m kubernetes_validate");
+        if !out.status.success() {
+            python_failed(&out, "kubernetes-validate");
+        }
+        let passed = out.stdout.matches(" passed for resource ").count();
+        assert_eq!(
+            passed, documents,
+            "every document validated (a kind without a schema is only a warning): {out:?}"
+        );
+    }
+}
+
+#[test]
+fn kubernetes_deployment_runs_holdfast_as_a_hardened_native_sidecar() {
+    let docs = yaml_docs(K8S);
+    let (pod, sidecar) = pod_and_sidecar(&docs);
+
+    assert_eq!(sidecar["restartPolicy"], "Always", "a native sidecar");
+    assert_eq!(pod["enableServiceLinks"], false);
+    let app = pod["containers"]
+        .as_array()
+        .and_then(|c| c.first())
+        .expect("the MCP server container");
+
+    // Probes: on the admin port; readiness is /readyz (503 while draining), the rest /healthz.
+    for (probe, path) in [
+        ("startupProbe", "/healthz"),
+        ("readinessProbe", "/readyz"),
+        ("livenessProbe", "/healthz"),
+    ] {
+        let get = &sidecar[probe]["httpGet"];
+        assert_eq!(get["path"], path, "{probe}");
+        assert_eq!(
+            resolve_port(sidecar, &get["port"]),
+            9090,
+            "{probe} on the admin port"
+        );
+    }
+    assert_eq!(resolve_port(sidecar, &"http".into()), 8080);
+    assert_eq!(resolve_port(sidecar, &"admin".into()), 9090);
+
+    // Hardened.
+    let sc = &sidecar["securityContext"];
+    assert_eq!(sc["runAsNonRoot"], true);
+    assert!(sc["runAsUser"].as_u64().is_some_and(|u| u != 0));
+    assert_eq!(sc["readOnlyRootFilesystem"], true);
+    assert_eq!(sc["allowPrivilegeEscalation"], false);
+    assert_eq!(sc["capabilities"]["drop"], serde_json::json!(["ALL"]));
+    let seccomp = if sc["seccompProfile"].is_null() {
+        &pod["securityContext"]["seccompProfile"]
+    } else {
+        &sc["seccompProfile"]
+    };
+    assert_eq!(seccomp["type"], "RuntimeDefault");
+
+    // Resources.
+    for (kind, what) in [
+        ("requests", "cpu"),
+        ("requests", "memory"),
+        ("limits", "memory"),
+    ] {
+        assert!(
+            sidecar["resources"][kind][what].is_string(),
+            "resources.{kind}.{what}"
+        );
+    }
+
+    // The configuration: HOLDFAST_CONFIG -> the mounted ConfigMap's holdfast.toml.
+    let env: BTreeMap<&str, &str> = sidecar["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["name"].as_str().unwrap(),
+                e["value"].as_str().unwrap_or(""),
+            )
+        })
+        .collect();
+    let config_path = env["HOLDFAST_CONFIG"];
+    let mount = sidecar["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| {
+            config_path.strip_prefix(m["mountPath"].as_str().unwrap()) == Some("/holdfast.toml")
+        })
+        .expect("HOLDFAST_CONFIG is holdfast.toml in a mounted volume");
+    let volume = pod["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == mount["name"])
+        .expect("the mounted volume");
+    assert_eq!(
+        volume["configMap"]["name"],
+        kind(&docs, "ConfigMap")["metadata"]["name"]
+    );
+
+    // holdfast forwards to the MCP container on localhost.
+    let config: toml::Value = toml::from_str(&configmap_toml(&docs)).unwrap();
+    let upstream = config["upstream"].as_str().expect("upstream is set");
+    let (host, port) = host_port(upstream);
+    assert!(host == "127.0.0.1" || host == "localhost", "{upstream}");
+    assert_eq!(resolve_port(app, &"mcp".into()), u64::from(port));
+
+    // The grace period covers the drain (sidecars stop after the main containers).
+    let drain = config
+        .get("shutdown")
+        .and_then(|s| s.get("drain_timeout_secs"))
+        .map(toml_secs)
+        .unwrap_or_else(default_drain_secs);
+    let grace = pod["terminationGracePeriodSeconds"].as_f64().unwrap();
+    assert!(
+        grace > drain,
+        "terminationGracePeriodSeconds {grace} > drain {drain}"
+    );
+
+    // The Service sends to holdfast, by number (a sidecar's named port is not resolved by a
+    // Service before Kubernetes 1.32).
+    let service = kind(&docs, "Service");
+    let selector = string_map(&service["spec"]["selector"]);
+    let labels = string_map(&kind(&docs, "Deployment")["spec"]["template"]["metadata"]["labels"]);
+    assert!(
+        selector.iter().all(|(k, v)| labels.get(k) == Some(v)),
+        "{selector:?}"
+    );
+    let ports = service["spec"]["ports"].as_array().unwrap();
+    assert!(
+        ports.iter().all(|p| p["targetPort"] == 8080),
+        "the Service targets holdfast's 8080: {ports:?}"
+    );
+}
+
+#[test]
+fn kubernetes_configmap_is_accepted_by_check_config() {
+    let docs = yaml_docs(K8S);
+    let toml_text = configmap_toml(&docs);
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("deploy-container-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("holdfast.toml");
+    std::fs::write(&path, &toml_text).unwrap();
+
+    // As in the pod: the image's ENV, plus HOLDFAST_CONFIG.
+    let stages = stages();
+    let mut cmd = holdfast(&["check-config"]);
+    cmd.envs(env_of(stages.last().unwrap()))
+        .env("HOLDFAST_CONFIG", &path);
+    let out = finish(cmd, "holdfast check-config");
+    assert!(
+        out.status.success(),
+        "the ConfigMap's holdfast.toml: {out:?}"
+    );
+
+    let printed: toml::Value = toml::from_str(&out.stdout).unwrap();
+    let ours: toml::Value = toml::from_str(&toml_text).unwrap();
+    assert_eq!(printed["upstream"], ours["upstream"]);
+    assert_eq!(
+        printed["admin"].as_str(),
+        Some("0.0.0.0:9090"),
+        "probes and Prometheus reach the admin listener"
+    );
+}
+
+#[test]
+fn podmonitor_scrapes_the_holdfast_admin_port() {
+    // A CRD: kubernetes-validate has no schema for it, so its required fields are checked here.
+    let docs = yaml_docs(PODMONITOR);
+    assert_eq!(docs.len(), 1);
+    let monitor = &docs[0];
+    assert_eq!(monitor["apiVersion"], "monitoring.coreos.com/v1");
+    assert_eq!(monitor["kind"], "PodMonitor");
+    assert!(monitor["metadata"]["name"]
+        .as_str()
+        .is_some_and(|n| !n.is_empty()));
+
+    let k8s = yaml_docs(K8S);
+    let labels = string_map(&kind(&k8s, "Deployment")["spec"]["template"]["metadata"]["labels"]);
+    let selector = string_map(&monitor["spec"]["selector"]["matchLabels"]);
+    assert!(!selector.is_empty(), "spec.selector.matchLabels");
+    assert!(
+        selector.iter().all(|(k, v)| labels.get(k) == Some(v)),
+        "the selector matches the pods: {selector:?} vs {labels:?}"
+    );
+
+    let (_, sidecar) = pod_and_sidecar(&k8s);
+    let endpoints = monitor["spec"]["podMetricsEndpoints"]
+        .as_array()
+        .expect("spec.podMetricsEndpoints");
+    assert_eq!(endpoints.len(), 1);
+    let endpoint = &endpoints[0];
+    assert_eq!(resolve_port(sidecar, &endpoint["port"]), 9090);
+    assert_eq!(endpoint["path"], "/metrics");
+}

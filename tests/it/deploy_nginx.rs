@@ -1,0 +1,978 @@
+//! The standalone deployment: holdfast run by systemd (`deploy/systemd/`) behind nginx
+//! (`deploy/nginx/holdfast.conf`).
+//!
+//! The nginx tests run the real nginx (the Debian package, which `.ci/run` installs) with the
+//! shipped site file, changed only in its two addresses: nginx listens on a free loopback port
+//! instead of 80, and its `upstream` points at a holdfast running in this process instead of
+//! 127.0.0.1:8080. A wrapper `nginx.conf` in a temporary directory supplies what the site file
+//! leaves to the host's main configuration (pid file, logs, temp paths), and turns gzip on for
+//! every type the way a host's configuration might, so the site file must turn it off itself.
+//! nginx runs as one foreground process (`master_process off`) that the test kills at the end.
+//!
+//! The systemd tests read the unit, run `systemd-analyze verify` and `security` on it, and run
+//! the real holdfast binary with the unit's arguments and the shipped configuration file.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use http::{Request, Response};
+use http_body_util::Full;
+use tokio::net::{TcpSocket, TcpStream};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::sse::{event, push, sse_upstream, within, Events};
+use crate::support::http::{host_of, post_json, response, send, Seen, TestBody, Upstream};
+use crate::support::proxy::{metric_value, raw_config, Holdfast};
+
+/// The shipped nginx site file.
+const NGINX_SITE: &str = "deploy/nginx/holdfast.conf";
+/// The shipped systemd unit.
+const UNIT: &str = "deploy/systemd/holdfast.service";
+/// The configuration file the unit's README section installs as /etc/holdfast/holdfast.toml.
+const UNIT_CONFIG: &str = "deploy/systemd/holdfast.toml";
+/// Where the unit reads its configuration.
+const UNIT_CONFIG_PATH: &str = "/etc/holdfast/holdfast.toml";
+/// holdfast's address in the shipped nginx site file.
+const SITE_HOLDFAST: &str = "127.0.0.1:8080";
+
+/// How long nginx gets to start listening: it starts in milliseconds, but a loaded two-core
+/// machine must not fail a test that would pass. (nginx itself retries a busy port for 2.5 s.)
+const NGINX_START: Duration = Duration::from_secs(20);
+
+// ------------------------------------------------------------------------------------------
+// Files and programs
+// ------------------------------------------------------------------------------------------
+
+/// A file of this repository.
+pub(crate) fn repo_path(relative: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(relative)
+}
+
+/// The text of a file of this repository.
+pub(crate) fn read_repo(relative: &str) -> String {
+    std::fs::read_to_string(repo_path(relative))
+        .unwrap_or_else(|e| panic!("cannot read {relative}: {e}"))
+}
+
+/// A fresh directory under the system's temporary directory, removed when dropped.
+pub(crate) struct TempDir(PathBuf);
+
+impl TempDir {
+    /// Creates `holdfast-<tag>-<pid>-<n>-<nanos>`.
+    pub(crate) fn new(tag: &str) -> TempDir {
+        static COUNT: AtomicUsize = AtomicUsize::new(0);
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+        let path = std::env::temp_dir().join(format!(
+            "holdfast-{tag}-{}-{}-{nanos}",
+            std::process::id(),
+            COUNT.fetch_add(1, Ordering::SeqCst)
+        ));
+        std::fs::create_dir_all(&path).expect("create a temporary directory");
+        TempDir(path)
+    }
+
+    /// The directory.
+    pub(crate) fn path(&self) -> &Path {
+        &self.0
+    }
+
+    /// Writes `text` to `name` inside the directory and returns the file's path.
+    pub(crate) fn write(&self, name: &str, text: &str) -> PathBuf {
+        let path = self.0.join(name);
+        std::fs::write(&path, text).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
+        path
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// `name` on `PATH`, or in the sbin directories (nginx lives in /usr/sbin, which a non-root
+/// user's `PATH` often lacks).
+pub(crate) fn find_program(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain(["/usr/sbin", "/sbin", "/usr/local/sbin"].map(PathBuf::from))
+        .map(|dir| dir.join(name))
+        .find(|candidate| candidate.is_file())
+}
+
+/// `name`, or a failure that says how to install it: these tests must not pass by not running.
+pub(crate) fn require_program(name: &str, install: &str) -> PathBuf {
+    find_program(name).unwrap_or_else(|| {
+        panic!(
+            "`{name}` is not installed, so this test cannot run. Install it with `{install}` \
+             (.ci/run does this before `cargo test`)."
+        )
+    })
+}
+
+// ------------------------------------------------------------------------------------------
+// nginx's configuration language, as far as these tests read it
+// ------------------------------------------------------------------------------------------
+
+/// One directive: the blocks it sits in (`["upstream holdfast", "server", "location /"]`), its
+/// name and its arguments, unquoted.
+#[derive(Debug, Clone)]
+struct Directive {
+    context: Vec<String>,
+    name: String,
+    args: Vec<String>,
+}
+
+/// Splits an nginx configuration into directives: comments dropped, quotes removed, each
+/// directive tagged with the blocks around it.
+fn nginx_directives(text: &str) -> Vec<Directive> {
+    let mut directives = Vec::new();
+    let mut context: Vec<String> = Vec::new();
+    let mut words: Vec<String> = Vec::new();
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '#' => {
+                for c in chars.by_ref() {
+                    if c == '\n' {
+                        break;
+                    }
+                }
+            }
+            '"' | '\'' => {
+                let mut word = String::new();
+                for q in chars.by_ref() {
+                    if q == c {
+                        break;
+                    }
+                    word.push(q);
+                }
+                words.push(word);
+            }
+            ';' => {
+                assert!(!words.is_empty(), "empty directive in nginx configuration");
+                let name = words.remove(0);
+                directives.push(Directive {
+                    context: context.clone(),
+                    name,
+                    args: std::mem::take(&mut words),
+                });
+            }
+            '{' => context.push(std::mem::take(&mut words).join(" ")),
+            '}' => {
+                assert!(words.is_empty(), "unterminated directive before `}}`");
+                context
+                    .pop()
+                    .expect("unbalanced `}` in nginx configuration");
+            }
+            c if c.is_whitespace() => {}
+            _ => {
+                let mut word = String::from(c);
+                while let Some(&n) = chars.peek() {
+                    if n.is_whitespace() || matches!(n, ';' | '{' | '}' | '#' | '"' | '\'') {
+                        break;
+                    }
+                    word.push(n);
+                    chars.next();
+                }
+                words.push(word);
+            }
+        }
+    }
+    assert!(context.is_empty(), "unclosed block in nginx configuration");
+    directives
+}
+
+/// An nginx time (`90`, `5s`, `24h`, `1h30m`, `500ms`).
+fn nginx_time(value: &str) -> Duration {
+    let mut total = Duration::ZERO;
+    let mut rest = value;
+    while !rest.is_empty() {
+        let digits = rest
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(rest.len());
+        let n: u64 = rest[..digits]
+            .parse()
+            .unwrap_or_else(|_| panic!("bad nginx time {value:?}"));
+        rest = &rest[digits..];
+        let unit = rest
+            .find(|c: char| c.is_ascii_digit())
+            .unwrap_or(rest.len());
+        let secs = match &rest[..unit] {
+            "ms" => {
+                total += Duration::from_millis(n);
+                0
+            }
+            "" | "s" => n,
+            "m" => n * 60,
+            "h" => n * 3600,
+            "d" => n * 86400,
+            "w" => n * 7 * 86400,
+            other => panic!("unknown unit {other:?} in nginx time {value:?}"),
+        };
+        total += Duration::from_secs(secs);
+        rest = &rest[unit..];
+    }
+    total
+}
+
+/// The shipped site file's directives, and lookups into them.
+struct Site(Vec<Directive>);
+
+impl Site {
+    fn shipped() -> Site {
+        Site(nginx_directives(&read_repo(NGINX_SITE)))
+    }
+
+    /// The arguments of every `name` directive directly inside the block `block` (matched by
+    /// its first word: `upstream`, `server`, `location`).
+    fn all(&self, block: &str, name: &str) -> Vec<Vec<String>> {
+        self.0
+            .iter()
+            .filter(|d| d.name == name)
+            .filter(|d| {
+                d.context
+                    .last()
+                    .is_some_and(|c| c.split(' ').next() == Some(block))
+            })
+            .map(|d| d.args.clone())
+            .collect()
+    }
+
+    /// The one `name` directive in `block`, as one string.
+    fn one(&self, block: &str, name: &str) -> String {
+        let all = self.all(block, name);
+        assert_eq!(
+            all.len(),
+            1,
+            "{NGINX_SITE}: expected exactly one `{name}` in its `{block}` block, found {all:?}"
+        );
+        all[0].join(" ")
+    }
+
+    /// The value `proxy_set_header` gives `header` in the location.
+    fn header(&self, header: &str) -> Option<String> {
+        self.all("location", "proxy_set_header")
+            .into_iter()
+            .find(|args| args[0].eq_ignore_ascii_case(header))
+            .map(|args| args[1..].join(" "))
+    }
+}
+
+/// The shipped site file with nginx on `listen` and holdfast at `holdfast`: the only change.
+fn site_for_test(shipped: &str, listen: SocketAddr, holdfast: SocketAddr) -> String {
+    let server_line = format!("server {SITE_HOLDFAST};");
+    assert_eq!(
+        shipped.matches(&server_line).count(),
+        1,
+        "{NGINX_SITE} must point its upstream at holdfast with `{server_line}`"
+    );
+    let mut listens = 0;
+    let lines: Vec<String> = shipped
+        .replace(&server_line, &format!("server {holdfast};"))
+        .lines()
+        .map(|line| {
+            let directive = line.trim();
+            if !directive.starts_with("listen ") {
+                line.to_string()
+            } else if directive == "listen 80;" {
+                listens += 1;
+                format!("    listen {listen};")
+            } else if directive.starts_with("listen [::]:") {
+                // The IPv6 twin: loopback IPv4 is all the test needs (and a container may have
+                // no IPv6 at all).
+                String::new()
+            } else {
+                panic!("{NGINX_SITE}: the test does not know how to move `{directive}`")
+            }
+        })
+        .collect();
+    assert_eq!(listens, 1, "{NGINX_SITE} must have one `listen 80;`");
+    lines.join("\n")
+}
+
+// ------------------------------------------------------------------------------------------
+// A real nginx
+// ------------------------------------------------------------------------------------------
+
+/// nginx in the foreground, with the shipped site in front of a holdfast; killed when dropped.
+struct Nginx {
+    child: Child,
+    addr: SocketAddr,
+    dir: TempDir,
+}
+
+/// Why an nginx did not come up.
+enum StartError {
+    /// Another process took the free port between the test finding it and nginx binding it.
+    PortTaken(String),
+    /// Anything else: the log says what.
+    Failed(String),
+}
+
+impl Nginx {
+    /// Starts nginx with the shipped site in front of holdfast at `holdfast`, on a free port.
+    async fn start(holdfast: SocketAddr) -> Nginx {
+        let nginx = require_program("nginx", "apt-get update && apt-get install -y nginx");
+        // The port is free when chosen, not reserved: if something takes it before nginx binds
+        // it, choose another.
+        let mut last = String::new();
+        for _ in 0..3 {
+            match Nginx::try_start(&nginx, holdfast).await {
+                Ok(running) => return running,
+                Err(StartError::PortTaken(log)) => last = log,
+                Err(StartError::Failed(log)) => {
+                    panic!("nginx did not start with {NGINX_SITE}:\n{log}")
+                }
+            }
+        }
+        panic!("nginx found its port taken three times:\n{last}")
+    }
+
+    async fn try_start(nginx: &Path, holdfast: SocketAddr) -> Result<Nginx, StartError> {
+        let dir = TempDir::new("nginx");
+        let listen = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("find a free port");
+        let site = site_for_test(&read_repo(NGINX_SITE), listen, holdfast);
+        let site_path = dir.write("holdfast.conf", &site);
+        let tmp = dir.path().display().to_string();
+        let wrapper = format!(
+            "# Written by tests/it/deploy_nginx.rs: what a host's nginx.conf provides.\n\
+             daemon off;\n\
+             master_process off;\n\
+             worker_processes 1;\n\
+             pid {tmp}/nginx.pid;\n\
+             error_log {tmp}/error.log info;\n\
+             events {{ worker_connections 256; }}\n\
+             http {{\n\
+             \x20   access_log {tmp}/access.log;\n\
+             \x20   client_body_temp_path {tmp}/client_body;\n\
+             \x20   proxy_temp_path {tmp}/proxy;\n\
+             \x20   fastcgi_temp_path {tmp}/fastcgi;\n\
+             \x20   uwsgi_temp_path {tmp}/uwsgi;\n\
+             \x20   scgi_temp_path {tmp}/scgi;\n\
+             \x20   # A host's main configuration may compress everything (Debian's turns gzip on);\n\
+             \x20   # the site must keep streams uncompressed by itself.\n\
+             \x20   gzip on;\n\
+             \x20   gzip_min_length 1;\n\
+             \x20   gzip_types text/event-stream application/json application/x-ndjson;\n\
+             \x20   include {site};\n\
+             }}\n",
+            site = site_path.display(),
+        );
+        let conf = dir.write("nginx.conf", &wrapper);
+        let output = std::fs::File::create(dir.path().join("nginx.out")).expect("nginx.out");
+        let child = Command::new(nginx)
+            .arg("-p")
+            .arg(dir.path())
+            .arg("-e")
+            .arg(dir.path().join("error.log"))
+            .arg("-c")
+            .arg(&conf)
+            .stdin(Stdio::null())
+            .stdout(output.try_clone().expect("nginx.out"))
+            .stderr(output)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot run {}: {e}", nginx.display()));
+        let mut running = Nginx {
+            child,
+            addr: listen,
+            dir,
+        };
+        running.ready().await?;
+        Ok(running)
+    }
+
+    /// Waits until nginx accepts connections. nginx announces nothing the test could await, so
+    /// this polls a TCP connect, with a deadline, and stops early if nginx exits.
+    async fn ready(&mut self) -> Result<(), StartError> {
+        let deadline = Instant::now() + NGINX_START;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("poll nginx") {
+                let log = format!("nginx exited with {status}\n{}", self.log());
+                return Err(if log.contains("Address already in use") {
+                    StartError::PortTaken(log)
+                } else {
+                    StartError::Failed(log)
+                });
+            }
+            if TcpStream::connect(self.addr).await.is_ok() {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(StartError::Failed(format!(
+                    "nginx did not listen on {} within {NGINX_START:?}\n{}",
+                    self.addr,
+                    self.log()
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// `http://<nginx>` + `path`.
+    fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.addr, path)
+    }
+
+    /// nginx's output and error log, for failure messages.
+    fn log(&self) -> String {
+        let read = |name: &str| std::fs::read_to_string(self.dir.path().join(name));
+        format!(
+            "--- nginx output ---\n{}\n--- error.log ---\n{}",
+            read("nginx.out").unwrap_or_default(),
+            read("error.log").unwrap_or_default()
+        )
+    }
+}
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        // One process (`master_process off`), so killing it leaves nothing behind.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// nginx: the shipped site, read
+// ------------------------------------------------------------------------------------------
+
+/// holdfast's effective configuration under the shipped unit: the shipped file, checked and
+/// printed by the real binary (`holdfast check-config`) with the unit's own arguments.
+fn unit_config() -> holdfast::config::RawConfig {
+    let unit = SystemdUnit::shipped();
+    let exec = unit.one("ExecStart");
+    let mut words = exec.split_whitespace();
+    assert_eq!(words.next(), Some("/usr/local/bin/holdfast"), "ExecStart");
+    let args: Vec<String> = words
+        .map(|w| {
+            if w == UNIT_CONFIG_PATH {
+                repo_path(UNIT_CONFIG).display().to_string()
+            } else {
+                w.to_string()
+            }
+        })
+        .collect();
+    let out = Command::new(env!("CARGO_BIN_EXE_holdfast"))
+        .arg("check-config")
+        .args(&args)
+        .env_clear()
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .stdin(Stdio::null())
+        .output()
+        .expect("run holdfast check-config");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "`holdfast check-config {}` failed: {}\n{stdout}{}",
+        args.join(" "),
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    toml::from_str(&stdout).expect("check-config prints the configuration as TOML")
+}
+
+#[test]
+fn the_nginx_site_is_configured_for_streams_and_keep_alive() {
+    let site = Site::shipped();
+    let holdfast = unit_config();
+    let secs = Duration::from_secs_f64;
+
+    // The upstream block: holdfast's listener, with keep-alive connections.
+    assert_eq!(site.one("upstream", "server"), SITE_HOLDFAST);
+    assert_eq!(
+        holdfast.listen, SITE_HOLDFAST,
+        "{UNIT_CONFIG} must make holdfast listen where nginx sends requests"
+    );
+    let keepalive: usize = site.one("upstream", "keepalive").parse().unwrap();
+    assert!(keepalive > 0);
+    // nginx must drop an idle connection before holdfast closes it, or it may send a request on
+    // a connection holdfast is closing and answer nginx's own 502.
+    let idle = nginx_time(&site.one("upstream", "keepalive_timeout"));
+    assert!(
+        idle < secs(holdfast.limits.header_read_timeout_secs),
+        "keepalive_timeout {idle:?} must be below holdfast's limits.header_read_timeout_secs"
+    );
+
+    // The location: HTTP/1.1 keep-alive, streaming both ways.
+    assert_eq!(site.one("location", "proxy_pass"), "http://holdfast");
+    assert_eq!(site.one("location", "proxy_http_version"), "1.1");
+    assert_eq!(site.header("Connection").as_deref(), Some(""));
+    assert_eq!(site.one("location", "proxy_buffering"), "off");
+    assert_eq!(site.one("location", "proxy_request_buffering"), "off");
+    assert_eq!(site.one("server", "gzip"), "off");
+
+    // nginx's timeouts outlast holdfast's, so holdfast decides when a stream or an answer is
+    // late, and a quiet GET stream can live for hours.
+    let read = nginx_time(&site.one("location", "proxy_read_timeout"));
+    assert!(
+        read >= Duration::from_secs(3600),
+        "proxy_read_timeout {read:?}"
+    );
+    for (key, value) in [
+        (
+            "streams.idle_timeout_secs",
+            holdfast.streams.idle_timeout_secs,
+        ),
+        (
+            "client.response_timeout_secs",
+            holdfast.client.response_timeout_secs,
+        ),
+        ("hold.timeout_secs", holdfast.hold.timeout_secs),
+    ] {
+        assert!(read > secs(value), "proxy_read_timeout must exceed {key}");
+    }
+
+    // The MCP server sees the client's Host, and who the client is.
+    assert_eq!(site.header("Host").as_deref(), Some("$http_host"));
+    assert_eq!(
+        site.header("X-Forwarded-For").as_deref(),
+        Some("$proxy_add_x_forwarded_for")
+    );
+    assert_eq!(site.header("X-Forwarded-Proto").as_deref(), Some("$scheme"));
+    assert!(site.header("X-Forwarded-Host").is_some());
+}
+
+// ------------------------------------------------------------------------------------------
+// nginx: the shipped site, running
+// ------------------------------------------------------------------------------------------
+
+/// A GET that opens an SSE stream through nginx, as an MCP client does (and accepting gzip,
+/// as HTTP clients usually do).
+async fn open_stream(nginx: &Nginx) -> Response<hyper::body::Incoming> {
+    let url = nginx.url("/mcp");
+    let req = Request::get(&url)
+        .header("host", host_of(&url))
+        .header("accept", "text/event-stream")
+        .header("accept-encoding", "gzip")
+        .body(Full::default())
+        .unwrap();
+    let resp = within(send(req)).await;
+    assert_eq!(resp.status(), 200, "{}", nginx.log());
+    assert_eq!(
+        resp.headers().get("content-encoding"),
+        None,
+        "a stream must not be compressed"
+    );
+    resp
+}
+
+/// Events cross nginx and holdfast one at a time: the upstream sends event N only after the
+/// client has read event N-1, which neither a buffering proxy nor gzip would let through.
+#[tokio::test]
+async fn sse_events_cross_nginx_and_holdfast_one_at_a_time() {
+    let (upstream, mut streams) = sse_upstream(&[]).await;
+    let holdfast = Holdfast::start_with(raw_config(&upstream.url())).await;
+    let nginx = Nginx::start(holdfast.addr).await;
+
+    let resp = open_stream(&nginx).await;
+    assert_eq!(resp.headers()["content-type"], "text/event-stream");
+    let tx = within(streams.recv()).await.unwrap();
+    let mut events = Events::new(resp);
+    for n in 1..=5 {
+        push(&tx, n).await;
+        assert_eq!(events.next().await, event(n));
+    }
+    drop(tx);
+    events.end().await.expect("a clean end");
+
+    // The MCP server saw the client's Host and who the client was.
+    let seen = upstream.seen();
+    assert_eq!(seen.len(), 1);
+    let header = |name: &str| seen[0].headers[name].to_str().unwrap().to_string();
+    let client_host = nginx.addr.to_string();
+    assert_eq!(header("host"), client_host);
+    assert!(header("x-forwarded-host").starts_with(&client_host));
+    // nginx's entry first (the client), then holdfast's (nginx).
+    assert_eq!(header("x-forwarded-for"), "127.0.0.1, 127.0.0.1");
+    assert!(header("x-forwarded-proto").starts_with("http"));
+}
+
+/// The site itself streams: a body of another type, which holdfast does not mark
+/// `X-Accel-Buffering: no`, still crosses nginx chunk by chunk (`proxy_buffering off`).
+#[tokio::test]
+async fn any_streamed_body_crosses_nginx_unbuffered() {
+    let (upstream, mut streams) = sse_upstream(&[("content-type", "application/x-ndjson")]).await;
+    let holdfast = Holdfast::start_with(raw_config(&upstream.url())).await;
+    let nginx = Nginx::start(holdfast.addr).await;
+
+    let resp = open_stream(&nginx).await;
+    assert_eq!(resp.headers()["content-type"], "application/x-ndjson");
+    let tx = within(streams.recv()).await.unwrap();
+    let mut chunks = Events::new(resp);
+    for n in 1..=3 {
+        push(&tx, n).await;
+        assert_eq!(chunks.next().await, event(n));
+    }
+    drop(tx);
+    chunks.end().await.expect("a clean end");
+}
+
+/// The application: answers 200 with the request body.
+async fn echo(seen: Seen) -> Response<TestBody> {
+    response(200, &[("content-type", "application/json")], seen.body)
+}
+
+/// A port of its own on 127.0.0.1: bound and not listening, connections to it are refused.
+fn refusing(addr: SocketAddr) -> TcpSocket {
+    let socket = TcpSocket::new_v4().unwrap();
+    // The port's previous connections may linger in TIME_WAIT.
+    socket.set_reuseaddr(true).unwrap();
+    socket
+        .bind(addr)
+        .unwrap_or_else(|e| panic!("rebind {addr} for the restart: {e}"));
+    socket
+}
+
+/// One request as the client loop saw it.
+#[derive(Debug)]
+struct Answer {
+    status: u16,
+    body_echoed: bool,
+    took: Duration,
+}
+
+/// An MCP client posting requests back to back through nginx, in a task, until told to stop.
+///
+/// Each request runs under `turn`: a test that takes the lock waits for the request in flight
+/// to end and keeps the next one from starting, so it can stop the backend *between* requests
+/// (a request cut off mid-response may have run, and failing it would be right).
+struct ClientLoop {
+    stop: Arc<AtomicBool>,
+    /// Requests answered 200 so far.
+    ok: watch::Receiver<usize>,
+    turn: Arc<tokio::sync::Mutex<()>>,
+    task: JoinHandle<Vec<Answer>>,
+}
+
+impl ClientLoop {
+    fn start(url: String) -> ClientLoop {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (progress, ok) = watch::channel(0);
+        let turn = Arc::new(tokio::sync::Mutex::new(()));
+        let task = tokio::spawn({
+            let (stop, turn) = (stop.clone(), turn.clone());
+            async move {
+                let mut answers = Vec::new();
+                for id in 1.. {
+                    if stop.load(Ordering::SeqCst) {
+                        break;
+                    }
+                    let _turn = turn.lock().await;
+                    let body = format!(
+                        r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"count"}}}}"#
+                    );
+                    let started = Instant::now();
+                    let got = within(post_json(&url, &body)).await;
+                    let answer = Answer {
+                        status: got.status.as_u16(),
+                        body_echoed: got.body == body.as_bytes(),
+                        took: started.elapsed(),
+                    };
+                    let failed = answer.status != 200 || !answer.body_echoed;
+                    answers.push(answer);
+                    if failed {
+                        // The first failure is the finding: stop there.
+                        break;
+                    }
+                    progress.send_modify(|n| *n += 1);
+                }
+                answers
+            }
+        });
+        ClientLoop {
+            stop,
+            ok,
+            turn,
+            task,
+        }
+    }
+
+    /// Waits until `n` requests in all were answered 200; fails with the last answer if the
+    /// loop stopped first.
+    async fn until(&mut self, n: usize) {
+        if within(self.ok.wait_for(|&ok| ok >= n)).await.is_err() {
+            let answers = (&mut self.task).await.expect("client loop");
+            panic!("the client loop stopped at {:?}", answers.last());
+        }
+    }
+
+    /// Waits until a request is held in holdfast. Entering the hold is nothing a client can
+    /// await, so the metric that shows it is polled, with a deadline; a request answered
+    /// instead of held ends the loop, and the test.
+    async fn until_held(&mut self, holdfast: &Holdfast) {
+        within(async {
+            while holdfast.metric("holdfast_held_requests").await < 1.0 {
+                if self.task.is_finished() {
+                    let answers = (&mut self.task).await.expect("client loop");
+                    panic!(
+                        "the request that met the stopped backend was answered, not held: {:?}",
+                        answers.last()
+                    );
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await
+    }
+
+    /// Stops after the request in flight and returns every answer.
+    async fn finish(self) -> Vec<Answer> {
+        self.stop.store(true, Ordering::SeqCst);
+        within(self.task).await.expect("client loop")
+    }
+}
+
+/// The sum of `holdfast_requests_total` samples answered with `status`, any method.
+fn answered_with(metrics: &str, status: u16) -> f64 {
+    let label = format!("status=\"{status}\"");
+    metrics
+        .lines()
+        .filter(|l| l.starts_with("holdfast_requests_total{") && l.contains(&label))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// The backend stops (its port refuses connections) and comes back on the same port while a
+/// client keeps posting through nginx: every answer is the application's 200, because holdfast
+/// holds the requests that meet the gap and nginx waits for holdfast. Never a 404, 502 or 503.
+#[tokio::test]
+async fn the_client_behind_nginx_sees_only_200s_while_the_backend_restarts() {
+    let socket = TcpSocket::new_v4().unwrap();
+    socket.set_reuseaddr(true).unwrap();
+    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let addr = socket.local_addr().unwrap();
+    let first = Upstream::serve(socket.listen(1024).unwrap(), echo);
+    // Default settings: holding is on.
+    let holdfast = Holdfast::start(&format!("http://{addr}")).await;
+    let nginx = Nginx::start(holdfast.addr).await;
+
+    let mut client = ClientLoop::start(nginx.url("/mcp"));
+    client.until(5).await;
+
+    // The container stops between two requests; its port refuses connections from now on.
+    let (seen_by_first, port) = {
+        let _between = within(client.turn.lock()).await;
+        let seen = first.seen().len();
+        within(first.stop()).await;
+        (seen, refusing(addr))
+    };
+    // The next request meets the refused port and waits in holdfast's hold, behind nginx.
+    client.until_held(&holdfast).await;
+    let ok_before_restart = *client.ok.borrow();
+
+    // The new container listens on the same port.
+    let second = Upstream::serve(port.listen(1024).unwrap(), echo);
+    client.until(ok_before_restart + 5).await;
+    let answers = client.finish().await;
+
+    let failed: Vec<&Answer> = answers
+        .iter()
+        .filter(|a| a.status != 200 || !a.body_echoed)
+        .collect();
+    assert!(
+        failed.is_empty(),
+        "answers other than the application's 200: {failed:?}\n{}",
+        nginx.log()
+    );
+    // Each request reached the application exactly once: held, not lost, not repeated.
+    assert_eq!(seen_by_first + second.seen().len(), answers.len());
+    let held = answers.iter().map(|a| a.took).max().unwrap();
+    eprintln!(
+        "deploy_nginx: {} requests through nginx, all 200; the held one took {held:?}",
+        answers.len()
+    );
+
+    let metrics = holdfast.metrics().await;
+    assert!(metric_value(&metrics, "holdfast_holds_total{outcome=\"released\"}") >= 1.0);
+    assert_eq!(metric_value(&metrics, "holdfast_outages_total"), 1.0);
+    for status in [404, 502, 503] {
+        assert_eq!(answered_with(&metrics, status), 0.0, "status {status}");
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// systemd
+// ------------------------------------------------------------------------------------------
+
+/// A unit file's `[Service]` settings: every assignment in order (a key may repeat; an empty
+/// assignment resets a list).
+struct SystemdUnit(HashMap<String, Vec<String>>);
+
+impl SystemdUnit {
+    fn shipped() -> SystemdUnit {
+        let mut section = String::new();
+        let mut service: HashMap<String, Vec<String>> = HashMap::new();
+        for line in read_repo(UNIT).lines() {
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') || line.starts_with(';') {
+                continue;
+            }
+            if line.starts_with('[') {
+                section = line.to_string();
+                continue;
+            }
+            assert!(!line.ends_with('\\'), "{UNIT}: keep settings on one line");
+            let (key, value) = line
+                .split_once('=')
+                .unwrap_or_else(|| panic!("{UNIT}: not a setting: {line}"));
+            if section == "[Service]" {
+                service
+                    .entry(key.trim().to_string())
+                    .or_default()
+                    .push(value.trim().to_string());
+            }
+        }
+        SystemdUnit(service)
+    }
+
+    /// Every value given to `key`.
+    fn all(&self, key: &str) -> &[String] {
+        self.0.get(key).map(Vec::as_slice).unwrap_or_default()
+    }
+
+    /// The single value of `key`.
+    fn one(&self, key: &str) -> &str {
+        match self.all(key) {
+            [value] => value,
+            other => panic!("{UNIT}: expected one {key}=, found {other:?}"),
+        }
+    }
+}
+
+/// A systemd time span (`30s`, `1min 30s`, `90`).
+fn systemd_time(value: &str) -> Duration {
+    value
+        .split_whitespace()
+        .map(|part| {
+            let digits = part
+                .find(|c: char| !c.is_ascii_digit())
+                .unwrap_or(part.len());
+            let n: u64 = part[..digits].parse().expect("a systemd time span");
+            match &part[digits..] {
+                "" | "s" | "sec" => Duration::from_secs(n),
+                "min" | "m" => Duration::from_secs(n * 60),
+                "ms" | "msec" => Duration::from_millis(n),
+                other => panic!("unexpected unit {other:?} in {value:?}"),
+            }
+        })
+        .sum()
+}
+
+#[test]
+fn the_systemd_unit_is_hardened() {
+    let unit = SystemdUnit::shipped();
+    let yes = |key: &str| assert_eq!(unit.one(key), "yes", "{UNIT}: {key}");
+
+    // No privileges at all: a throwaway user, no capabilities, nothing to gain.
+    assert!(
+        unit.one("DynamicUser") == "yes" || !unit.all("User").is_empty(),
+        "{UNIT}: run as DynamicUser=yes or a dedicated User="
+    );
+    assert_eq!(unit.one("CapabilityBoundingSet"), "", "no capabilities");
+    yes("NoNewPrivileges");
+    // A read-only system, no home directories, a private /tmp.
+    assert_eq!(unit.one("ProtectSystem"), "strict");
+    yes("ProtectHome");
+    yes("PrivateTmp");
+    yes("MemoryDenyWriteExecute");
+    // Sockets: TCP for clients and the MCP server, AF_UNIX for the journal; nothing else.
+    let families: Vec<&str> = unit
+        .one("RestrictAddressFamilies")
+        .split_whitespace()
+        .collect();
+    assert_eq!(families, ["AF_INET", "AF_INET6", "AF_UNIX"]);
+    assert!(
+        unit.all("SystemCallFilter")
+            .iter()
+            .any(|f| f == "@system-service"),
+        "{UNIT}: SystemCallFilter=@system-service"
+    );
+
+    // Restarts on a crash, not on a configuration error (exit status 2) it cannot fix.
+    assert_eq!(unit.one("Restart"), "on-failure");
+    assert_eq!(unit.one("RestartPreventExitStatus"), "2");
+
+    // The configuration file, and a stop that waits for holdfast's drain.
+    let exec = unit.one("ExecStart");
+    assert!(
+        exec.contains(&format!("--config {UNIT_CONFIG_PATH}")),
+        "{UNIT}: ExecStart must read {UNIT_CONFIG_PATH}: {exec}"
+    );
+    let holdfast = unit_config();
+    let stop = systemd_time(unit.one("TimeoutStopSec"));
+    let drain = Duration::from_secs_f64(holdfast.shutdown.drain_timeout_secs);
+    assert!(
+        stop > drain,
+        "TimeoutStopSec {stop:?} must exceed shutdown.drain_timeout_secs {drain:?}, or systemd \
+         kills holdfast mid-drain"
+    );
+    assert!(
+        stop > Duration::from_secs_f64(
+            holdfast::config::RawConfig::default()
+                .shutdown
+                .drain_timeout_secs
+        ),
+        "TimeoutStopSec must exceed the default drain timeout too"
+    );
+}
+
+/// `systemd-analyze` reads the unit as systemd would: no unknown or misspelt setting, an
+/// executable ExecStart, and a low exposure score (`systemd-analyze security`, 0 to 10).
+#[test]
+fn systemd_accepts_the_unit() {
+    let Some(analyze) = find_program("systemd-analyze") else {
+        // The unit's settings are still checked by reading them (the test above).
+        eprintln!(
+            "deploy_nginx: systemd-analyze not found (Debian package `systemd`): \
+             {UNIT} checked by reading only"
+        );
+        return;
+    };
+    let dir = TempDir::new("systemd");
+    // The same unit, pointing at the binary this build made instead of /usr/local/bin.
+    let unit = read_repo(UNIT).replace(
+        "ExecStart=/usr/local/bin/holdfast ",
+        &format!("ExecStart={} ", env!("CARGO_BIN_EXE_holdfast")),
+    );
+    let path = dir.write("holdfast.service", &unit);
+
+    let verify = Command::new(&analyze)
+        .arg("verify")
+        .arg(&path)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run systemd-analyze verify");
+    let stderr = String::from_utf8_lossy(&verify.stderr);
+    // Unknown settings are only warnings, on stderr: any output is a finding.
+    assert!(
+        verify.status.success() && stderr.trim().is_empty(),
+        "systemd-analyze verify {UNIT}: {}\n{stderr}",
+        verify.status
+    );
+
+    let security = Command::new(&analyze)
+        // The threshold is in tenths: exposure at most 2.0 of 10 (the unit scores about 1).
+        .args(["security", "--offline=yes", "--threshold=20", "--no-pager"])
+        .arg(&path)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run systemd-analyze security");
+    assert!(
+        security.status.success(),
+        "systemd-analyze security rates {UNIT} above 2.0:\n{}{}",
+        String::from_utf8_lossy(&security.stdout),
+        String::from_utf8_lossy(&security.stderr)
+    );
+}

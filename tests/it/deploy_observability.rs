@@ -1,0 +1,701 @@
+//! The observability kit: Prometheus alert rules (`deploy/prometheus/`) and the Grafana
+//! dashboard (`deploy/grafana/holdfast.json`), checked against what holdfast really exports.
+//!
+//! The names come from a holdfast running in this process: its `/metrics` (OpenMetrics text)
+//! declares each metric family with a `# TYPE name type` line, and the query language names a
+//! counter's samples `name_total` and a histogram's `name_bucket`, `name_sum` and `name_count`.
+//! Every `holdfast_*` identifier in the rules and the dashboard must be one of those, and every
+//! label value a selector matches (`outcome="timed_out"`, `reason="horizon_exceeded"`) must
+//! appear in holdfast's samples. Some families only appear once something happened, so the test
+//! makes each happen first (see [`exported`]).
+//!
+//! promtool (Debian package `prometheus`, which `.ci/run` installs) then checks the rules, runs
+//! their unit tests (`alerts.test.yaml`), checks `prometheus.yml`, and parses every dashboard
+//! query as PromQL.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::pin::Pin;
+use std::process::{Command, Stdio};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body::Frame;
+use http_body_util::{BodyExt, Full};
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+use crate::deploy_nginx::{read_repo, repo_path, require_program, TempDir};
+use crate::sse::{within, BoxError};
+use crate::support::http::{get, host_of, response, send, TestBody, Upstream};
+use crate::support::proxy::{raw_config, Holdfast};
+
+/// The alert rules.
+const ALERTS: &str = "deploy/prometheus/alerts.yaml";
+/// promtool unit tests of the alert rules.
+const ALERT_TESTS: &str = "deploy/prometheus/alerts.test.yaml";
+/// The scrape configuration.
+const PROMETHEUS: &str = "deploy/prometheus/prometheus.yml";
+/// The Grafana dashboard.
+const DASHBOARD: &str = "deploy/grafana/holdfast.json";
+/// The data source every panel uses: a dashboard variable, so that import and provisioning
+/// both work without editing the file.
+const DATASOURCE: &str = "${DS_PROMETHEUS}";
+/// Labels Prometheus adds to every scraped sample; holdfast does not export them.
+const TARGET_LABELS: [&str; 2] = ["instance", "job"];
+
+// ------------------------------------------------------------------------------------------
+// What holdfast exports
+// ------------------------------------------------------------------------------------------
+
+/// holdfast's `/metrics`: the type of every family, and the labels of every sample.
+struct Exported {
+    /// Family name (`holdfast_holds`) to type (`counter`, `gauge`, `histogram`).
+    families: BTreeMap<String, String>,
+    /// Sample name (`holdfast_holds_total`) to its label sets.
+    samples: BTreeMap<String, Vec<BTreeMap<String, String>>>,
+    /// The text, for failure messages.
+    text: String,
+}
+
+impl Exported {
+    /// Parses OpenMetrics text.
+    fn parse(text: &str) -> Exported {
+        let mut families = BTreeMap::new();
+        let mut samples: BTreeMap<String, Vec<BTreeMap<String, String>>> = BTreeMap::new();
+        for line in text.lines() {
+            if let Some(rest) = line.strip_prefix("# TYPE ") {
+                let (name, kind) = rest.split_once(' ').expect("`# TYPE name type`");
+                families.insert(name.to_string(), kind.to_string());
+            } else if !line.starts_with('#') && !line.is_empty() {
+                let name_end = line.find(['{', ' ']).expect("a sample line");
+                let labels = if line[name_end..].starts_with('{') {
+                    let (matchers, _) = parse_braces(&line[name_end..]);
+                    matchers.into_iter().map(|m| (m.label, m.value)).collect()
+                } else {
+                    BTreeMap::new()
+                };
+                samples
+                    .entry(line[..name_end].to_string())
+                    .or_default()
+                    .push(labels);
+            }
+        }
+        Exported {
+            families,
+            samples,
+            text: text.to_string(),
+        }
+    }
+
+    /// The family a query-language name belongs to, or why it is not one holdfast exports.
+    fn family_of(&self, name: &str) -> Result<String, String> {
+        let kind = |family: &str| self.families.get(family).map(String::as_str);
+        if matches!(kind(name), Some("gauge" | "unknown")) {
+            return Ok(name.to_string());
+        }
+        if let Some(base) = name.strip_suffix("_total") {
+            if kind(base) == Some("counter") {
+                return Ok(base.to_string());
+            }
+        }
+        for suffix in ["_bucket", "_sum", "_count"] {
+            if let Some(base) = name.strip_suffix(suffix) {
+                if kind(base) == Some("histogram") {
+                    return Ok(base.to_string());
+                }
+            }
+        }
+        Err(match kind(name) {
+            Some("counter") => format!("{name} is a counter: its samples are {name}_total"),
+            Some("histogram") => {
+                format!("{name} is a histogram: use {name}_bucket, {name}_sum or {name}_count")
+            }
+            _ => format!("holdfast exports no {name}"),
+        })
+    }
+
+    /// Checks one use: the name is exported, and each label value it matches occurs.
+    fn check(&self, used: &Use) -> Result<String, String> {
+        let family = self.family_of(&used.name)?;
+        for m in &used.matchers {
+            if TARGET_LABELS.contains(&m.label.as_str()) || m.value.contains('$') {
+                // A target label, or a Grafana variable filled in at query time.
+                continue;
+            }
+            let samples = self.samples.get(&used.name).map(Vec::as_slice);
+            let Some(samples) = samples.filter(|s| !s.is_empty()) else {
+                return Err(format!(
+                    "{} matches {}{}\"{}\", but holdfast emitted no {} sample in this test \
+                     to check the value against",
+                    used.name, m.label, m.op, m.value, used.name
+                ));
+            };
+            for value in m.values() {
+                let occurs = samples
+                    .iter()
+                    .any(|labels| labels.get(&m.label) == Some(&value));
+                if !occurs {
+                    return Err(format!(
+                        "{}: holdfast never exports {}=\"{}\" (its samples: {:?})",
+                        used.name, m.label, value, samples
+                    ));
+                }
+            }
+        }
+        Ok(family)
+    }
+}
+
+/// A response body the test feeds frame by frame: an `Err` makes the upstream fail it.
+struct Fed(mpsc::Receiver<Result<Frame<Bytes>, BoxError>>);
+
+impl http_body::Body for Fed {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        self.0.poll_recv(cx)
+    }
+}
+
+/// A holdfast's `/metrics` once it has met every situation a rule or a panel selects on.
+///
+/// prometheus-client declares a labelled family only once it has a sample, and holdfast creates
+/// the hold outcomes and rewrite reasons at 0 on start but not the others; so the test makes
+/// them happen: a router's 404 passed through on a path the application is not known to serve
+/// and past the horizon, a request that gets no response head in time (502), and a response
+/// cut off mid-body.
+async fn exported() -> Exported {
+    let (bodies_tx, mut bodies) = mpsc::unbounded_channel();
+    let upstream = Upstream::start(move |seen| {
+        let bodies_tx = bodies_tx.clone();
+        async move {
+            match seen.uri.as_str() {
+                // No response head, ever: holdfast's response timeout answers 502.
+                "/mcp/slow" => std::future::pending().await,
+                // A response whose body the test feeds, then breaks.
+                "/mcp/dies" => {
+                    let (tx, rx) = mpsc::channel(1);
+                    bodies_tx.send(tx).unwrap();
+                    let mut resp = Response::new(TestBody::new(Fed(rx)));
+                    resp.headers_mut()
+                        .insert("content-type", "application/json".parse().unwrap());
+                    resp
+                }
+                // Traefik's route-missing 404.
+                _ => response(
+                    404,
+                    &[
+                        ("content-type", "text/plain; charset=utf-8"),
+                        ("x-content-type-options", "nosniff"),
+                    ],
+                    "404 page not found\n",
+                ),
+            }
+        }
+    })
+    .await;
+    let mut raw = raw_config(&upstream.url());
+    // Past the horizon from the start: the application has never answered.
+    raw.routes.horizon_secs = 1e-6;
+    raw.client.response_timeout_secs = 0.2;
+    let holdfast = Holdfast::start_with(raw).await;
+
+    // holdfast_router_passthrough_total{reason}: both reasons.
+    for path in ["/mcp", "/.well-known/oauth-protected-resource"] {
+        let got = within(get(&holdfast.url(path))).await;
+        assert_eq!(got.status, 404, "{path}: the router's 404 passes through");
+    }
+    // holdfast_upstream_failures_total{reason="response_timeout"}.
+    let got = within(get(&holdfast.url("/mcp/slow"))).await;
+    assert_eq!(got.status, 502);
+    // holdfast_response_aborts_total{reason="upstream_error"}: the MCP server dies after the
+    // client has read the first chunk.
+    let url = holdfast.url("/mcp/dies");
+    let resp = within(send(
+        Request::get(&url)
+            .header("host", host_of(&url))
+            .body(Full::default())
+            .unwrap(),
+    ))
+    .await;
+    assert_eq!(resp.status(), 200);
+    let tx = within(bodies.recv()).await.unwrap();
+    let mut body = resp.into_body();
+    tx.send(Ok(Frame::data(Bytes::from_static(b"{"))))
+        .await
+        .unwrap();
+    let first = within(body.frame())
+        .await
+        .expect("a frame")
+        .expect("the first chunk");
+    assert_eq!(first.into_data().unwrap(), "{");
+    tx.send(Err("the MCP server died".into())).await.unwrap();
+    assert!(within(body.collect()).await.is_err(), "a broken body");
+    // The abort is counted as holdfast lets go of the response, which the client cannot
+    // await: poll, with a deadline.
+    within(async {
+        while !holdfast
+            .metrics()
+            .await
+            .contains("holdfast_response_aborts_total{")
+        {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    Exported::parse(&holdfast.metrics().await)
+}
+
+// ------------------------------------------------------------------------------------------
+// Reading PromQL without a PromQL parser
+// ------------------------------------------------------------------------------------------
+
+/// One label matcher in a selector.
+#[derive(Debug, Clone)]
+struct Matcher {
+    label: String,
+    /// `=`, `!=`, `=~` or `!~`.
+    op: String,
+    value: String,
+}
+
+impl Matcher {
+    /// The label values this matcher names: one, or the alternatives of a regex made of plain
+    /// names (`queue_full|body_too_large`).
+    fn values(&self) -> Vec<String> {
+        if !self.op.contains('~') {
+            return vec![self.value.clone()];
+        }
+        assert!(
+            self.value
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '|'),
+            "{}{}\"{}\": only alternatives of plain values can be checked",
+            self.label,
+            self.op,
+            self.value
+        );
+        self.value.split('|').map(str::to_string).collect()
+    }
+}
+
+/// One use of a holdfast metric: its name and the matchers of its selector.
+#[derive(Debug)]
+struct Use {
+    name: String,
+    matchers: Vec<Matcher>,
+}
+
+/// Whether `c` can be part of a metric name.
+fn is_name_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || c == '_' || c == ':'
+}
+
+/// Every `holdfast_*` identifier in `text`, with the label matchers that follow it in braces.
+fn uses(text: &str) -> Vec<Use> {
+    let mut found = Vec::new();
+    let mut from = 0;
+    while let Some(at) = text[from..].find("holdfast_").map(|i| from + i) {
+        let starts_name = text[..at]
+            .chars()
+            .next_back()
+            .is_none_or(|c| !is_name_char(c));
+        let end = text[at..]
+            .find(|c: char| !is_name_char(c))
+            .map_or(text.len(), |i| at + i);
+        from = end;
+        if !starts_name {
+            continue;
+        }
+        let rest = text[end..].trim_start();
+        let matchers = if rest.starts_with('{') {
+            parse_braces(rest).0
+        } else {
+            Vec::new()
+        };
+        found.push(Use {
+            name: text[at..end].to_string(),
+            matchers,
+        });
+    }
+    found
+}
+
+/// Parses `{label op "value", ...}` at the start of `text`; returns the matchers and the length
+/// read. Values may be quoted with `"`, `'` or backquotes, with backslash escapes.
+fn parse_braces(text: &str) -> (Vec<Matcher>, usize) {
+    let mut chars = text.char_indices().peekable();
+    assert_eq!(chars.next().map(|(_, c)| c), Some('{'));
+    let mut matchers = Vec::new();
+    loop {
+        while chars
+            .next_if(|(_, c)| c.is_whitespace() || *c == ',')
+            .is_some()
+        {}
+        match chars.peek() {
+            Some(&(i, '}')) => return (matchers, i + 1),
+            None => panic!("unclosed selector: {text}"),
+            _ => {}
+        }
+        let mut label = String::new();
+        while let Some((_, c)) = chars.next_if(|(_, c)| is_name_char(*c)) {
+            label.push(c);
+        }
+        while chars.next_if(|(_, c)| c.is_whitespace()).is_some() {}
+        let mut op = String::new();
+        while let Some((_, c)) = chars.next_if(|(_, c)| matches!(c, '=' | '!' | '~')) {
+            op.push(c);
+        }
+        while chars.next_if(|(_, c)| c.is_whitespace()).is_some() {}
+        let quote = match chars.next() {
+            Some((_, q @ ('"' | '\'' | '`'))) => q,
+            other => panic!("expected a quoted value after {label}{op}, got {other:?}: {text}"),
+        };
+        let mut value = String::new();
+        loop {
+            match chars.next() {
+                Some((_, '\\')) if quote != '`' => {
+                    let (_, escaped) = chars.next().expect("an escaped character");
+                    value.push(match escaped {
+                        'n' => '\n',
+                        other => other,
+                    });
+                }
+                Some((_, c)) if c == quote => break,
+                Some((_, c)) => value.push(c),
+                None => panic!("unterminated label value: {text}"),
+            }
+        }
+        assert!(
+            !label.is_empty() && matches!(op.as_str(), "=" | "!=" | "=~" | "!~"),
+            "not a label matcher: {label}{op}{value:?} in {text}"
+        );
+        matchers.push(Matcher { label, op, value });
+    }
+}
+
+/// Checks every use in `text` (from `file`) against `exported`; returns the families used.
+fn check_uses(exported: &Exported, file: &str, text: &str) -> BTreeSet<String> {
+    let found = uses(text);
+    assert!(
+        !found.is_empty(),
+        "{file} uses no holdfast metric: scan broken?"
+    );
+    let mut families = BTreeSet::new();
+    let mut problems = Vec::new();
+    for used in &found {
+        match exported.check(used) {
+            Ok(family) => {
+                families.insert(family);
+            }
+            Err(problem) => problems.push(problem),
+        }
+    }
+    assert!(
+        problems.is_empty(),
+        "{file}:\n  {}\n--- holdfast's /metrics ---\n{}",
+        problems.join("\n  "),
+        exported.text
+    );
+    families
+}
+
+#[test]
+fn the_scan_reads_names_and_matchers() {
+    let found = uses(
+        "sum by (le) (rate(holdfast_request_duration_seconds_bucket{instance=~\"$instance\"}[5m]))\n\
+         / holdfast_holds_total { outcome =~ 'queue_full|body_too_large', reason!=\"a\\\"b\" }\n\
+         my_holdfast_thing holdfast's (holdfast_upstream_up)",
+    );
+    let names: Vec<&str> = found.iter().map(|u| u.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "holdfast_request_duration_seconds_bucket",
+            "holdfast_holds_total",
+            "holdfast_upstream_up"
+        ]
+    );
+    let m = &found[1].matchers;
+    assert_eq!((m[0].label.as_str(), m[0].op.as_str()), ("outcome", "=~"));
+    assert_eq!(m[0].values(), ["queue_full", "body_too_large"]);
+    assert_eq!((m[1].op.as_str(), m[1].value.as_str()), ("!=", "a\"b"));
+    assert_eq!(found[0].matchers[0].value, "$instance");
+}
+
+// ------------------------------------------------------------------------------------------
+// Names and label values
+// ------------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn alert_rules_use_only_what_holdfast_exports() {
+    let exported = exported().await;
+    let used = check_uses(&exported, ALERTS, &read_repo(ALERTS));
+    for family in [
+        "holdfast_upstream_up",
+        "holdfast_holds",
+        "holdfast_upstream_failures",
+        "holdfast_router_passthrough",
+        "holdfast_rewrites",
+    ] {
+        assert!(used.contains(family), "{ALERTS} has no rule on {family}");
+    }
+    // The unit tests' input series must be real series too (their label values are made-up
+    // data, so only the names are checked).
+    for used in uses(&read_repo(ALERT_TESTS)) {
+        if let Err(problem) = exported.family_of(&used.name) {
+            panic!("{ALERT_TESTS}: {problem}");
+        }
+    }
+}
+
+/// Every string in a JSON document.
+fn strings(value: &Value, out: &mut Vec<String>) {
+    match value {
+        Value::String(s) => out.push(s.clone()),
+        Value::Array(items) => items.iter().for_each(|v| strings(v, out)),
+        Value::Object(map) => map.values().for_each(|v| strings(v, out)),
+        _ => {}
+    }
+}
+
+/// The dashboard, parsed.
+fn dashboard() -> Value {
+    serde_json::from_str(&read_repo(DASHBOARD)).expect("the dashboard is JSON")
+}
+
+#[tokio::test]
+async fn the_dashboard_uses_only_what_holdfast_exports_and_shows_all_of_it() {
+    let exported = exported().await;
+    let d = dashboard();
+    let mut texts: Vec<String> = queries(&d).into_iter().map(|(_, expr)| expr).collect();
+    // The variables' queries (`label_values(holdfast_upstream_up, instance)`).
+    for variable in d["templating"]["list"].as_array().into_iter().flatten() {
+        strings(&variable["query"], &mut texts);
+        strings(&variable["definition"], &mut texts);
+    }
+    let used = check_uses(&exported, DASHBOARD, &texts.join("\n"));
+    // A metric nobody can see is a metric nobody watches: when holdfast grows one, it gets a
+    // panel here.
+    let missing: Vec<&String> = exported
+        .families
+        .keys()
+        .filter(|f| f.starts_with("holdfast_") && !used.contains(*f))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "{DASHBOARD} shows nothing of {missing:?}"
+    );
+}
+
+// ------------------------------------------------------------------------------------------
+// The dashboard's shape
+// ------------------------------------------------------------------------------------------
+
+/// Every panel, rows' nested panels included.
+fn panels(dashboard: &Value) -> Vec<&Value> {
+    let mut out = Vec::new();
+    for panel in dashboard["panels"].as_array().expect("panels") {
+        out.push(panel);
+        if let Some(nested) = panel["panels"].as_array() {
+            out.extend(nested);
+        }
+    }
+    out
+}
+
+/// Every query: panel targets and annotation queries, with where they are.
+fn queries(dashboard: &Value) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for panel in panels(dashboard) {
+        for target in panel["targets"].as_array().into_iter().flatten() {
+            out.push((
+                format!("panel {:?} {}", panel["title"], target["refId"]),
+                target["expr"].as_str().unwrap_or_default().to_string(),
+            ));
+        }
+    }
+    for annotation in dashboard["annotations"]["list"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        if let Some(expr) = annotation["expr"].as_str() {
+            out.push((
+                format!("annotation {:?}", annotation["name"]),
+                expr.to_string(),
+            ));
+        }
+    }
+    out
+}
+
+#[test]
+fn the_dashboard_is_a_grafana_model_on_a_datasource_variable() {
+    let d = dashboard();
+    assert_eq!(d["uid"], "holdfast");
+    assert!(d["title"].is_string());
+    assert!(
+        d["schemaVersion"].as_u64().unwrap() >= 36,
+        "a current JSON model"
+    );
+
+    // The data source is a variable of type `datasource`, so the file imports and provisions
+    // as it is, on whatever Prometheus the Grafana has.
+    let variables = d["templating"]["list"].as_array().expect("templating.list");
+    let ds = variables
+        .iter()
+        .find(|v| v["name"] == "DS_PROMETHEUS")
+        .expect("a DS_PROMETHEUS variable");
+    assert_eq!(ds["type"], "datasource");
+    assert_eq!(ds["query"], "prometheus");
+    for v in variables.iter().filter(|v| v["type"] == "query") {
+        assert_eq!(v["datasource"]["uid"], DATASOURCE, "variable {}", v["name"]);
+    }
+
+    let mut ids = BTreeSet::new();
+    let mut rows = 0;
+    for panel in panels(&d) {
+        let title = &panel["title"];
+        assert!(
+            title.as_str().is_some_and(|t| !t.is_empty()),
+            "a panel without a title"
+        );
+        assert!(
+            ids.insert(panel["id"].as_u64().expect("a numeric id")),
+            "duplicate id {}",
+            panel["id"]
+        );
+        let pos = &panel["gridPos"];
+        for key in ["h", "w", "x", "y"] {
+            assert!(pos[key].is_u64(), "{title}: gridPos.{key}");
+        }
+        assert!(
+            pos["x"].as_u64().unwrap() + pos["w"].as_u64().unwrap() <= 24,
+            "{title}: wider than the grid"
+        );
+        if panel["type"] == "row" {
+            rows += 1;
+            continue;
+        }
+        assert_eq!(panel["datasource"]["uid"], DATASOURCE, "{title}");
+        let targets = panel["targets"].as_array().expect("targets");
+        assert!(!targets.is_empty(), "{title}: no query");
+        let mut refs = BTreeSet::new();
+        for target in targets {
+            assert_eq!(target["datasource"]["uid"], DATASOURCE, "{title}");
+            assert!(
+                refs.insert(target["refId"].as_str().expect("a refId")),
+                "{title}: refIds"
+            );
+            assert!(
+                target["expr"]
+                    .as_str()
+                    .is_some_and(|e| !e.trim().is_empty()),
+                "{title}: expr"
+            );
+        }
+    }
+    assert!(rows >= 2, "panels grouped in rows");
+    for (source, expr) in queries(&d) {
+        assert!(!expr.is_empty(), "{source}: empty query");
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// promtool
+// ------------------------------------------------------------------------------------------
+
+/// Runs promtool with `args` in `dir`; fails with its output unless it succeeds.
+fn promtool(dir: &std::path::Path, args: &[&str]) {
+    let promtool = require_program(
+        "promtool",
+        "apt-get update && apt-get install -y --no-install-recommends prometheus",
+    );
+    let out = Command::new(promtool)
+        .args(args)
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run promtool");
+    assert!(
+        out.status.success(),
+        "promtool {}: {}\n{}{}",
+        args.join(" "),
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn promtool_accepts_the_rules_and_they_fire_as_tested() {
+    let dir = repo_path("deploy/prometheus");
+    promtool(&dir, &["check", "rules", "alerts.yaml"]);
+    promtool(&dir, &["test", "rules", "alerts.test.yaml"]);
+    // The scrape configuration, and the rule files it loads.
+    promtool(&dir, &["check", "config", "prometheus.yml"]);
+    assert!(read_repo(PROMETHEUS).contains("job_name: holdfast"));
+}
+
+/// A dashboard query as Prometheus receives it: Grafana's variables filled in.
+fn as_prometheus_sees_it(source: &str, expr: &str) -> String {
+    let values = [
+        ("__rate_interval", "1m"),
+        ("__interval", "1m"),
+        ("__range", "1h"),
+        ("instance", ".*"),
+    ];
+    let mut out = String::new();
+    let mut rest = expr;
+    while let Some(at) = rest.find('$') {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + 1..];
+        let (name, len) = match after.strip_prefix('{') {
+            Some(braced) => {
+                let end = braced.find('}').expect("a closing brace");
+                (&braced[..end], end + 2)
+            }
+            None => {
+                let end = after
+                    .find(|c: char| !is_name_char(c))
+                    .unwrap_or(after.len());
+                (&after[..end], end)
+            }
+        };
+        let value = values
+            .iter()
+            .find(|(n, _)| *n == name)
+            .unwrap_or_else(|| panic!("{source}: unknown variable ${name}"))
+            .1;
+        out.push_str(value);
+        rest = &after[len..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// Every dashboard query parses as PromQL: promtool checks them as recording rules.
+#[test]
+fn promtool_parses_every_dashboard_query() {
+    let queries = queries(&dashboard());
+    assert!(queries.len() >= 15);
+    let mut rules = String::from("groups:\n  - name: dashboard\n    rules:\n");
+    for (n, (source, expr)) in queries.iter().enumerate() {
+        rules.push_str(&format!(
+            "      # {source}\n      - record: dashboard_query_{n}\n        expr: |\n"
+        ));
+        for line in as_prometheus_sees_it(source, expr).lines() {
+            rules.push_str(&format!("          {line}\n"));
+        }
+    }
+    let dir = TempDir::new("dashboard-queries");
+    dir.write("queries.yaml", &rules);
+    promtool(dir.path(), &["check", "rules", "queries.yaml"]);
+}
