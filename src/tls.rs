@@ -562,7 +562,7 @@ impl ServerCertVerifier for SkipVerification {
 // --- Certificate expiry ----------------------------------------------------------------------
 
 /// A certificate's notAfter as Unix time, read straight from its DER (RFC 5280 §4.1: Certificate
-/// → TBSCertificate → [version], serialNumber, signature, issuer, validity → notAfter). `None` if
+/// → TBSCertificate → (version), serialNumber, signature, issuer, validity → notAfter). `None` if
 /// the structure is not as expected.
 pub fn not_after(cert: &[u8]) -> Option<i64> {
     let (cert, _) = der_expect(cert, 0x30)?;
