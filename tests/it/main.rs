@@ -4,6 +4,9 @@
 mod cli;
 mod config;
 mod demo;
+mod deploy_container;
+mod deploy_nginx;
+mod deploy_observability;
 mod forwarding;
 mod hold;
 mod hold_e2e;
