@@ -100,9 +100,10 @@ fn run(cli: &Cli) -> ExitCode {
     telemetry::init(config.log_format);
     let runtime = tokio::runtime::Runtime::new().expect("tokio runtime");
     let result = runtime.block_on(async {
+        let shutdown = shutdown_signal();
         let listener = server::bind(config.listen, "proxy").await?;
         let admin = server::bind(config.admin, "admin").await?;
-        server::run(config, listener, admin, shutdown_signal()).await
+        server::run(config, listener, admin, shutdown).await
     });
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -113,25 +114,42 @@ fn run(cli: &Cli) -> ExitCode {
     }
 }
 
-/// Completes on SIGINT or SIGTERM.
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
+/// Completes on SIGINT or SIGTERM. The handlers are installed when this is *called*, not when
+/// the future is first polled: a SIGTERM that arrives while holdfast is still starting must
+/// drain it, not kill it with the default action.
+fn shutdown_signal() -> impl std::future::Future<Output = ()> {
     #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
+    let (mut term, mut int) = {
+        use tokio::signal::unix::{signal, SignalKind};
+        (
+            signal(SignalKind::terminate()).ok(),
+            signal(SignalKind::interrupt()).ok(),
+        )
     };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => {},
-        () = term => {},
+    async move {
+        #[cfg(unix)]
+        {
+            let term = async {
+                match term.as_mut() {
+                    Some(s) => drop(s.recv().await),
+                    None => std::future::pending::<()>().await,
+                }
+            };
+            let int = async {
+                match int.as_mut() {
+                    Some(s) => drop(s.recv().await),
+                    None => std::future::pending::<()>().await,
+                }
+            };
+            tokio::select! {
+                () = term => {},
+                () = int => {},
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+        tracing::info!("signal received");
     }
-    tracing::info!("signal received");
 }
