@@ -65,7 +65,7 @@ pub mod defaults {
     /// Largest request head accepted from a client.
     pub const MAX_HEADER_BYTES: usize = 64 * 1024;
     /// Time a client has to send a complete request head (slowloris guard).
-    pub const HEADER_READ_TIMEOUT_SECS: f64 = 10.0;
+    pub const HEADER_READ_TIMEOUT_SECS: f64 = 120.0;
     /// Concurrent client connections; past this, accepting pauses until one closes.
     pub const MAX_CONNECTIONS: usize = 10_000;
     /// Time in-flight requests get to finish after SIGTERM before streams are closed. Below

@@ -295,6 +295,23 @@ impl Metrics {
         ] {
             let _ = m.holds.get_or_create(&o.into());
         }
+        // Alert rules use increase() on these: a series that appears already at 1 would hide its
+        // first event.
+        for reason in [Pass::route_not_expected, Pass::horizon_exceeded] {
+            let _ = m.router_passthrough.get_or_create(&PassLabel { reason });
+        }
+        for reason in [
+            Fail::response_timeout,
+            Fail::upstream_reset,
+            Fail::upstream_protocol,
+            Fail::client_body,
+            Fail::upstream_tls,
+        ] {
+            let _ = m.upstream_failures.get_or_create(&FailLabel { reason });
+        }
+        for reason in [Abort::upstream_error, Abort::idle_timeout] {
+            let _ = m.response_aborts.get_or_create(&AbortLabel { reason });
+        }
         let r = registry.sub_registry_with_prefix("holdfast");
         r.register(
             "rewrites",
