@@ -400,18 +400,19 @@ impl Outages {
     /// already gone (woken).
     fn leave(&self, seq: u64, outcome: HoldOutcome) -> bool {
         let mut st = self.lock();
-        let Some(waiter) = st.waiters.remove(&seq) else {
-            return false;
-        };
+        self.remove_waiter(&mut st, seq, outcome).is_some()
+    }
+
+    /// Takes a waiter out of the queue, counting how it left.
+    fn remove_waiter(&self, st: &mut State, seq: u64, outcome: HoldOutcome) -> Option<Waiter> {
+        let waiter = st.waiters.remove(&seq)?;
         st.buffered = st.buffered.saturating_sub(waiter.bytes);
         self.metrics.held_requests.set(st.waiters.len() as i64);
-        let mut scratch = None;
-        let outage = match st.outage.as_mut() {
-            Some(o) => o,
-            None => scratch.insert(Outage::detached()),
-        };
+        // A waiter may leave after its outage closed: count it, with nothing to log it in.
+        let mut detached = Outage::detached();
+        let outage = st.outage.as_mut().unwrap_or(&mut detached);
         self.record_exit(outage, &waiter, outcome);
-        true
+        Some(waiter)
     }
 
     /// Counts one exit from the hold.
@@ -483,17 +484,12 @@ impl Outages {
     fn release_oldest_as_probe(&self, mut report: oneshot::Sender<bool>) -> bool {
         let mut st = self.lock();
         loop {
-            let Some((_, waiter)) = st.waiters.pop_first() else {
+            let Some(&oldest) = st.waiters.keys().next() else {
                 return false;
             };
-            st.buffered = st.buffered.saturating_sub(waiter.bytes);
-            self.metrics.held_requests.set(st.waiters.len() as i64);
-            let mut scratch = None;
-            let outage = match st.outage.as_mut() {
-                Some(o) => o,
-                None => scratch.insert(Outage::detached()),
-            };
-            self.record_exit(outage, &waiter, HoldOutcome::released);
+            let waiter = self
+                .remove_waiter(&mut st, oldest, HoldOutcome::released)
+                .expect("the oldest waiter is in the queue");
             match waiter.wake.send(Wake::Probe(report)) {
                 Ok(()) => return true,
                 // Its client went away between wake and pop: try the next one.
