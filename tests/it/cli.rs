@@ -6,190 +6,15 @@
 //! directory into a temporary one). Every wait is bounded; a child still running when its test
 //! ends is killed.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::PathBuf;
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::mpsc::{self, RecvTimeoutError};
-use std::thread;
-use std::time::{Duration, Instant};
 
-/// Generous: each step takes milliseconds; only a hang should reach this.
-const PATIENCE: Duration = Duration::from_secs(20);
-
-/// `holdfast ARGS` with an empty environment, run from the crate directory.
-fn holdfast(args: &[&str]) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_holdfast"));
-    cmd.args(args)
-        .env_clear()
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .stdin(Stdio::null());
-    cmd
-}
-
-/// What a finished run printed.
-struct Finished {
-    status: ExitStatus,
-    stdout: String,
-    stderr: String,
-}
-
-impl std::fmt::Debug for Finished {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "{}\n--- stdout ---\n{}--- stderr ---\n{}",
-            self.status, self.stdout, self.stderr
-        )
-    }
-}
-
-/// Reads a whole pipe on a thread, delivering it when the pipe closes.
-fn read_all(mut pipe: impl Read + Send + 'static) -> mpsc::Receiver<String> {
-    let (tx, rx) = mpsc::channel();
-    thread::spawn(move || {
-        let mut text = String::new();
-        let _ = pipe.read_to_string(&mut text);
-        let _ = tx.send(text);
-    });
-    rx
-}
+use crate::support::files::TempDir;
+use crate::support::process::{self, holdfast, Finished, Running, PATIENCE};
 
 /// Runs `cmd` to completion, killing it if it has not closed its output within [`PATIENCE`].
-fn finish(mut cmd: Command) -> Finished {
-    let mut child = Guard(
-        cmd.stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn holdfast"),
-    );
-    let stdout = read_all(child.0.stdout.take().unwrap());
-    let stderr = read_all(child.0.stderr.take().unwrap());
-    let deadline = Instant::now() + PATIENCE;
-    let stdout = stdout
-        .recv_timeout(deadline.saturating_duration_since(Instant::now()))
-        .expect("holdfast did not finish in time");
-    let stderr = stderr
-        .recv_timeout(deadline.saturating_duration_since(Instant::now()))
-        .expect("holdfast did not finish in time");
-    // Both pipes are closed, so the process has exited (holdfast starts no children).
-    let status = child.0.wait().expect("wait for holdfast");
-    Finished {
-        status,
-        stdout,
-        stderr,
-    }
-}
-
-/// Kills the child when dropped, so a failing test leaves nothing running.
-struct Guard(Child);
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        if let Ok(None) = self.0.try_wait() {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-}
-
-/// A holdfast proxy running in the background, its stderr delivered line by line.
-struct Running {
-    child: Guard,
-    lines: mpsc::Receiver<String>,
-    /// Every stderr line so far, for failure messages.
-    seen: Vec<String>,
-}
-
-impl Running {
-    fn start(cmd: &mut Command) -> Running {
-        let mut child = Guard(
-            cmd.stdout(Stdio::null())
-                .stderr(Stdio::piped())
-                .spawn()
-                .expect("spawn holdfast"),
-        );
-        let stderr = child.0.stderr.take().unwrap();
-        let (tx, lines) = mpsc::channel();
-        thread::spawn(move || {
-            for line in BufReader::new(stderr).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        Running {
-            child,
-            lines,
-            seen: Vec::new(),
-        }
-    }
-
-    /// The first stderr line containing `needle`, waiting at most [`PATIENCE`].
-    fn wait_for_line(&mut self, needle: &str) -> String {
-        let deadline = Instant::now() + PATIENCE;
-        loop {
-            match self
-                .lines
-                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
-            {
-                Ok(line) => {
-                    self.seen.push(line.clone());
-                    if line.contains(needle) {
-                        return line;
-                    }
-                }
-                Err(RecvTimeoutError::Timeout) => {
-                    panic!(
-                        "no {needle:?} on stderr in time; got:\n{}",
-                        self.seen.join("\n")
-                    )
-                }
-                Err(RecvTimeoutError::Disconnected) => panic!(
-                    "holdfast exited ({:?}) before logging {needle:?}; stderr:\n{}",
-                    self.child.0.wait(),
-                    self.seen.join("\n")
-                ),
-            }
-        }
-    }
-
-    /// Sends SIGTERM and waits (bounded) for the process to close stderr and exit.
-    fn terminate(mut self) -> (ExitStatus, Vec<String>) {
-        let pid = self.child.0.id().to_string();
-        let sent = Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .expect("run kill");
-        assert!(sent.success(), "kill -TERM {pid} failed");
-        let deadline = Instant::now() + PATIENCE;
-        loop {
-            match self
-                .lines
-                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
-            {
-                Ok(line) => self.seen.push(line),
-                Err(RecvTimeoutError::Disconnected) => break,
-                Err(RecvTimeoutError::Timeout) => panic!(
-                    "holdfast still running after SIGTERM; stderr:\n{}",
-                    self.seen.join("\n")
-                ),
-            }
-        }
-        let status = self.child.0.wait().expect("wait for holdfast");
-        (status, std::mem::take(&mut self.seen))
-    }
-}
-
-/// A file under Cargo's per-target temporary directory, unique to this test process.
-fn temp_file(name: &str, contents: &str) -> PathBuf {
-    let dir =
-        PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("cli-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("create temp dir");
-    let path = dir.join(name);
-    std::fs::write(&path, contents).expect("write temp file");
-    path
+fn finish(cmd: std::process::Command) -> Finished {
+    process::finish(cmd, "holdfast")
 }
 
 #[test]
@@ -247,7 +72,8 @@ fn check_config_output_loads_back_to_the_same_configuration() {
     let first = finish(cmd);
     assert!(first.status.success(), "{first:?}");
 
-    let path = temp_file("roundtrip.toml", &first.stdout);
+    let dir = TempDir::new("cli");
+    let path = dir.write("roundtrip.toml", &first.stdout);
     let again = finish(holdfast(&[
         "check-config",
         "--config",

@@ -1,10 +1,10 @@
 //! `holdfast demo` and `holdfast healthcheck`.
 
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use holdfast::demo::{run, DemoOptions};
 
+use crate::support::process::holdfast;
 use crate::support::proxy::Holdfast;
 
 #[tokio::test]
@@ -23,16 +23,9 @@ async fn the_demo_shows_failures_direct_and_none_through_holdfast() {
     assert_eq!(tally.holdfast_failed, 0, "{tally:?}");
 }
 
-fn holdfast_bin() -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_holdfast"));
-    cmd.env_clear().stdin(Stdio::null());
-    cmd
-}
-
 #[test]
 fn the_demo_binary_runs_and_summarises() {
-    let out = holdfast_bin()
-        .args(["demo", "--duration", "2", "--period", "1"])
+    let out = holdfast(&["demo", "--duration", "2", "--period", "1"])
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -51,8 +44,7 @@ async fn healthcheck_follows_readiness() {
     let admin = hf.admin.to_string();
     let check = |admin: String| async move {
         tokio::task::spawn_blocking(move || {
-            holdfast_bin()
-                .args(["healthcheck", "--admin", &admin])
+            holdfast(&["healthcheck", "--admin", &admin])
                 .output()
                 .unwrap()
         })
@@ -66,8 +58,7 @@ async fn healthcheck_follows_readiness() {
     let env = tokio::task::spawn_blocking({
         let port = hf.admin.port();
         move || {
-            holdfast_bin()
-                .arg("healthcheck")
+            holdfast(&["healthcheck"])
                 .env("HOLDFAST_ADMIN", format!("0.0.0.0:{port}"))
                 .output()
                 .unwrap()

@@ -10,112 +10,18 @@
 //! the install command, rather than skipping it.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Read};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::mpsc::{self, RecvTimeoutError};
-use std::thread;
-use std::time::{Duration, Instant};
+use std::process::Command;
 
 use serde_json::Value;
 
-/// Generous: every command here takes well under a second; only a hang should reach this.
-const PATIENCE: Duration = Duration::from_secs(30);
+use crate::support::files::{read_repo, repo_path, TempDir};
+use crate::support::process::{finish, holdfast, Finished, Running};
 
 /// What `.ci/run` installs for these tests (shown when it is missing).
 const PIP_INSTALL: &str = "python3 -m pip install kubernetes-validate==1.37.0 PyYAML";
 
 /// The oldest Kubernetes with native sidecars on by default (beta in 1.29, GA in 1.33).
 const OLDEST_KUBERNETES: &str = "1.29";
-
-/// A path in the repository.
-fn repo(rel: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
-}
-
-fn read(rel: &str) -> String {
-    std::fs::read_to_string(repo(rel)).unwrap_or_else(|e| panic!("read {rel}: {e}"))
-}
-
-// ---------------------------------------------------------------------------------------------
-// Running commands, bounded.
-
-/// What a finished command printed.
-struct Finished {
-    status: ExitStatus,
-    stdout: String,
-    stderr: String,
-}
-
-impl std::fmt::Debug for Finished {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "{}\n--- stdout ---\n{}--- stderr ---\n{}",
-            self.status, self.stdout, self.stderr
-        )
-    }
-}
-
-/// Kills the child when dropped, so a failing test leaves nothing running.
-struct Guard(Child);
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        if let Ok(None) = self.0.try_wait() {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-}
-
-/// Reads a whole pipe on a thread, delivering it when the pipe closes.
-fn read_all(mut pipe: impl Read + Send + 'static) -> mpsc::Receiver<String> {
-    let (tx, rx) = mpsc::channel();
-    thread::spawn(move || {
-        let mut text = String::new();
-        let _ = pipe.read_to_string(&mut text);
-        let _ = tx.send(text);
-    });
-    rx
-}
-
-/// Runs `cmd` to completion (killed if it has not closed its output within [`PATIENCE`]).
-/// `what` names the program in the panic when it cannot be started at all.
-fn finish(mut cmd: Command, what: &str) -> Finished {
-    let mut child = Guard(
-        cmd.stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot run {what} ({e}); .ci/run installs it")),
-    );
-    let stdout = read_all(child.0.stdout.take().unwrap());
-    let stderr = read_all(child.0.stderr.take().unwrap());
-    let deadline = Instant::now() + PATIENCE;
-    let stdout = stdout
-        .recv_timeout(deadline.saturating_duration_since(Instant::now()))
-        .unwrap_or_else(|_| panic!("{what} did not finish in time"));
-    let stderr = stderr
-        .recv_timeout(deadline.saturating_duration_since(Instant::now()))
-        .unwrap_or_else(|_| panic!("{what} did not finish in time"));
-    let status = child.0.wait().expect("wait for the child");
-    Finished {
-        status,
-        stdout,
-        stderr,
-    }
-}
-
-/// `holdfast ARGS` with an empty environment (as in a container: only what the test sets), run
-/// from the crate directory.
-fn holdfast(args: &[&str]) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_holdfast"));
-    cmd.args(args)
-        .env_clear()
-        .current_dir(env!("CARGO_MANIFEST_DIR"));
-    cmd
-}
 
 /// Panics with the install command when python3 says a module is missing.
 fn python_failed(out: &Finished, what: &str) -> ! {
@@ -134,7 +40,7 @@ fn yaml_docs(rel: &str) -> Vec<Value> {
         with open(sys.argv[1]) as f:\n    \
             docs = [d for d in yaml.safe_load_all(f) if d is not None]\n\
         json.dump(docs, sys.stdout)\n";
-    let path = repo(rel);
+    let path = repo_path(rel);
     let mut cmd = Command::new("python3");
     cmd.args(["-c", TO_JSON]).arg(&path);
     let out = finish(cmd, "python3");
@@ -248,7 +154,7 @@ fn instructions(text: &str) -> Vec<Instruction> {
 /// The Dockerfile's stages, each starting with its FROM.
 fn stages() -> Vec<Vec<Instruction>> {
     let mut stages: Vec<Vec<Instruction>> = Vec::new();
-    for i in instructions(&read("Dockerfile")) {
+    for i in instructions(&read_repo("Dockerfile")) {
         match (i.keyword.as_str(), stages.last_mut()) {
             ("FROM", _) => stages.push(vec![i]),
             (_, Some(stage)) => stage.push(i),
@@ -405,7 +311,7 @@ fn dockerfile_build_command_is_the_one_ci_runs() {
         .flat_map(|stage| args_of(stage, "RUN"))
         .flat_map(cargo_builds)
         .collect();
-    let ci = cargo_builds(&read(".ci/run"));
+    let ci = cargo_builds(&read_repo(".ci/run"));
     assert_eq!(
         docker.len(),
         1,
@@ -431,89 +337,6 @@ fn dockerfile_build_command_is_the_one_ci_runs() {
     );
 }
 
-/// A holdfast process whose stderr arrives line by line.
-struct Running {
-    child: Guard,
-    lines: mpsc::Receiver<String>,
-    seen: Vec<String>,
-}
-
-impl Running {
-    fn start(mut cmd: Command) -> Running {
-        let mut child = Guard(
-            cmd.stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::piped())
-                .spawn()
-                .expect("spawn holdfast"),
-        );
-        let stderr = child.0.stderr.take().unwrap();
-        let (tx, lines) = mpsc::channel();
-        thread::spawn(move || {
-            for line in BufReader::new(stderr).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        Running {
-            child,
-            lines,
-            seen: Vec::new(),
-        }
-    }
-
-    /// The first stderr line containing `needle`.
-    fn wait_for_line(&mut self, needle: &str) -> String {
-        let deadline = Instant::now() + PATIENCE;
-        loop {
-            match self
-                .lines
-                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
-            {
-                Ok(line) if line.contains(needle) => {
-                    self.seen.push(line.clone());
-                    return line;
-                }
-                Ok(line) => self.seen.push(line),
-                Err(RecvTimeoutError::Timeout) => {
-                    panic!("no {needle:?} in time; stderr:\n{}", self.seen.join("\n"))
-                }
-                Err(RecvTimeoutError::Disconnected) => panic!(
-                    "holdfast exited ({:?}) before {needle:?}; stderr:\n{}",
-                    self.child.0.wait(),
-                    self.seen.join("\n")
-                ),
-            }
-        }
-    }
-
-    /// SIGTERM (what `docker stop` sends), then the exit status.
-    fn terminate(mut self) -> ExitStatus {
-        let pid = self.child.0.id().to_string();
-        let sent = Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .expect("run kill");
-        assert!(sent.success(), "kill -TERM {pid}");
-        let deadline = Instant::now() + PATIENCE;
-        loop {
-            match self
-                .lines
-                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
-            {
-                Ok(line) => self.seen.push(line),
-                Err(RecvTimeoutError::Disconnected) => break,
-                Err(RecvTimeoutError::Timeout) => {
-                    panic!("still running after SIGTERM:\n{}", self.seen.join("\n"))
-                }
-            }
-        }
-        self.child.0.wait().expect("wait for holdfast")
-    }
-}
-
 #[test]
 fn image_environment_and_an_upstream_alone_run_holdfast_and_pass_its_healthcheck() {
     let stages = stages();
@@ -536,7 +359,7 @@ fn image_environment_and_an_upstream_alone_run_holdfast_and_pass_its_healthcheck
         .env("HOLDFAST_LISTEN", "127.0.0.1:0")
         .env("HOLDFAST_LOG_FORMAT", "json")
         .env("HOLDFAST_UPSTREAM", "http://127.0.0.1:1");
-    let mut proxy = Running::start(cmd);
+    let mut proxy = Running::start(&mut cmd);
     let line = proxy.wait_for_line("holdfast proxying");
     let event: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"));
     let admin = event["admin"]
@@ -554,7 +377,8 @@ fn image_environment_and_an_upstream_alone_run_holdfast_and_pass_its_healthcheck
     let ready = probe();
     assert!(ready.status.success(), "healthcheck while ready: {ready:?}");
 
-    assert_eq!(proxy.terminate().code(), Some(0));
+    let (status, stderr) = proxy.terminate();
+    assert_eq!(status.code(), Some(0), "stderr:\n{}", stderr.join("\n"));
     let gone = probe();
     assert_eq!(
         gone.status.code(),
@@ -578,7 +402,7 @@ fn compose_services(rel: &str) -> serde_json::Map<String, Value> {
 
 /// holdfast's drain timeout, from the sample configuration (its values are the defaults).
 fn default_drain_secs() -> f64 {
-    let sample: toml::Value = toml::from_str(&read("config/holdfast.toml")).unwrap();
+    let sample: toml::Value = toml::from_str(&read_repo("config/holdfast.toml")).unwrap();
     toml_secs(&sample["shutdown"]["drain_timeout_secs"])
 }
 
@@ -591,14 +415,14 @@ fn toml_secs(v: &toml::Value) -> f64 {
 /// Checks what every compose holdfast service needs: built from this repository's Dockerfile, a
 /// stop grace period longer than the drain, and the Traefik-404 signature left on.
 fn check_compose_holdfast(rel: &str, holdfast: &Value) -> BTreeMap<String, String> {
-    let dir = repo(rel).parent().unwrap().to_path_buf();
+    let dir = repo_path(rel).parent().unwrap().to_path_buf();
     let context = holdfast["build"]["context"]
         .as_str()
         .or_else(|| holdfast["build"].as_str())
         .unwrap_or_else(|| panic!("{rel}: holdfast is built from this repository"));
     assert_eq!(
         dir.join(context).canonicalize().unwrap(),
-        repo("").canonicalize().unwrap(),
+        repo_path("").canonicalize().unwrap(),
         "{rel}: the build context is the repository root (where the Dockerfile is)"
     );
 
@@ -834,7 +658,7 @@ fn kubernetes_manifests_pass_the_schema_validator() {
         if let Some(v) = version {
             cmd.args(["--kubernetes-version", v]);
         }
-        cmd.arg(repo(K8S));
+        cmd.arg(repo_path(K8S));
         let out = finish(cmd, "python3 -m kubernetes_validate");
         if !out.status.success() {
             python_failed(&out, "kubernetes-validate");
@@ -973,11 +797,8 @@ fn kubernetes_deployment_runs_holdfast_as_a_hardened_native_sidecar() {
 fn kubernetes_configmap_is_accepted_by_check_config() {
     let docs = yaml_docs(K8S);
     let toml_text = configmap_toml(&docs);
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("deploy-container-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("holdfast.toml");
-    std::fs::write(&path, &toml_text).unwrap();
+    let dir = TempDir::new("deploy-container");
+    let path = dir.write("holdfast.toml", &toml_text);
 
     // As in the pod: the image's ENV, plus HOLDFAST_CONFIG.
     let stages = stages();

@@ -14,11 +14,11 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use http::{Request, Response};
 use http_body_util::Full;
@@ -26,9 +26,14 @@ use tokio::net::{TcpSocket, TcpStream};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::sse::{event, push, sse_upstream, within, Events};
-use crate::support::http::{host_of, post_json, response, send, Seen, TestBody, Upstream};
-use crate::support::proxy::{metric_value, raw_config, Holdfast};
+use crate::sse::{event, push, sse_upstream, Events};
+use crate::support::files::{read_repo, repo_path, TempDir};
+use crate::support::http::{
+    host_of, post_json, response, send, Reserved, Seen, TestBody, Upstream,
+};
+use crate::support::process::{find_program, holdfast, require_program};
+use crate::support::proxy::{metric_value, raw_config, requests_with_status, Holdfast};
+use crate::support::within;
 
 /// The shipped nginx site file.
 const NGINX_SITE: &str = "deploy/nginx/holdfast.conf";
@@ -44,80 +49,6 @@ const SITE_HOLDFAST: &str = "127.0.0.1:8080";
 /// How long nginx gets to start listening: it starts in milliseconds, but a loaded two-core
 /// machine must not fail a test that would pass. (nginx itself retries a busy port for 2.5 s.)
 const NGINX_START: Duration = Duration::from_secs(20);
-
-// ------------------------------------------------------------------------------------------
-// Files and programs
-// ------------------------------------------------------------------------------------------
-
-/// A file of this repository.
-pub(crate) fn repo_path(relative: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join(relative)
-}
-
-/// The text of a file of this repository.
-pub(crate) fn read_repo(relative: &str) -> String {
-    std::fs::read_to_string(repo_path(relative))
-        .unwrap_or_else(|e| panic!("cannot read {relative}: {e}"))
-}
-
-/// A fresh directory under the system's temporary directory, removed when dropped.
-pub(crate) struct TempDir(PathBuf);
-
-impl TempDir {
-    /// Creates `holdfast-<tag>-<pid>-<n>-<nanos>`.
-    pub(crate) fn new(tag: &str) -> TempDir {
-        static COUNT: AtomicUsize = AtomicUsize::new(0);
-        let nanos = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.subsec_nanos())
-            .unwrap_or(0);
-        let path = std::env::temp_dir().join(format!(
-            "holdfast-{tag}-{}-{}-{nanos}",
-            std::process::id(),
-            COUNT.fetch_add(1, Ordering::SeqCst)
-        ));
-        std::fs::create_dir_all(&path).expect("create a temporary directory");
-        TempDir(path)
-    }
-
-    /// The directory.
-    pub(crate) fn path(&self) -> &Path {
-        &self.0
-    }
-
-    /// Writes `text` to `name` inside the directory and returns the file's path.
-    pub(crate) fn write(&self, name: &str, text: &str) -> PathBuf {
-        let path = self.0.join(name);
-        std::fs::write(&path, text).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
-        path
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// `name` on `PATH`, or in the sbin directories (nginx lives in /usr/sbin, which a non-root
-/// user's `PATH` often lacks).
-pub(crate) fn find_program(name: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .chain(["/usr/sbin", "/sbin", "/usr/local/sbin"].map(PathBuf::from))
-        .map(|dir| dir.join(name))
-        .find(|candidate| candidate.is_file())
-}
-
-/// `name`, or a failure that says how to install it: these tests must not pass by not running.
-pub(crate) fn require_program(name: &str, install: &str) -> PathBuf {
-    find_program(name).unwrap_or_else(|| {
-        panic!(
-            "`{name}` is not installed, so this test cannot run. Install it with `{install}` \
-             (.ci/run does this before `cargo test`)."
-        )
-    })
-}
 
 // ------------------------------------------------------------------------------------------
 // nginx's configuration language, as far as these tests read it
@@ -464,12 +395,8 @@ fn unit_config() -> holdfast::config::RawConfig {
             }
         })
         .collect();
-    let out = Command::new(env!("CARGO_BIN_EXE_holdfast"))
-        .arg("check-config")
+    let out = holdfast(&["check-config"])
         .args(&args)
-        .env_clear()
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .stdin(Stdio::null())
         .output()
         .expect("run holdfast check-config");
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -624,17 +551,6 @@ async fn echo(seen: Seen) -> Response<TestBody> {
     response(200, &[("content-type", "application/json")], seen.body)
 }
 
-/// A port of its own on 127.0.0.1: bound and not listening, connections to it are refused.
-fn refusing(addr: SocketAddr) -> TcpSocket {
-    let socket = TcpSocket::new_v4().unwrap();
-    // The port's previous connections may linger in TIME_WAIT.
-    socket.set_reuseaddr(true).unwrap();
-    socket
-        .bind(addr)
-        .unwrap_or_else(|e| panic!("rebind {addr} for the restart: {e}"));
-    socket
-}
-
 /// One request as the client loop saw it.
 #[derive(Debug)]
 struct Answer {
@@ -734,16 +650,6 @@ impl ClientLoop {
     }
 }
 
-/// The sum of `holdfast_requests_total` samples answered with `status`, any method.
-fn answered_with(metrics: &str, status: u16) -> f64 {
-    let label = format!("status=\"{status}\"");
-    metrics
-        .lines()
-        .filter(|l| l.starts_with("holdfast_requests_total{") && l.contains(&label))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
-
 /// The backend stops (its port refuses connections) and comes back on the same port while a
 /// client keeps posting through nginx: every answer is the application's 200, because holdfast
 /// holds the requests that meet the gap and nginx waits for holdfast. Never a 404, 502 or 503.
@@ -766,14 +672,14 @@ async fn the_client_behind_nginx_sees_only_200s_while_the_backend_restarts() {
         let _between = within(client.turn.lock()).await;
         let seen = first.seen().len();
         within(first.stop()).await;
-        (seen, refusing(addr))
+        (seen, Reserved::again(addr))
     };
     // The next request meets the refused port and waits in holdfast's hold, behind nginx.
     client.until_held(&holdfast).await;
     let ok_before_restart = *client.ok.borrow();
 
     // The new container listens on the same port.
-    let second = Upstream::serve(port.listen(1024).unwrap(), echo);
+    let second = Upstream::serve(port.listen(), echo);
     client.until(ok_before_restart + 5).await;
     let answers = client.finish().await;
 
@@ -798,7 +704,11 @@ async fn the_client_behind_nginx_sees_only_200s_while_the_backend_restarts() {
     assert!(metric_value(&metrics, "holdfast_holds_total{outcome=\"released\"}") >= 1.0);
     assert_eq!(metric_value(&metrics, "holdfast_outages_total"), 1.0);
     for status in [404, 502, 503] {
-        assert_eq!(answered_with(&metrics, status), 0.0, "status {status}");
+        assert_eq!(
+            requests_with_status(&metrics, status),
+            0.0,
+            "status {status}"
+        );
     }
 }
 

@@ -14,10 +14,7 @@
 //! query as PromQL.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::pin::Pin;
 use std::process::{Command, Stdio};
-use std::task::{Context, Poll};
-use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Request, Response};
@@ -26,10 +23,11 @@ use http_body_util::{BodyExt, Full};
 use serde_json::Value;
 use tokio::sync::mpsc;
 
-use crate::deploy_nginx::{read_repo, repo_path, require_program, TempDir};
-use crate::sse::{within, BoxError};
-use crate::support::http::{get, host_of, response, send, TestBody, Upstream};
+use crate::support::files::{read_repo, repo_path, TempDir};
+use crate::support::http::{get, host_of, response, send, ChannelBody, TestBody, Upstream};
+use crate::support::process::require_program;
 use crate::support::proxy::{raw_config, Holdfast};
+use crate::support::within;
 
 /// The alert rules.
 const ALERTS: &str = "deploy/prometheus/alerts.yaml";
@@ -148,21 +146,6 @@ impl Exported {
     }
 }
 
-/// A response body the test feeds frame by frame: an `Err` makes the upstream fail it.
-struct Fed(mpsc::Receiver<Result<Frame<Bytes>, BoxError>>);
-
-impl http_body::Body for Fed {
-    type Data = Bytes;
-    type Error = BoxError;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        self.0.poll_recv(cx)
-    }
-}
-
 /// A holdfast's `/metrics` once it has met every situation a rule or a panel selects on.
 ///
 /// prometheus-client declares a labelled family only once it has a sample, and holdfast creates
@@ -182,7 +165,7 @@ async fn exported() -> Exported {
                 "/mcp/dies" => {
                     let (tx, rx) = mpsc::channel(1);
                     bodies_tx.send(tx).unwrap();
-                    let mut resp = Response::new(TestBody::new(Fed(rx)));
+                    let mut resp = Response::new(TestBody::new(ChannelBody(rx)));
                     resp.headers_mut()
                         .insert("content-type", "application/json".parse().unwrap());
                     resp
@@ -239,16 +222,12 @@ async fn exported() -> Exported {
     assert!(within(body.collect()).await.is_err(), "a broken body");
     // The abort is counted as holdfast lets go of the response, which the client cannot
     // await: poll, with a deadline.
-    within(async {
-        while !holdfast
-            .metrics()
-            .await
-            .contains("holdfast_response_aborts_total{")
-        {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    })
-    .await;
+    holdfast
+        .metric_until(
+            "holdfast_response_aborts_total{reason=\"upstream_error\"}",
+            |v| v >= 1.0,
+        )
+        .await;
     Exported::parse(&holdfast.metrics().await)
 }
 

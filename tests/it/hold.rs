@@ -21,11 +21,14 @@ use bytes::Bytes;
 use http::{Request, Response};
 use http_body_util::Full;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpSocket, TcpStream};
+use tokio::net::{TcpListener, TcpStream};
 use tokio::task::{JoinHandle, JoinSet};
 
-use crate::support::http::{call, host_of, post_json, response, Got, Seen, TestBody, Upstream};
-use crate::support::proxy::{raw_config, Holdfast};
+use crate::support::http::{
+    call, host_of, post_json, response, Got, Reserved, Seen, TestBody, Upstream,
+};
+use crate::support::proxy::{raw_config, Holdfast, HOLD_OUTCOMES};
+use crate::support::within_secs;
 
 const TRAEFIK_404: &[(&str, &str)] = &[
     ("content-type", "text/plain; charset=utf-8"),
@@ -37,37 +40,6 @@ const LONG_HOLD_SECS: f64 = 30.0;
 
 fn call_body(id: u64) -> String {
     format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"count"}}}}"#)
-}
-
-/// Bounds a whole step, so that a regression fails the test instead of hanging it.
-async fn within<T>(secs: u64, future: impl Future<Output = T>) -> T {
-    tokio::time::timeout(Duration::from_secs(secs), future)
-        .await
-        .expect("timed out")
-}
-
-/// A port where nothing listens yet (connections are refused) and that stays ours.
-struct Reserved {
-    socket: TcpSocket,
-    addr: SocketAddr,
-}
-
-impl Reserved {
-    fn new() -> Reserved {
-        let socket = TcpSocket::new_v4().unwrap();
-        socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
-        let addr = socket.local_addr().unwrap();
-        Reserved { socket, addr }
-    }
-
-    fn url(&self) -> String {
-        format!("http://{}", self.addr)
-    }
-
-    /// The upstream comes back on the reserved port.
-    fn listen(self) -> TcpListener {
-        self.socket.listen(1024).unwrap()
-    }
 }
 
 /// The application: answers 200 with the request body.
@@ -100,23 +72,6 @@ fn router_then_app(
     }
 }
 
-/// Waits until `series` reads `want`. Entering or leaving the hold is not an event a client can
-/// await, so the metric that shows it is polled, with a deadline.
-async fn until(hf: &Holdfast, series: &str, want: f64) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let got = hf.metric(series).await;
-        if got == want {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{series} stayed at {got}, expected {want}"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-}
-
 /// `holdfast_holds_total{outcome}`.
 async fn holds(hf: &Holdfast, outcome: &str) -> f64 {
     hf.metric(&format!("holdfast_holds_total{{outcome=\"{outcome}\"}}"))
@@ -129,14 +84,7 @@ const OUTAGES: &str = "holdfast_outages_total";
 
 /// Every hold outcome is zero.
 async fn assert_never_held(hf: &Holdfast) {
-    for outcome in [
-        "released",
-        "timed_out",
-        "cancelled",
-        "queue_full",
-        "body_too_large",
-        "shutdown",
-    ] {
+    for outcome in HOLD_OUTCOMES {
         assert_eq!(holds(hf, outcome).await, 0.0, "holds_total{{{outcome}}}");
     }
     assert_eq!(hf.metric(HELD).await, 0.0);
@@ -207,13 +155,13 @@ async fn refused_request_is_held_and_replayed_once_the_upstream_is_back() {
     let hf = Holdfast::start_with(holding(&port.url(), LONG_HOLD_SECS)).await;
     let body = call_body(7);
     let client = spawn_post(hf.url("/mcp"), body.clone());
-    until(&hf, HELD, 1.0).await;
+    hf.metric_until(HELD, |v| v == 1.0).await;
     assert_eq!(hf.metric("holdfast_upstream_up").await, 0.0);
     assert!(!client.is_finished(), "held, not answered");
 
     let back = Instant::now();
     let up = Upstream::serve(port.listen(), echo);
-    let got = within(10, client).await.unwrap();
+    let got = within_secs(10, client).await.unwrap();
     eprintln!("refused → back: answered {:?} after listen", back.elapsed());
     assert_eq!(got.status, 200, "{}", got.text());
     assert_eq!(got.body, body.as_bytes());
@@ -253,13 +201,13 @@ async fn request_arriving_during_an_outage_is_held_before_dispatch_and_sent_once
     let hf = Holdfast::start_with(holding(&port.url(), LONG_HOLD_SECS)).await;
     // The first request meets the refused connection and opens the outage.
     let first = spawn_post(hf.url("/mcp"), call_body(1));
-    until(&hf, HELD, 1.0).await;
+    hf.metric_until(HELD, |v| v == 1.0).await;
     // The second arrives while the outage is open: it waits before being sent at all.
     let second = spawn_post(hf.url("/mcp"), call_body(2));
-    until(&hf, HELD, 2.0).await;
+    hf.metric_until(HELD, |v| v == 2.0).await;
 
     let up = Upstream::serve(port.listen(), echo);
-    let (first, second) = within(10, async { (first.await, second.await) }).await;
+    let (first, second) = within_secs(10, async { (first.await, second.await) }).await;
     let (first, second) = (first.unwrap(), second.unwrap());
     assert_eq!(first.status, 200);
     assert_eq!(first.body, call_body(1).as_bytes());
@@ -286,13 +234,13 @@ async fn router_502_answers_503_at_once_and_the_next_request_waits_for_the_app()
     // opens the outage, so the next request is held before dispatch and sent once.
     let up = Upstream::start(router_then_app(1, 502, &[], "Bad Gateway")).await;
     let hf = Holdfast::start_with(holding(&up.url(), LONG_HOLD_SECS)).await;
-    let first = within(5, post_json(&hf.url("/mcp"), &call_body(1))).await;
+    let first = within_secs(5, post_json(&hf.url("/mcp"), &call_body(1))).await;
     assert_eq!(first.status, 503);
     assert_eq!(first.header("holdfast-reason"), Some("router_unavailable"));
     assert!(first.header("retry-after").is_some());
     assert_eq!(hf.metric(OUTAGES).await, 1.0);
 
-    let second = within(10, post_json(&hf.url("/mcp"), &call_body(2))).await;
+    let second = within_secs(10, post_json(&hf.url("/mcp"), &call_body(2))).await;
     assert_eq!(second.status, 200);
     assert_eq!(second.body, call_body(2).as_bytes());
     let seen = up.seen();
@@ -312,7 +260,7 @@ async fn router_502_answers_503_at_once_and_the_next_request_waits_for_the_app()
 async fn router_504_answers_503_at_once_even_while_holding() {
     let up = Upstream::start(|_| async { response(504, &[], "Gateway Timeout") }).await;
     let hf = Holdfast::start_with(holding(&up.url(), LONG_HOLD_SECS)).await;
-    let got = within(5, post_json(&hf.url("/mcp"), &call_body(1))).await;
+    let got = within_secs(5, post_json(&hf.url("/mcp"), &call_body(1))).await;
     assert_eq!(got.status, 503);
     assert_eq!(got.header("holdfast-reason"), Some("router_unavailable"));
     assert_eq!(up.seen().len(), 1, "not replayed");
@@ -335,7 +283,7 @@ async fn route_missing_body_is_replayed_byte_identical_to_the_app() {
     // Two route-missing answers (the first attempt, then the first probe), then the app.
     let up = Upstream::start(router_then_app(2, 404, TRAEFIK_404, "404 page not found\n")).await;
     let hf = Holdfast::start_with(holding(&up.url(), LONG_HOLD_SECS)).await;
-    let got = within(10, post_json(&hf.url("/mcp"), &body)).await;
+    let got = within_secs(10, post_json(&hf.url("/mcp"), &body)).await;
     assert_eq!(got.status, 200, "{}", got.text());
     assert_eq!(got.body, body.as_bytes());
 
@@ -380,7 +328,7 @@ async fn router_no_available_server_503_is_held_and_replayed() {
     let up = Upstream::start(router_then_app(1, 503, &[], "no available server\n")).await;
     let hf = Holdfast::start_with(holding(&up.url(), LONG_HOLD_SECS)).await;
     let body = call_body(5);
-    let got = within(10, post_json(&hf.url("/mcp"), &body)).await;
+    let got = within_secs(10, post_json(&hf.url("/mcp"), &body)).await;
     assert_eq!(got.status, 200, "{}", got.text());
     assert_eq!(got.body, body.as_bytes());
     let seen = up.seen();
@@ -446,7 +394,7 @@ async fn reset_or_eof_after_the_request_was_read_is_502_and_never_replayed() {
         let addr = listener.local_addr().unwrap();
         let count = reads_then_breaks(listener, abortive).await;
         let hf = Holdfast::start_with(holding(&format!("http://{addr}"), LONG_HOLD_SECS)).await;
-        let got = within(5, post_json(&hf.url("/mcp"), &call_body(3))).await;
+        let got = within_secs(5, post_json(&hf.url("/mcp"), &call_body(3))).await;
         assert_eq!(got.status, 502, "abortive={abortive}");
         assert_eq!(got.header("holdfast-reason"), Some("upstream_reset"));
         assert_eq!(got.header("retry-after"), None);
@@ -464,9 +412,9 @@ async fn a_released_request_that_then_meets_a_reset_is_502_and_not_sent_again() 
     let port = Reserved::new();
     let hf = Holdfast::start_with(holding(&port.url(), LONG_HOLD_SECS)).await;
     let client = spawn_post(hf.url("/mcp"), call_body(4));
-    until(&hf, HELD, 1.0).await;
+    hf.metric_until(HELD, |v| v == 1.0).await;
     let count = reads_then_breaks(port.listen(), true).await;
-    let got = within(10, client).await.unwrap();
+    let got = within_secs(10, client).await.unwrap();
     assert_eq!(got.status, 502);
     assert_eq!(got.header("holdfast-reason"), Some("upstream_reset"));
     assert_eq!(count.load(Ordering::SeqCst), 1);
@@ -489,7 +437,7 @@ async fn no_response_head_in_time_is_502_and_not_replayed() {
     let mut raw = holding(&up.url(), LONG_HOLD_SECS);
     raw.client.response_timeout_secs = 0.3;
     let hf = Holdfast::start_with(raw).await;
-    let got = within(5, post_json(&hf.url("/mcp"), &call_body(6))).await;
+    let got = within_secs(5, post_json(&hf.url("/mcp"), &call_body(6))).await;
     assert_eq!(got.status, 502);
     assert_eq!(got.header("holdfast-reason"), Some("response_timeout"));
     rx.recv().await.unwrap();
@@ -511,7 +459,7 @@ async fn a_hold_that_outlives_its_timeout_gets_503_with_retry_after() {
         raw.retry_after_secs = secs;
         let hf = Holdfast::start_with(raw).await;
         let start = Instant::now();
-        let got = within(5, post_json(&hf.url("/mcp"), &call_body(8))).await;
+        let got = within_secs(5, post_json(&hf.url("/mcp"), &call_body(8))).await;
         let took = start.elapsed();
         assert_eq!(got.status, 503, "{mode}");
         assert!(took >= Duration::from_millis(300), "{mode}: held {took:?}");
@@ -549,7 +497,7 @@ async fn observed_retry_after_comes_from_the_last_outage() {
 
     // A opens the outage and times out: no outage has closed yet, so the fixed fallback.
     let a_sent = Instant::now();
-    let a = within(5, post_json(&hf.url("/mcp"), &call_body(1))).await;
+    let a = within_secs(5, post_json(&hf.url("/mcp"), &call_body(1))).await;
     let a_answered = Instant::now();
     assert_eq!(a.status, 503);
     assert_eq!(retry_after(&a), 9, "no history: retry_after_secs");
@@ -562,7 +510,7 @@ async fn observed_retry_after_comes_from_the_last_outage() {
         response(200, &[("connection", "close")], seen.body)
     });
     let b_sent = Instant::now();
-    let b = within(10, post_json(&hf.url("/mcp"), &call_body(2))).await;
+    let b = within_secs(10, post_json(&hf.url("/mcp"), &call_body(2))).await;
     let b_answered = Instant::now();
     assert_eq!(b.status, 200);
     assert_eq!(holds(&hf, "released").await, 1.0);
@@ -578,7 +526,7 @@ async fn observed_retry_after_comes_from_the_last_outage() {
         "the port is closed again"
     );
     let c_sent = Instant::now();
-    let c = within(5, post_json(&hf.url("/mcp"), &call_body(3))).await;
+    let c = within_secs(5, post_json(&hf.url("/mcp"), &call_body(3))).await;
     let c_answered = Instant::now();
     assert_eq!(c.status, 503);
     assert_eq!(holds(&hf, "timed_out").await, 2.0);
@@ -614,9 +562,9 @@ async fn a_full_hold_answers_503_at_once_while_the_held_request_waits() {
     raw.hold.max_requests = 1;
     let hf = Holdfast::start_with(raw).await;
     let first = spawn_post(hf.url("/mcp"), call_body(1));
-    until(&hf, HELD, 1.0).await;
+    hf.metric_until(HELD, |v| v == 1.0).await;
 
-    let second = within(5, post_json(&hf.url("/mcp"), &call_body(2))).await;
+    let second = within_secs(5, post_json(&hf.url("/mcp"), &call_body(2))).await;
     assert_eq!(second.status, 503);
     assert_eq!(second.header("holdfast-reason"), Some("connect_refused"));
     assert!(second.header("retry-after").is_some());
@@ -627,7 +575,7 @@ async fn a_full_hold_answers_503_at_once_while_the_held_request_waits() {
     assert_eq!(hf.metric(HELD).await, 1.0);
 
     let up = Upstream::serve(port.listen(), echo);
-    let first = within(10, first).await.unwrap();
+    let first = within_secs(10, first).await.unwrap();
     assert_eq!(first.status, 200);
     assert_eq!(first.body, call_body(1).as_bytes());
     let seen = up.seen();
@@ -657,17 +605,17 @@ async fn held_body_bytes_are_capped() {
         b
     };
     let first = spawn_post(hf.url("/mcp"), body(1));
-    until(&hf, HELD, 1.0).await;
+    hf.metric_until(HELD, |v| v == 1.0).await;
     let second = spawn_post(hf.url("/mcp"), body(2));
-    until(&hf, HELD, 2.0).await;
+    hf.metric_until(HELD, |v| v == 2.0).await;
 
-    let third = within(5, post_json(&hf.url("/mcp"), &body(3))).await;
+    let third = within_secs(5, post_json(&hf.url("/mcp"), &body(3))).await;
     assert_eq!(third.status, 503);
     assert_eq!(holds(&hf, "queue_full").await, 1.0);
     assert_eq!(hf.metric(HELD).await, 2.0);
 
     let up = Upstream::serve(port.listen(), echo);
-    let (first, second) = within(10, async { (first.await, second.await) }).await;
+    let (first, second) = within_secs(10, async { (first.await, second.await) }).await;
     assert_eq!(first.unwrap().body, body(1).as_bytes());
     assert_eq!(second.unwrap().body, body(2).as_bytes());
     assert_eq!(up.seen().len(), 2);
@@ -686,7 +634,7 @@ async fn a_body_too_large_to_replay_gets_503_at_once_after_a_route_missing_404()
         r#"{{"jsonrpc":"2.0","id":11,"method":"tools/call","params":{{"blob":"{}"}}}}"#,
         "b".repeat(4096)
     );
-    let got = within(5, post_json(&hf.url("/mcp"), &big)).await;
+    let got = within_secs(5, post_json(&hf.url("/mcp"), &big)).await;
     assert_eq!(got.status, 503);
     assert_eq!(got.header("holdfast-reason"), Some("route_missing_404"));
     assert!(got.header("retry-after").is_some());
@@ -699,7 +647,7 @@ async fn a_body_too_large_to_replay_gets_503_at_once_after_a_route_missing_404()
     // A body within the cap meeting the same router is held (and, the router staying, times
     // out on its own; it is not waited for here).
     let small = spawn_post(hf.url("/mcp"), call_body(12));
-    until(&hf, HELD, 1.0).await;
+    hf.metric_until(HELD, |v| v == 1.0).await;
     small.abort();
 }
 
@@ -724,15 +672,16 @@ async fn a_client_that_leaves_while_held_is_never_sent() {
             format!("GET /mcp?gone=1 HTTP/1.1\r\nhost: {}\r\n\r\n", hf.addr)
         };
         s.write_all(req.as_bytes()).await.unwrap();
-        until(&hf, HELD, 1.0).await;
+        hf.metric_until(HELD, |v| v == 1.0).await;
         drop(s);
-        until(&hf, "holdfast_holds_total{outcome=\"cancelled\"}", 1.0).await;
+        hf.metric_until("holdfast_holds_total{outcome=\"cancelled\"}", |v| v == 1.0)
+            .await;
         assert_eq!(hf.metric(HELD).await, 0.0, "{method}");
 
         // The upstream comes back; a later request goes through, so holdfast had every chance
         // to send the abandoned one.
         let up = Upstream::serve(port.listen(), echo);
-        let later = within(10, post_json(&hf.url("/mcp"), &call_body(22))).await;
+        let later = within_secs(10, post_json(&hf.url("/mcp"), &call_body(22))).await;
         assert_eq!(later.status, 200, "{method}");
         let seen = up.seen();
         assert_eq!(seen.len(), 1, "{method}: only the later request: {seen:?}");
@@ -756,13 +705,13 @@ async fn a_client_that_leaves_mid_body_while_held_is_never_sent() {
             "c".repeat(size)
         );
         let partial = raw_post(hf.addr, &body, body.len() / 2).await;
-        until(&hf, HELD, 1.0).await;
+        hf.metric_until(HELD, |v| v == 1.0).await;
         drop(partial);
 
         // The upstream comes back; a later request goes through, so holdfast had every chance
         // to send the abandoned one.
         let up = Upstream::serve(port.listen(), echo);
-        let later = within(10, post_json(&hf.url("/mcp"), &call_body(32))).await;
+        let later = within_secs(10, post_json(&hf.url("/mcp"), &call_body(32))).await;
         assert_eq!(later.status, 200);
         // Body lengths: an empty one is a request whose body broke off at the upstream.
         let seen: Vec<usize> = up.seen().iter().map(|s| s.body.len()).collect();
@@ -794,13 +743,14 @@ async fn a_held_request_whose_body_is_still_arriving_is_sent_whole_when_released
     let body = call_body(41);
     let half = body.len() / 2;
     let mut slow = raw_post(hf.addr, &body, half).await;
-    until(&hf, HELD, 1.0).await;
+    hf.metric_until(HELD, |v| v == 1.0).await;
 
     let up = Upstream::serve(port.listen(), echo);
-    until(&hf, "holdfast_holds_total{outcome=\"released\"}", 1.0).await;
+    hf.metric_until("holdfast_holds_total{outcome=\"released\"}", |v| v == 1.0)
+        .await;
     // Write errors are left to the response below to explain.
     let _ = slow.write_all(&body.as_bytes()[half..]).await;
-    let head = within(10, read_head(&mut slow)).await;
+    let head = within_secs(10, read_head(&mut slow)).await;
     let seen = up.seen();
     assert!(
         head.starts_with("HTTP/1.1 200"),
@@ -818,14 +768,14 @@ async fn a_held_request_whose_body_is_still_arriving_is_sent_whole_when_released
 
 #[tokio::test]
 async fn shutdown_answers_held_requests_503_at_once() {
-    within(5, async {
+    within_secs(5, async {
         let port = Reserved::new();
         let mut hf = Holdfast::start_with(holding(&port.url(), LONG_HOLD_SECS)).await;
         // A met the refused connection; B arrived during the outage.
         let a = spawn_post(hf.url("/mcp"), call_body(1));
-        until(&hf, HELD, 1.0).await;
+        hf.metric_until(HELD, |v| v == 1.0).await;
         let b = spawn_post(hf.url("/mcp"), call_body(2));
-        until(&hf, HELD, 2.0).await;
+        hf.metric_until(HELD, |v| v == 2.0).await;
 
         let start = Instant::now();
         hf.begin_shutdown();
@@ -871,7 +821,7 @@ async fn shutdown_is_counted_as_the_held_requests_outcome() {
     let mut raw = holding(&up.url(), LONG_HOLD_SECS);
     raw.shutdown.drain_timeout_secs = 1.0;
     let mut hf = Holdfast::start_with(raw).await;
-    within(5, async {
+    within_secs(5, async {
         let opener = post_json(&hf.url("/mcp"), &call_body(1)).await;
         assert_eq!(opener.status, 503);
         // Raw, so that its connection being cut at the drain timeout is no client-side panic.
@@ -879,7 +829,7 @@ async fn shutdown_is_counted_as_the_held_requests_outcome() {
         arrived.recv().await.unwrap();
         let a = spawn_post(hf.url("/mcp"), call_body(3));
         let b = spawn_post(hf.url("/mcp"), call_body(4));
-        until(&hf, HELD, 2.0).await;
+        hf.metric_until(HELD, |v| v == 2.0).await;
 
         hf.begin_shutdown();
         let (a, b) = (a.await.unwrap(), b.await.unwrap());
@@ -914,7 +864,7 @@ async fn with_holding_off_a_missing_backend_is_503_at_once() {
         let hf = Holdfast::start_with(raw).await;
         // The second request arrives while the outage is open: not held either.
         for id in [1, 2] {
-            let got = within(5, post_json(&hf.url("/mcp"), &call_body(id))).await;
+            let got = within_secs(5, post_json(&hf.url("/mcp"), &call_body(id))).await;
             assert_eq!(got.status, 503, "{upstream}");
             assert!(got.header("retry-after").is_some());
         }
@@ -941,7 +891,7 @@ async fn the_servers_own_404s_pass_at_once_and_are_never_held() {
     for (headers, body) in cases {
         let up = Upstream::start(move |_| async move { response(404, headers, body) }).await;
         let hf = Holdfast::start_with(holding(&up.url(), LONG_HOLD_SECS)).await;
-        let got = within(
+        let got = within_secs(
             5,
             request(
                 "POST",
@@ -982,11 +932,11 @@ async fn get_and_delete_are_held_and_replayed() {
         let hf = Holdfast::start_with(holding(&port.url(), LONG_HOLD_SECS)).await;
         let url = hf.url("/mcp?x=1");
         let client = tokio::spawn(async move { request(method, &url, headers, "").await });
-        until(&hf, HELD, 1.0).await;
+        hf.metric_until(HELD, |v| v == 1.0).await;
         let up = Upstream::serve(port.listen(), |seen: Seen| async move {
             response(200, &[], seen.method.to_string())
         });
-        let got = within(10, client).await.unwrap();
+        let got = within_secs(10, client).await.unwrap();
         assert_eq!(got.status, 200, "{method}");
         assert_eq!(got.body, method.as_bytes());
         let seen = up.seen();
@@ -1001,7 +951,7 @@ async fn get_and_delete_are_held_and_replayed() {
         let up =
             Upstream::start(router_then_app(1, 404, TRAEFIK_404, "404 page not found\n")).await;
         let hf = Holdfast::start_with(holding(&up.url(), LONG_HOLD_SECS)).await;
-        let got = within(10, request(method, &hf.url("/mcp"), headers, "")).await;
+        let got = within_secs(10, request(method, &hf.url("/mcp"), headers, "")).await;
         assert_eq!(got.status, 200, "{method}");
         let seen = up.seen();
         assert_eq!(seen.len(), 2, "{method}");
@@ -1025,12 +975,12 @@ async fn many_held_requests_are_all_released_and_each_sent_once() {
         let url = hf.url("/mcp");
         clients.spawn(async move { (id, post_json(&url, &call_body(id)).await) });
     }
-    until(&hf, HELD, N as f64).await;
+    hf.metric_until(HELD, |v| v == N as f64).await;
 
     let back = Instant::now();
     let up = Upstream::serve(port.listen(), echo);
     let mut latencies = Vec::with_capacity(N);
-    within(30, async {
+    within_secs(30, async {
         while let Some(done) = clients.join_next().await {
             let (id, got) = done.unwrap();
             latencies.push(back.elapsed());

@@ -11,7 +11,6 @@
 //! Timings are printed (`cargo test --test it hold_e2e -- --nocapture`) as `hold_e2e timing:`.
 
 use std::convert::Infallible;
-use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -33,11 +32,8 @@ use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
 
 use crate::support::mcp::{call_count, connect, mcp_post, raw_http, McpServer};
-use crate::support::proxy::{metric_value, Holdfast};
-
-/// Turns a hang into a failure. Holds last about a second here; holdfast's own hold timeout is
-/// 15 s, so anything near this limit is a bug, not a slow machine.
-const LIMIT: Duration = Duration::from_secs(30);
+use crate::support::proxy::{metric_value, requests_with_status, Holdfast, HOLD_OUTCOMES};
+use crate::support::{within, LIMIT};
 
 /// How long each outage lasts: long enough for the prober's backoff to reach its cap.
 const OUTAGE: Duration = Duration::from_secs(1);
@@ -47,54 +43,15 @@ const CALLS_BEFORE: u64 = 5;
 /// Successful calls after the held one, so the loop is seen running on the far side too.
 const CALLS_AFTER: u64 = 5;
 
-/// `future`, or a panic after [`LIMIT`].
-async fn within<T>(future: impl Future<Output = T>) -> T {
-    tokio::time::timeout(LIMIT, future)
-        .await
-        .expect("timed out")
-}
-
-/// Waits until holdfast's metric `series` satisfies `ok`: for what holdfast records on its own
-/// time (a request entering the hold), where the test has no event to await.
-async fn metric_until(holdfast: &Holdfast, series: &str, ok: impl Fn(f64) -> bool) -> f64 {
-    within(async {
-        loop {
-            let value = holdfast.metric(series).await;
-            if ok(value) {
-                return value;
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    })
-    .await
-}
-
-/// The sum of every sample of `holdfast_requests_total` answered with `status`, any method.
-fn requests_with_status(metrics: &str, status: u16) -> f64 {
-    let label = format!("status=\"{status}\"");
-    metrics
-        .lines()
-        .filter(|l| l.starts_with("holdfast_requests_total{") && l.contains(&label))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .fold(0.0, |sum, n| sum + n)
-}
-
 /// `holdfast_holds_total` by outcome, for every outcome.
 fn holds(metrics: &str) -> Vec<(&'static str, f64)> {
-    [
-        "released",
-        "timed_out",
-        "cancelled",
-        "queue_full",
-        "body_too_large",
-        "shutdown",
-    ]
-    .into_iter()
-    .map(|o| {
-        let series = format!("holdfast_holds_total{{outcome=\"{o}\"}}");
-        (o, metric_value(metrics, &series))
-    })
-    .collect()
+    HOLD_OUTCOMES
+        .into_iter()
+        .map(|o| {
+            let series = format!("holdfast_holds_total{{outcome=\"{o}\"}}");
+            (o, metric_value(metrics, &series))
+        })
+        .collect()
 }
 
 /// What holds after any outage held through: the hold is empty, the upstream is up again, and no
@@ -146,6 +103,8 @@ impl CountLoop {
                 while !stop.load(Ordering::SeqCst) {
                     let _turn = turn.lock().await;
                     let started = Instant::now();
+                    // Holds last about a second here; holdfast's own hold timeout is 15 s, so
+                    // anything near this limit is a bug, not a slow machine.
                     let result = match tokio::time::timeout(LIMIT, call_count(&peer)).await {
                         Ok(Ok(value)) => Ok(value),
                         Ok(Err(error)) => Err(format!("{error:?}")),
@@ -237,7 +196,9 @@ async fn calls_in_a_tight_loop_survive_a_restart_on_the_same_port() {
     }
     let stopped = Instant::now();
     // The next call meets the refused connection and waits in the hold.
-    metric_until(&holdfast, "holdfast_held_requests", |v| v >= 1.0).await;
+    holdfast
+        .metric_until("holdfast_held_requests", |v| v >= 1.0)
+        .await;
     // The outage itself: a container being recreated.
     tokio::time::sleep(OUTAGE.saturating_sub(stopped.elapsed())).await;
     let held_at_restart = *calls.successes.borrow();
@@ -454,7 +415,9 @@ async fn calls_in_a_tight_loop_survive_a_routers_404_window() {
     // forwarded whole or answered 404 whole, so no call can be cut off.
     router.missing.store(true, Ordering::SeqCst);
     let opened = Instant::now();
-    metric_until(&holdfast, "holdfast_held_requests", |v| v >= 1.0).await;
+    holdfast
+        .metric_until("holdfast_held_requests", |v| v >= 1.0)
+        .await;
     tokio::time::sleep(OUTAGE.saturating_sub(opened.elapsed())).await;
     let held_at_close = *calls.successes.borrow();
     router.missing.store(false, Ordering::SeqCst);
@@ -538,7 +501,9 @@ async fn an_initialize_sent_while_the_server_is_down_is_held_and_connects() {
     let started = Instant::now();
     let connecting = tokio::spawn(async move { connect(&url).await });
     // The initialize met the refused connection and waits in the hold.
-    metric_until(&holdfast, "holdfast_held_requests", |v| v >= 1.0).await;
+    holdfast
+        .metric_until("holdfast_held_requests", |v| v >= 1.0)
+        .await;
     tokio::time::sleep((OUTAGE / 2).saturating_sub(started.elapsed())).await;
     within(server.restart()).await;
     let back = Instant::now();

@@ -6,8 +6,6 @@
 //! `Retry-After` (never a 404, never a connection error), and the same client carries on once
 //! the server is back.
 
-use std::{future::Future, time::Duration};
-
 use http::{Method, StatusCode};
 use rmcp::{
     service::ClientInitializeError, transport::streamable_http_client::StreamableHttpError,
@@ -15,17 +13,11 @@ use rmcp::{
 };
 
 use crate::support::mcp::{
-    call_count, call_echo, connect, is_connection_refused, mcp_post, raw_http, transport_error,
-    McpServer, RawResponse, SeenRequest,
+    call_count, call_echo, connect, is_connection_refused, mcp_post, raw_http, tool_call,
+    transport_error, McpServer, RawResponse, SeenRequest,
 };
 use crate::support::proxy::{raw_config, Holdfast};
-
-/// Turns a hang into a failure; generous because nothing here should take more than a second.
-async fn within<T>(future: impl Future<Output = T>) -> T {
-    tokio::time::timeout(Duration::from_secs(20), future)
-        .await
-        .expect("timed out")
-}
+use crate::support::within;
 
 /// holdfast in front of `server`: the upstream is the server's base URL, without `/mcp`.
 /// Holding is off: these tests pin what a client sees of a 503 (`hold_e2e` covers holding).
@@ -38,10 +30,6 @@ async fn holdfast_for(server: &McpServer) -> Holdfast {
 /// The `Retry-After` holdfast puts on its 503s by default.
 fn default_retry_after() -> String {
     holdfast::config::defaults::RETRY_AFTER_SECS.to_string()
-}
-
-fn tool_call(request: &SeenRequest) -> bool {
-    request.method == Method::POST && request.rpc_method.as_deref() == Some("tools/call")
 }
 
 /// `(JSON-RPC method or "-", status)` of every POST the server saw, in order.
@@ -70,21 +58,6 @@ fn server_404s(server: &McpServer) -> usize {
         .iter()
         .filter(|r| r.status == StatusCode::NOT_FOUND)
         .count()
-}
-
-/// Waits until holdfast's metric `series` satisfies `ok`: for what holdfast records on its own
-/// time (a stream's end, a background GET the client sends), where there is no event to await.
-async fn metric_until(holdfast: &Holdfast, series: &str, ok: impl Fn(f64) -> bool) -> f64 {
-    within(async {
-        loop {
-            let value = holdfast.metric(series).await;
-            if ok(value) {
-                return value;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await
 }
 
 /// A failed `connect()` as the error a call would have failed with, when the transport failed
@@ -250,7 +223,9 @@ async fn initialize_list_and_call_tools_through_holdfast() {
     let get = within(server.wait_for_request(|r| r.method == Method::GET)).await;
     assert_eq!(get.status, StatusCode::OK);
     assert_eq!(get.session_id(), Some(session.as_str()));
-    metric_until(&holdfast, "holdfast_sse_streams_active", |v| v >= 1.0).await;
+    holdfast
+        .metric_until("holdfast_sse_streams_active", |v| v >= 1.0)
+        .await;
 
     // Closing DELETEs the session through holdfast, and the client's streams end with it.
     within(client.cancel()).await.expect("close");
@@ -261,7 +236,9 @@ async fn initialize_list_and_call_tools_through_holdfast() {
         .expect("a DELETE on close");
     assert_eq!(delete.session_id(), Some(session.as_str()));
     assert_eq!(delete.status, StatusCode::ACCEPTED);
-    metric_until(&holdfast, "holdfast_sse_streams_active", |v| v == 0.0).await;
+    holdfast
+        .metric_until("holdfast_sse_streams_active", |v| v == 0.0)
+        .await;
     assert_eq!(holdfast.metric("holdfast_passthrough_404_total").await, 0.0);
 }
 
@@ -375,19 +352,23 @@ async fn a_stopped_server_is_a_503_and_the_same_client_goes_on_after_restart() {
     assert_eq!(within(call_count(&client)).await.expect("count"), 1);
     let old_session = server.seen()[0].assigned_session.clone().expect("session");
     within(server.wait_for_request(|r| r.method == Method::GET)).await;
-    metric_until(&holdfast, "holdfast_sse_streams_active", |v| v >= 1.0).await;
+    holdfast
+        .metric_until("holdfast_sse_streams_active", |v| v >= 1.0)
+        .await;
 
     within(server.stop()).await;
 
     // The dying server cut the standalone GET stream; holdfast passed the cut on as an error (not
     // a clean end), so rmcp resumes at once, and gets holdfast's 503.
-    metric_until(&holdfast, "holdfast_sse_streams_active", |v| v == 0.0).await;
-    metric_until(
-        &holdfast,
-        "holdfast_requests_total{method=\"GET\",status=\"503\"}",
-        |v| v >= 1.0,
-    )
-    .await;
+    holdfast
+        .metric_until("holdfast_sse_streams_active", |v| v == 0.0)
+        .await;
+    holdfast
+        .metric_until(
+            "holdfast_requests_total{method=\"GET\",status=\"503\"}",
+            |v| v >= 1.0,
+        )
+        .await;
 
     // Each call fails with holdfast's 503 (how rmcp surfaces it is pinned separately, in
     // `a_call_while_stopped_reaches_rmcp_as_http_503_with_retry_after`); the session and the

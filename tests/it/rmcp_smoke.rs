@@ -1,8 +1,6 @@
 //! rmcp's server and client talking directly, no proxy: what they do is what holdfast must
 //! preserve or stand in for. Each test pins one behaviour a proxy depends on.
 
-use std::{future::Future, time::Duration};
-
 use http::{Method, StatusCode};
 use rmcp::transport::streamable_http_client::{
     StreamableHttpClientTransportConfig, StreamableHttpError,
@@ -10,19 +8,9 @@ use rmcp::transport::streamable_http_client::{
 
 use crate::support::mcp::{
     call_count, call_echo, call_wait, connect, connect_with, is_connection_refused, mcp_post,
-    raw_http, transport_error, McpServer, Mode, Options, SeenRequest,
+    raw_http, tool_call, transport_error, McpServer, Mode, Options,
 };
-
-/// Turns a hang into a failure; generous because nothing here should take more than a second.
-async fn within<T>(future: impl Future<Output = T>) -> T {
-    tokio::time::timeout(Duration::from_secs(20), future)
-        .await
-        .expect("timed out")
-}
-
-fn tool_call(request: &SeenRequest) -> bool {
-    request.method == Method::POST && request.rpc_method.as_deref() == Some("tools/call")
-}
+use crate::support::within;
 
 /// A `tools/list` request body.
 const TOOLS_LIST: &str = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#;

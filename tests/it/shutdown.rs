@@ -14,11 +14,10 @@ use tokio::net::TcpStream;
 use tokio::sync::{mpsc, Semaphore};
 use tokio::time::Instant;
 
-use crate::sse::{
-    event, open, push, sse_upstream, within, Client, EventSender, Events, SSE_ACTIVE,
-};
+use crate::sse::{event, open, push, sse_upstream, Client, EventSender, Events, SSE_ACTIVE};
 use crate::support::http::{collect, get, host_of, response, send, Got, Upstream};
 use crate::support::proxy::{raw_config, Holdfast};
+use crate::support::within;
 
 /// An upstream whose `/slow` answers only once the test releases it, announcing each arrival;
 /// every other path answers at once.

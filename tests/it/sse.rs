@@ -5,54 +5,30 @@
 //! The upstream here hands the test one [`EventSender`] per request, so the test decides when
 //! each event leaves the upstream and can check it arrived at the client before sending the next.
 
-use std::future::Future;
-use std::pin::Pin;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use http::{Request, Response};
-use http_body::{Body, Frame};
+use http_body::Frame;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use crate::support::http::{get, host_of, response, send, send_h2, TestBody, Upstream};
+use crate::support::http::{
+    get, host_of, response, send, send_h2, BoxError, ChannelBody, TestBody, Upstream,
+};
 use crate::support::proxy::{raw_config, Holdfast};
-
-/// Error type of the test upstream's bodies.
-pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
+use crate::support::within;
 
 /// The upstream's end of one SSE response: each `Ok` frame is sent as it is pushed, an `Err`
 /// makes the upstream abort the response, and dropping the sender ends it cleanly.
 pub(crate) type EventSender = mpsc::Sender<Result<Frame<Bytes>, BoxError>>;
 
-/// Name of the SSE gauge.
+/// Name of the SSE gauge. It drops when hyper drops the response body, which happens just after
+/// the client saw the end, with no event the test could await: tests wait for it with
+/// [`Holdfast::metric_until`].
 pub(crate) const SSE_ACTIVE: &str = "holdfast_sse_streams_active";
-
-/// A response body fed frame by frame from a channel.
-struct ChannelBody(mpsc::Receiver<Result<Frame<Bytes>, BoxError>>);
-
-impl Body for ChannelBody {
-    type Data = Bytes;
-    type Error = BoxError;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        self.0.poll_recv(cx)
-    }
-}
-
-/// Turns a hang into a failure. Generous: a loaded two-core machine must not fail a test that
-/// would pass, and a test that hangs fails after this anyway.
-pub(crate) async fn within<T>(future: impl Future<Output = T>) -> T {
-    tokio::time::timeout(Duration::from_secs(10), future)
-        .await
-        .expect("timed out")
-}
 
 /// The text of event `n`.
 pub(crate) fn event(n: usize) -> String {
@@ -181,21 +157,6 @@ impl Events {
     }
 }
 
-/// Waits until `series` reads `want` in holdfast's metrics. The gauge drops when hyper drops the
-/// response body, which happens just after the client saw the end, with no event the test could
-/// await: poll, a bounded number of times.
-pub(crate) async fn wait_for_metric(holdfast: &Holdfast, series: &str, want: f64) {
-    let mut last = f64::NAN;
-    for _ in 0..200 {
-        last = holdfast.metric(series).await;
-        if last == want {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    panic!("{series} stayed at {last}, expected {want}");
-}
-
 /// Events cross holdfast one at a time: each is read at the client before the upstream is told
 /// to send the next, which a proxy that buffers the body cannot pass.
 async fn frame_by_frame(client: Client) {
@@ -321,7 +282,7 @@ async fn a_stalled_stream_is_cut_after_the_idle_timeout() {
         "cut after {:?}, long before the 0.5 s idle timeout",
         stalled.elapsed()
     );
-    wait_for_metric(&holdfast, SSE_ACTIVE, 0.0).await;
+    holdfast.metric_until(SSE_ACTIVE, |v| v == 0.0).await;
     assert_eq!(
         holdfast
             .metric("holdfast_response_aborts_total{reason=\"idle_timeout\"}")
@@ -349,7 +310,7 @@ async fn upstream_error_breaks_the_stream(client: Client) {
         result.is_err(),
         "a broken upstream stream must break downstream"
     );
-    wait_for_metric(&holdfast, SSE_ACTIVE, 0.0).await;
+    holdfast.metric_until(SSE_ACTIVE, |v| v == 0.0).await;
     assert_eq!(
         holdfast
             .metric("holdfast_response_aborts_total{reason=\"upstream_error\"}")
@@ -382,7 +343,7 @@ async fn the_upstream_going_away_mid_stream_breaks_the_client_stream() {
     upstream.stop().await;
     let result = events.end().await;
     assert!(result.is_err(), "a vanished upstream must break the stream");
-    wait_for_metric(&holdfast, SSE_ACTIVE, 0.0).await;
+    holdfast.metric_until(SSE_ACTIVE, |v| v == 0.0).await;
 }
 
 #[tokio::test]
@@ -403,13 +364,13 @@ async fn the_sse_gauge_counts_live_streams() {
     assert_eq!(first.next().await, event(1));
     drop(first_tx);
     first.end().await.expect("a clean end");
-    wait_for_metric(&holdfast, SSE_ACTIVE, 1.0).await;
+    holdfast.metric_until(SSE_ACTIVE, |v| v == 1.0).await;
 
     push(&second_tx, 1).await;
     assert_eq!(second.next().await, event(1));
     drop(second_tx);
     second.end().await.expect("a clean end");
-    wait_for_metric(&holdfast, SSE_ACTIVE, 0.0).await;
+    holdfast.metric_until(SSE_ACTIVE, |v| v == 0.0).await;
 }
 
 /// The client drops its stream (a closed tab, a reconnect): holdfast lets go of it, its count
@@ -424,7 +385,7 @@ async fn client_going_away(client: Client) {
 
     // h1: the client closes its connection; h2: the client resets the stream (RST_STREAM).
     drop(resp);
-    wait_for_metric(&holdfast, SSE_ACTIVE, 0.0).await;
+    holdfast.metric_until(SSE_ACTIVE, |v| v == 0.0).await;
     within(tx.closed()).await;
 }
 

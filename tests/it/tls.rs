@@ -9,7 +9,6 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -30,45 +29,34 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, Serve
 use rustls::server::WebPkiClientVerifier;
 use rustls::{ClientConfig, RootCertStore, ServerConfig};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpSocket, TcpStream};
+use tokio::net::{TcpListener, TcpStream};
 use tokio::task::{JoinHandle, JoinSet};
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 
-use crate::sse::{event, push, sse_upstream, wait_for_metric, within, Events};
-use crate::support::http::{response, Upstream};
+use crate::sse::{event, push, sse_upstream, Events};
+use crate::support::files::TempDir;
+use crate::support::http::{response, Reserved, Upstream};
 use crate::support::proxy::{raw_config, Holdfast};
+use crate::support::within;
 
 // --- Certificates ----------------------------------------------------------------------------
 
 /// A directory of PEM files for one test, removed when dropped.
-struct Dir(PathBuf);
+struct Dir(TempDir);
 
 impl Dir {
     fn new() -> Dir {
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "holdfast-tls-{}-{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        Dir(dir)
+        Dir(TempDir::new("tls"))
     }
 
     /// Writes `name` at once (a rename, as Kubernetes and certbot swap files) and returns its
     /// path as the configuration wants it.
     fn write(&self, name: &str, contents: &str) -> String {
-        let path = self.0.join(name);
-        let tmp = self.0.join(format!(".{name}.tmp"));
+        let path = self.0.path().join(name);
+        let tmp = self.0.path().join(format!(".{name}.tmp"));
         std::fs::write(&tmp, contents).unwrap();
         std::fs::rename(&tmp, &path).unwrap();
         path.to_str().unwrap().to_string()
-    }
-}
-
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 
@@ -593,12 +581,9 @@ async fn client_certificates_are_required_when_a_client_ca_is_set() {
     // With TLS 1.3 the client learns of the refusal at its first read, after its handshake.
     let no_cert = within(get_once(holdfast.addr, client_tls(&ca, None, H1), "/mcp")).await;
     assert!(no_cert.is_err(), "{no_cert:?}");
-    wait_for_metric(
-        &holdfast,
-        &series(HANDSHAKE_FAILURES, "no_certificate"),
-        1.0,
-    )
-    .await;
+    holdfast
+        .metric_until(&series(HANDSHAKE_FAILURES, "no_certificate"), |v| v == 1.0)
+        .await;
 
     let unknown = strangers.client();
     let refused = within(get_once(
@@ -608,12 +593,9 @@ async fn client_certificates_are_required_when_a_client_ca_is_set() {
     ))
     .await;
     assert!(refused.is_err(), "{refused:?}");
-    wait_for_metric(
-        &holdfast,
-        &series(HANDSHAKE_FAILURES, "bad_certificate"),
-        1.0,
-    )
-    .await;
+    holdfast
+        .metric_until(&series(HANDSHAKE_FAILURES, "bad_certificate"), |v| v == 1.0)
+        .await;
 }
 
 #[tokio::test]
@@ -638,7 +620,9 @@ async fn failed_handshakes_are_counted_by_reason() {
         .unwrap();
     let mut rest = Vec::new();
     let _ = within(plain.read_to_end(&mut rest)).await;
-    wait_for_metric(&holdfast, &series(HANDSHAKE_FAILURES, "protocol"), 1.0).await;
+    holdfast
+        .metric_until(&series(HANDSHAKE_FAILURES, "protocol"), |v| v == 1.0)
+        .await;
 
     // A client that does not trust holdfast's certificate.
     let other = Ca::new("another CA");
@@ -649,16 +633,17 @@ async fn failed_handshakes_are_counted_by_reason() {
     ))
     .await;
     assert!(distrust.is_err());
-    wait_for_metric(
-        &holdfast,
-        &series(HANDSHAKE_FAILURES, "rejected_by_client"),
-        1.0,
-    )
-    .await;
+    holdfast
+        .metric_until(&series(HANDSHAKE_FAILURES, "rejected_by_client"), |v| {
+            v == 1.0
+        })
+        .await;
 
     // A connection closed without a word (a TCP health check).
     drop(TcpStream::connect(holdfast.addr).await.unwrap());
-    wait_for_metric(&holdfast, &series(HANDSHAKE_FAILURES, "closed"), 1.0).await;
+    holdfast
+        .metric_until(&series(HANDSHAKE_FAILURES, "closed"), |v| v == 1.0)
+        .await;
 }
 
 // --- Upstream --------------------------------------------------------------------------------
@@ -787,25 +772,6 @@ async fn holdfast_sends_its_client_certificate_to_an_upstream_that_requires_one(
     );
 }
 
-/// A port where nothing listens yet (connections are refused) and that stays ours.
-struct Reserved {
-    socket: TcpSocket,
-    addr: SocketAddr,
-}
-
-impl Reserved {
-    fn new() -> Reserved {
-        let socket = TcpSocket::new_v4().unwrap();
-        socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
-        let addr = socket.local_addr().unwrap();
-        Reserved { socket, addr }
-    }
-
-    fn listen(self) -> TcpListener {
-        self.socket.listen(1024).unwrap()
-    }
-}
-
 #[tokio::test]
 async fn an_https_upstream_that_refuses_tcp_is_missing_not_a_tls_failure() {
     let (dir, ca) = (Dir::new(), Ca::new("upstream CA"));
@@ -825,7 +791,9 @@ async fn an_https_upstream_that_refuses_tcp_is_missing_not_a_tls_failure() {
     let holdfast = Holdfast::start_with(https_config(&url, &dir, &ca)).await;
     let url = holdfast.url("/mcp");
     let client = tokio::spawn(async move { crate::support::http::get(&url).await });
-    wait_for_metric(&holdfast, "holdfast_held_requests", 1.0).await;
+    holdfast
+        .metric_until("holdfast_held_requests", |v| v == 1.0)
+        .await;
     let upstream = TlsUpstream::serve(port.listen(), upstream_tls(&ca.server(), None, false));
     let got = within(client).await.unwrap();
     assert_eq!(got.status, 200);
@@ -952,7 +920,7 @@ fn tls_settings_are_validated_all_at_once() {
     let mut raw = raw_config("https://b:8443");
     raw.tls.cert = Some(cert.clone());
     raw.tls.key = Some(other_key.clone());
-    raw.tls.client_ca = Some(dir.0.join("missing.crt").to_str().unwrap().into());
+    raw.tls.client_ca = Some(dir.0.path().join("missing.crt").to_str().unwrap().into());
     raw.client.cert = Some(cert.clone());
     raw.client.ca = Some(key.clone());
     let err = validate(&raw).unwrap_err();

@@ -3,20 +3,27 @@
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use http::{HeaderMap, Request, Response, StatusCode, Version};
+use http_body::{Body, Frame};
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
+use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
+/// Error type of the test upstream's bodies.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
 /// Body type of the test upstream's responses.
-pub type TestBody = BoxBody<Bytes, Box<dyn std::error::Error + Send + Sync>>;
+pub type TestBody = BoxBody<Bytes, BoxError>;
 
 /// A fixed body.
 pub fn full(b: impl Into<Bytes>) -> TestBody {
@@ -38,6 +45,23 @@ pub fn response(
         );
     }
     r
+}
+
+/// A response body the test feeds frame by frame through a channel: each `Ok` frame is sent as
+/// it is pushed, an `Err` makes the upstream abort the response, and dropping the sender ends it
+/// cleanly.
+pub struct ChannelBody(pub mpsc::Receiver<Result<Frame<Bytes>, BoxError>>);
+
+impl Body for ChannelBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        self.0.poll_recv(cx)
+    }
 }
 
 /// What the upstream saw of one request.
@@ -254,4 +278,45 @@ pub fn closed_port() -> SocketAddr {
         .unwrap()
         .local_addr()
         .unwrap()
+}
+
+/// A port where nothing listens yet (connections are refused) and that stays ours: a socket
+/// bound on 127.0.0.1 that does not listen, so no other test can take the port meanwhile.
+/// [`Reserved::listen`] is the upstream coming back on it.
+pub struct Reserved {
+    socket: TcpSocket,
+    /// The reserved address.
+    pub addr: SocketAddr,
+}
+
+impl Reserved {
+    /// A fresh port.
+    pub fn new() -> Reserved {
+        let socket = TcpSocket::new_v4().unwrap();
+        socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let addr = socket.local_addr().unwrap();
+        Reserved { socket, addr }
+    }
+
+    /// `addr` again, once the server that listened there has stopped (its socket must have had
+    /// `SO_REUSEADDR` too).
+    pub fn again(addr: SocketAddr) -> Reserved {
+        let socket = TcpSocket::new_v4().unwrap();
+        // The port's previous connections may linger in TIME_WAIT.
+        socket.set_reuseaddr(true).unwrap();
+        socket
+            .bind(addr)
+            .unwrap_or_else(|e| panic!("rebind {addr} for the restart: {e}"));
+        Reserved { socket, addr }
+    }
+
+    /// `http://addr`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// The upstream comes back on the reserved port.
+    pub fn listen(self) -> TcpListener {
+        self.socket.listen(1024).unwrap()
+    }
 }

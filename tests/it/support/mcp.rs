@@ -125,6 +125,11 @@ impl SeenRequest {
     }
 }
 
+/// Whether `request` is a `tools/call` POST.
+pub fn tool_call(request: &SeenRequest) -> bool {
+    request.method == Method::POST && request.rpc_method.as_deref() == Some("tools/call")
+}
+
 fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
     headers.get(name).and_then(|value| value.to_str().ok())
 }

@@ -1,10 +1,22 @@
 //! Runs holdfast in process on 127.0.0.1:0 with a test configuration.
 
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use holdfast::config::{Config, RawConfig};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+/// Every outcome of `holdfast_holds_total{outcome}`.
+pub const HOLD_OUTCOMES: [&str; 6] = [
+    "released",
+    "timed_out",
+    "cancelled",
+    "queue_full",
+    "body_too_large",
+    "shutdown",
+];
 
 /// A running holdfast.
 pub struct Holdfast {
@@ -93,6 +105,25 @@ impl Holdfast {
     pub async fn metric(&self, series: &str) -> f64 {
         metric_value(&self.metrics().await, series)
     }
+
+    /// Waits until `series` satisfies `ok` and returns its value; panics with the last value
+    /// after 10 s. For what holdfast records on its own time (a request entering the hold, a
+    /// stream's end, a handshake failing): there is no event the test could await, so the metric
+    /// that shows it is polled, with a deadline.
+    pub async fn metric_until(&self, series: &str, ok: impl Fn(f64) -> bool) -> f64 {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let value = self.metric(series).await;
+            if ok(value) {
+                return value;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{series} stayed at {value}, never reaching what the test waits for"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
 }
 
 /// Finds `series` (name with labels, as encoded) in OpenMetrics text; 0 when absent.
@@ -104,6 +135,16 @@ pub fn metric_value(text: &str, series: &str) -> f64 {
         })
         .map(|v| v.trim().parse().unwrap())
         .unwrap_or(0.0)
+}
+
+/// The sum of every sample of `holdfast_requests_total` answered with `status`, any method.
+pub fn requests_with_status(metrics: &str, status: u16) -> f64 {
+    let label = format!("status=\"{status}\"");
+    metrics
+        .lines()
+        .filter(|l| l.starts_with("holdfast_requests_total{") && l.contains(&label))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
 }
 
 impl Drop for Holdfast {

@@ -1,0 +1,209 @@
+//! Child processes, every wait bounded: the real holdfast binary and the tools the deployment
+//! tests run. A child still running when its test ends is killed.
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// Generous: every command here takes well under a second; only a hang should reach this.
+pub const PATIENCE: Duration = Duration::from_secs(30);
+
+/// `holdfast ARGS` with an empty environment, run from the crate directory, stdin closed.
+///
+/// Only what the test sets reaches the child, as in a container: a `HOLDFAST_*` variable from
+/// the shell, or one that a concurrently running `Jail` test has set, would otherwise become
+/// configuration. The directory is explicit because a jail may have moved this process's
+/// current directory into a temporary one.
+pub fn holdfast(args: &[&str]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_holdfast"));
+    cmd.args(args)
+        .env_clear()
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .stdin(Stdio::null());
+    cmd
+}
+
+/// What a finished command printed.
+pub struct Finished {
+    pub status: ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl std::fmt::Debug for Finished {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}\n--- stdout ---\n{}--- stderr ---\n{}",
+            self.status, self.stdout, self.stderr
+        )
+    }
+}
+
+/// Reads a whole pipe on a thread, delivering it when the pipe closes.
+fn read_all(mut pipe: impl Read + Send + 'static) -> mpsc::Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    thread::spawn(move || {
+        let mut text = String::new();
+        let _ = pipe.read_to_string(&mut text);
+        let _ = tx.send(text);
+    });
+    rx
+}
+
+/// Runs `cmd` to completion (killed if it has not closed its output within [`PATIENCE`]).
+/// `what` names the program in the panic when it cannot be started at all or does not finish.
+pub fn finish(mut cmd: Command, what: &str) -> Finished {
+    let mut child = Guard(
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot run {what} ({e}); .ci/run installs it")),
+    );
+    let stdout = read_all(child.0.stdout.take().unwrap());
+    let stderr = read_all(child.0.stderr.take().unwrap());
+    let deadline = Instant::now() + PATIENCE;
+    let stdout = stdout
+        .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+        .unwrap_or_else(|_| panic!("{what} did not finish in time"));
+    let stderr = stderr
+        .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+        .unwrap_or_else(|_| panic!("{what} did not finish in time"));
+    // Both pipes are closed, so the process has exited or is exiting (holdfast starts no
+    // children): this wait is short.
+    let status = child.0.wait().expect("wait for the child");
+    Finished {
+        status,
+        stdout,
+        stderr,
+    }
+}
+
+/// Kills the child when dropped, so a failing test leaves nothing running.
+pub struct Guard(pub Child);
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
+/// A process running in the background (holdfast, as a container or systemd runs it), its
+/// stderr delivered line by line.
+pub struct Running {
+    child: Guard,
+    lines: mpsc::Receiver<String>,
+    /// Every stderr line so far, for failure messages.
+    seen: Vec<String>,
+}
+
+impl Running {
+    /// Spawns `cmd` with stdin and stdout closed and stderr read on a thread.
+    pub fn start(cmd: &mut Command) -> Running {
+        let mut child = Guard(
+            cmd.stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("spawn holdfast"),
+        );
+        let stderr = child.0.stderr.take().unwrap();
+        let (tx, lines) = mpsc::channel();
+        thread::spawn(move || {
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Running {
+            child,
+            lines,
+            seen: Vec::new(),
+        }
+    }
+
+    /// The first stderr line containing `needle`, waiting at most [`PATIENCE`].
+    pub fn wait_for_line(&mut self, needle: &str) -> String {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            match self
+                .lines
+                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            {
+                Ok(line) => {
+                    self.seen.push(line.clone());
+                    if line.contains(needle) {
+                        return line;
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) => {
+                    panic!(
+                        "no {needle:?} on stderr in time; got:\n{}",
+                        self.seen.join("\n")
+                    )
+                }
+                Err(RecvTimeoutError::Disconnected) => panic!(
+                    "the process exited ({:?}) before logging {needle:?}; stderr:\n{}",
+                    self.child.0.wait(),
+                    self.seen.join("\n")
+                ),
+            }
+        }
+    }
+
+    /// Sends SIGTERM (what `docker stop` and systemd send) and waits (bounded) for the process
+    /// to close stderr and exit; returns its status and every stderr line.
+    pub fn terminate(mut self) -> (ExitStatus, Vec<String>) {
+        let pid = self.child.0.id().to_string();
+        let sent = Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .expect("run kill");
+        assert!(sent.success(), "kill -TERM {pid} failed");
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            match self
+                .lines
+                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            {
+                Ok(line) => self.seen.push(line),
+                Err(RecvTimeoutError::Disconnected) => break,
+                Err(RecvTimeoutError::Timeout) => panic!(
+                    "still running after SIGTERM; stderr:\n{}",
+                    self.seen.join("\n")
+                ),
+            }
+        }
+        let status = self.child.0.wait().expect("wait for the child");
+        (status, std::mem::take(&mut self.seen))
+    }
+}
+
+/// `name` on `PATH`, or in the sbin directories (nginx lives in /usr/sbin, which a non-root
+/// user's `PATH` often lacks).
+pub fn find_program(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain(["/usr/sbin", "/sbin", "/usr/local/sbin"].map(PathBuf::from))
+        .map(|dir| dir.join(name))
+        .find(|candidate| candidate.is_file())
+}
+
+/// `name`, or a failure that says how to install it: these tests must not pass by not running.
+pub fn require_program(name: &str, install: &str) -> PathBuf {
+    find_program(name).unwrap_or_else(|| {
+        panic!(
+            "`{name}` is not installed, so this test cannot run. Install it with `{install}` \
+             (.ci/run does this before `cargo test`)."
+        )
+    })
+}
