@@ -148,11 +148,10 @@ impl Exported {
 
 /// A holdfast's `/metrics` once it has met every situation a rule or a panel selects on.
 ///
-/// prometheus-client declares a labelled family only once it has a sample, and holdfast creates
-/// the hold outcomes and rewrite reasons at 0 on start but not the others; so the test makes
-/// them happen: a router's 404 passed through on a path the application is not known to serve
-/// and past the horizon, a request that gets no response head in time (502), and a response
-/// cut off mid-body.
+/// holdfast creates every label value of its counters at 0 on start, but the test still makes the
+/// rarer events happen (a router's 404 passed through on a path the application is not known to
+/// serve and past the horizon, a request that gets no response head in time, a response cut off
+/// mid-body), so the names it collects come from real samples as well as from the zeros.
 async fn exported() -> Exported {
     let (bodies_tx, mut bodies) = mpsc::unbounded_channel();
     let upstream = Upstream::start(move |seen| {

@@ -11,6 +11,7 @@ mod forwarding;
 mod hold;
 mod hold_e2e;
 mod limits;
+mod logs;
 mod mcp_e2e;
 mod rmcp_smoke;
 mod rows;

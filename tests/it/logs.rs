@@ -1,0 +1,88 @@
+//! What holdfast logs: the access log, the outage start and end lines, and never a secret.
+
+use serde_json::Value;
+
+use crate::support::http::{self, response, Reserved, Upstream};
+use crate::support::process::{holdfast, Running};
+
+/// The JSON log lines holdfast wrote.
+fn json_lines(lines: &[String]) -> Vec<Value> {
+    lines
+        .iter()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .collect()
+}
+
+#[tokio::test]
+async fn access_and_outage_lines_carry_what_operators_need_and_no_secret() {
+    // Refused until the test lets the upstream listen.
+    let upstream = Reserved::new();
+    let url = upstream.url();
+    let mut proxy = Running::start(
+        holdfast(&[
+            "--upstream",
+            &url,
+            "--listen",
+            "127.0.0.1:0",
+            "--admin",
+            "127.0.0.1:0",
+            "--log-format",
+            "json",
+            "--access-log",
+        ])
+        // Holding off: the first request is answered 503 at once.
+        .env("HOLDFAST_HOLD__ENABLED", "false"),
+    );
+    let started: Value = serde_json::from_str(&proxy.wait_for_line("holdfast proxying")).unwrap();
+    let listen = started["listen"].as_str().unwrap().to_string();
+
+    let secret = "s3cr3t-t0ken";
+    let req = ::http::Request::get(format!("http://{listen}/mcp?token={secret}"))
+        .header("host", &listen)
+        .header("authorization", format!("Bearer {secret}"))
+        .body(http_body_util::Full::default())
+        .unwrap();
+    assert_eq!(http::call(req).await.status, 503);
+
+    let back = Upstream::serve(upstream.listen(), |_| async { response(200, &[], "ok") });
+    assert_eq!(http::get(&format!("http://{listen}/mcp")).await.status, 200);
+    proxy.wait_for_line("upstream outage ended");
+
+    let (status, stderr) = tokio::task::spawn_blocking(move || proxy.terminate())
+        .await
+        .unwrap();
+    assert_eq!(status.code(), Some(0));
+    back.stop().await;
+    let all = stderr.join("\n");
+    assert!(!all.contains(secret), "a secret reached the logs:\n{all}");
+
+    let lines = json_lines(&stderr);
+    let access: Vec<&Value> = lines
+        .iter()
+        .filter(|l| l["target"] == "holdfast::access")
+        .collect();
+    assert_eq!(access.len(), 2, "one access line per request:\n{all}");
+    let (first, second) = (access[0], access[1]);
+    assert_eq!(first["method"], "GET");
+    assert_eq!(first["path"], "/mcp", "the path, never the query");
+    assert_eq!(first["status"], 503);
+    assert_eq!(first["action"], "rewritten");
+    assert!(first.get("upstream_status").is_none_or(Value::is_null));
+    assert_eq!(second["status"], 200);
+    assert_eq!(second["upstream_status"], 200);
+    assert_eq!(second["action"], "passed");
+    assert!(second["duration_ms"].as_f64().is_some());
+
+    let started = lines
+        .iter()
+        .find(|l| l["message"] == "upstream outage started")
+        .unwrap_or_else(|| panic!("no outage start line:\n{all}"));
+    assert_eq!(started["reason"], "connect_refused");
+    let ended = lines
+        .iter()
+        .find(|l| l["message"] == "upstream outage ended")
+        .unwrap_or_else(|| panic!("no outage end line:\n{all}"));
+    assert_eq!(ended["answered_503"], 1);
+    assert_eq!(ended["first_reason"], "connect_refused");
+    assert!(ended["duration_ms"].as_u64().is_some());
+}
