@@ -50,6 +50,8 @@ pub struct Tally {
     pub holdfast_ok: u64,
     /// Failed calls through holdfast.
     pub holdfast_failed: u64,
+    /// Tool calls the backend executed.
+    pub executed: u64,
 }
 
 /// The backend's phase in its recreation cycle.
@@ -209,6 +211,7 @@ pub async fn run(opts: DemoOptions) -> std::io::Result<Tally> {
         direct_failed: direct.failed.load(Ordering::Relaxed),
         holdfast_ok: through.ok.load(Ordering::Relaxed),
         holdfast_failed: through.failed.load(Ordering::Relaxed),
+        executed: backend.calls.load(Ordering::Relaxed),
     };
     println!("\nsummary after {:.0} s:", opts.duration.as_secs_f64());
     println!(
@@ -219,9 +222,15 @@ pub async fn run(opts: DemoOptions) -> std::io::Result<Tally> {
         "  through holdfast:        {} calls ok, {} failed",
         tally.holdfast_ok, tally.holdfast_failed
     );
+    let answered = tally.direct_ok + tally.holdfast_ok;
     println!(
-        "  the backend executed {} tool calls",
-        backend.calls.load(Ordering::Relaxed)
+        "  the backend executed {} tool calls: {}",
+        tally.executed,
+        if tally.executed == answered {
+            "each successful call exactly once, no failed one"
+        } else {
+            "NOT one per successful call"
+        }
     );
     Ok(tally)
 }

@@ -21,6 +21,11 @@ async fn the_demo_shows_failures_direct_and_none_through_holdfast() {
         "the direct client meets the 404 and refused windows: {tally:?}"
     );
     assert_eq!(tally.holdfast_failed, 0, "{tally:?}");
+    assert_eq!(
+        tally.executed,
+        tally.direct_ok + tally.holdfast_ok,
+        "every successful call ran once and no failed one ran: {tally:?}"
+    );
 }
 
 #[test]
