@@ -7,7 +7,9 @@
 //! The distinction that matters most is between *the backend is missing* (the request provably
 //! never reached the application: nothing answered, or a router answered by itself) and *the
 //! request may have reached the application* (it was sent and then something went wrong). Only the
-//! first may become a 503 that invites a retry.
+//! first may be held and replayed. The 503 + Retry-After goes to "missing" verdicts, which
+//! include a router's own 502/504 (the row 3: Traefik sends them for dial failures too);
+//! those are never replayed, because Traefik also sends them after the backend read the request.
 
 use std::collections::HashMap;
 use std::error::Error as StdError;

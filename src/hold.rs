@@ -32,6 +32,9 @@ use crate::metrics::{HoldOutcome, Metrics};
 use crate::replay::BodyHandle;
 use crate::upstream::Connector;
 
+/// Longest wait for a probe's verdict before the next held request is sent as the next probe.
+const PROBE_VERDICT_WAIT: Duration = Duration::from_secs(1);
+
 /// How many past outage durations inform an observed Retry-After.
 const OUTAGE_HISTORY: usize = 16;
 
@@ -62,6 +65,8 @@ struct State {
     prober_running: bool,
     /// Durations of the last outages, newest last.
     history: VecDeque<Duration>,
+    /// The horizon warning was logged since the application last answered.
+    horizon_warned: bool,
 }
 
 struct Outage {
@@ -75,7 +80,6 @@ struct Outage {
     timed_out: u64,
     cancelled: u64,
     rejected: u64,
-    horizon_warned: bool,
 }
 
 struct Waiter {
@@ -165,6 +169,7 @@ impl Outages {
                 shutting_down: false,
                 prober_running: false,
                 history: VecDeque::new(),
+                horizon_warned: false,
             }),
         }
     }
@@ -193,6 +198,7 @@ impl Outages {
         let now = Instant::now();
         let mut st = self.lock();
         st.last_healthy = now;
+        st.horizon_warned = false;
         if !self.in_outage() {
             return;
         }
@@ -248,15 +254,17 @@ impl Outages {
                 timed_out: 0,
                 cancelled: 0,
                 rejected: 0,
-                horizon_warned: false,
             }
         })
     }
 
     /// A request is being answered 503 because the backend is missing.
-    pub fn answering_503(&self, reason: RewriteReason) {
-        let mut st = self.lock();
-        self.open(&mut st, reason).answered_503 += 1;
+    pub fn answering_503(&self) {
+        // Counted in the open outage only: if an answer closed it meanwhile, this 503 must not
+        // reopen a phantom one.
+        if let Some(o) = self.lock().outage.as_mut() {
+            o.answered_503 += 1;
+        }
     }
 
     /// The reason of the open outage's latest failure (for requests that never got an attempt).
@@ -318,6 +326,13 @@ impl Outages {
                     o.timed_out += 1;
                 }
                 return Released::TimedOut;
+            }
+            // A probe that met the gap again goes to the back of the queue (keeping its
+            // deadline): if it is the one request the router will never route (a bogus Host, a
+            // path the application lacks), it must not be the only one ever probed while
+            // everyone else waits.
+            if ticket.probe.is_some() {
+                ticket.seq = None;
             }
             let seq = *ticket.seq.get_or_insert_with(|| {
                 st.next_seq += 1;
@@ -474,9 +489,11 @@ impl Outages {
             if !self.release_oldest_as_probe(report) {
                 continue;
             }
-            // Wait for its verdict (the response head) before probing again. A dropped report
-            // (the client went away mid-probe) counts as "no answer".
-            let _ = outcome.await;
+            // Wait for its verdict (the response head) before probing again, but not for long: a
+            // JSON tool call sends its head only when the tool is done, and a slow tool must not
+            // keep everyone else held. After PROBE_VERDICT_WAIT the next oldest goes out as the
+            // next probe. A dropped report (the client went away mid-probe) is "no answer".
+            let _ = tokio::time::timeout(PROBE_VERDICT_WAIT, outcome).await;
         }
     }
 
@@ -538,11 +555,14 @@ impl Outages {
         Instant::now().saturating_duration_since(self.lock().last_healthy) > horizon
     }
 
-    /// A route-missing 404 passed through because of the horizon: warn once per outage.
+    /// A route-missing 404 passed through because of the horizon. Warns once (until the
+    /// application answers again) and releases every held request: past the horizon they are to
+    /// get the router's 404 at once, not wait for their turn as the probe.
     pub fn horizon_exceeded(&self, horizon: Duration, upstream: &str) {
         let mut st = self.lock();
-        let outage = self.open(&mut st, RewriteReason::RouteMissing404);
-        if !std::mem::replace(&mut outage.horizon_warned, true) {
+        // Still an outage for the metrics and alerts (`holdfast_upstream_up` 0).
+        self.open(&mut st, RewriteReason::RouteMissing404);
+        if !std::mem::replace(&mut st.horizon_warned, true) {
             tracing::warn!(
                 horizon_secs = horizon.as_secs_f64(),
                 upstream,
@@ -550,6 +570,29 @@ impl Outages {
                  through. Check the upstream URL and the router's configuration"
             );
         }
+        let mut detached = Outage::detached();
+        for (_, waiter) in std::mem::take(&mut st.waiters) {
+            let outage = st.outage.as_mut().unwrap_or(&mut detached);
+            self.record_exit(outage, &waiter, HoldOutcome::released);
+            let _ = waiter.wake.send(Wake::Release);
+        }
+        st.buffered = 0;
+        self.metrics.held_requests.set(0);
+    }
+
+    /// Whether a new request should wait before being sent: an outage is open, and it is not a
+    /// route-missing one past the horizon (whose 404s pass straight through).
+    pub fn holds_before_dispatch(&self, horizon: Duration) -> bool {
+        if !self.in_outage() {
+            return false;
+        }
+        let st = self.lock();
+        let past_horizon = Instant::now().saturating_duration_since(st.last_healthy) > horizon;
+        !(past_horizon
+            && st
+                .outage
+                .as_ref()
+                .is_some_and(|o| o.last_reason == RewriteReason::RouteMissing404))
     }
 }
 
@@ -566,7 +609,6 @@ impl Outage {
             timed_out: 0,
             cancelled: 0,
             rejected: 0,
-            horizon_warned: false,
         }
     }
 }

@@ -32,7 +32,7 @@ use crate::config::{Config, HostHeader};
 use crate::headers;
 use crate::hold::{Outages, Released, Ticket};
 use crate::metrics::{Metrics, Pass, PassLabel, RequestLabels};
-use crate::replay::{BodyHandle, ReplayBody};
+use crate::replay::{BodyHandle, CopyBudget, ReplayBody};
 use crate::respond;
 use crate::upstream::{self, Client};
 
@@ -63,6 +63,8 @@ pub struct Proxy {
     client_proto: &'static str,
     /// Request body bytes kept for a replay (or for the JSON-RPC id of a 503).
     replay_cap: usize,
+    /// All request-body copies together stay within `hold.max_buffered_bytes`.
+    copy_budget: Arc<CopyBudget>,
     outages: Arc<Outages>,
     metrics: Arc<Metrics>,
 }
@@ -101,6 +103,7 @@ impl Proxy {
             } else {
                 ID_COPY_CAP
             },
+            copy_budget: CopyBudget::new(cfg.hold.max_buffered_bytes),
             outages: Arc::new(Outages::new(
                 cfg.hold.clone(),
                 cfg.retry_after,
@@ -162,15 +165,20 @@ impl Proxy {
                 )
             }
         };
-        let handle = BodyHandle::new(body, self.replay_cap, self.stream_idle_timeout);
+        let handle = BodyHandle::new(
+            body,
+            self.replay_cap,
+            self.copy_budget.clone(),
+            self.stream_idle_timeout,
+        );
         let mut ticket = Ticket::default();
 
         // Hold before dispatch while an outage is known: nothing is sent into a known gap, and
         // the body needs no copy for a replay because it was never sent.
-        if self.outages.enabled() && self.outages.in_outage() {
+        if self.outages.enabled() && self.outages.holds_before_dispatch(self.horizon) {
             match self.outages.wait(&mut ticket, &handle).await {
                 Released::Go | Released::NotHeld => {}
-                Released::Cancelled => return self.failed(FailReason::ClientBody, version, None),
+                Released::Cancelled => return client_gone(version),
                 Released::TimedOut | Released::QueueFull | Released::Shutdown => {
                     let reason = self
                         .outages
@@ -184,7 +192,8 @@ impl Proxy {
         let mut replay = false;
         loop {
             let Some(body) = handle.attempt() else {
-                // Not reached: a request is re-sent only after `is_replayable` said yes.
+                // Only after a hold: the body turned out unsendable while it waited (it failed,
+                // or was superseded). Nothing of it went out again.
                 let reason = self
                     .outages
                     .current_reason()
@@ -249,9 +258,7 @@ impl Proxy {
                     }
                     match self.outages.wait(&mut ticket, &handle).await {
                         Released::Go | Released::NotHeld => replay = true,
-                        Released::Cancelled => {
-                            return self.failed(FailReason::ClientBody, version, None)
-                        }
+                        Released::Cancelled => return client_gone(version),
                         Released::TimedOut | Released::QueueFull | Released::Shutdown => {
                             return self.unavailable(missing.reason, &ticket, &handle).await
                         }
@@ -309,20 +316,22 @@ impl Proxy {
         *req.headers_mut() = target.headers.clone();
         let sent = tokio::time::timeout(self.response_timeout, self.client.request(req)).await;
 
-        let cx = |route_expected| classify::Context {
+        // The horizon matters only for a 404 (and costs a lock): asked only then.
+        let cx = |route_expected, status: Option<StatusCode>| classify::Context {
             signatures: &self.signatures,
             route_expected,
-            beyond_horizon: self.outages.beyond_horizon(self.horizon),
+            beyond_horizon: status == Some(StatusCode::NOT_FOUND)
+                && self.outages.beyond_horizon(self.horizon),
         };
         let resp = match sent {
             Err(_elapsed) => {
                 return (
-                    classify::classify(&Outcome::ResponseTimeout, &cx(true)),
+                    classify::classify(&Outcome::ResponseTimeout, &cx(true, None)),
                     None,
                 )
             }
             Ok(Err(err)) => {
-                let verdict = classify::classify(&Outcome::Error(&err), &cx(true));
+                let verdict = classify::classify(&Outcome::Error(&err), &cx(true, None));
                 if verdict == Verdict::Failed(FailReason::UpstreamTls) {
                     // A configuration error: say what is wrong, every time, loudly.
                     tracing::error!(
@@ -367,7 +376,10 @@ impl Proxy {
                 headers: &head.headers,
                 body: peek.complete.as_deref(),
             },
-            &cx(self.routes.is_expected(&target.path, Instant::now())),
+            &cx(
+                self.routes.is_expected(&target.path, Instant::now()),
+                Some(head.status),
+            ),
         );
         (verdict, Some((head, peek)))
     }
@@ -381,7 +393,7 @@ impl Proxy {
         handle: &BodyHandle,
     ) -> (Response<ProxyBody>, Note) {
         self.metrics.rewrites.get_or_create(&reason.into()).inc();
-        self.outages.answering_503(reason);
+        self.outages.answering_503();
         let retry_after = self.outages.retry_after(ticket.waited());
         let body = handle.read_whole(BODY_ID_WAIT).await;
         (
@@ -573,4 +585,16 @@ impl Drop for SseGuard {
     fn drop(&mut self) {
         self.0.dec();
     }
+}
+
+/// The client went away while its request was held: nothing was sent, and nobody reads this.
+/// Not a 502 (no upstream failed), not counted as one.
+fn client_gone(version: Version) -> (Response<ProxyBody>, Note) {
+    (
+        respond::bad_request("the client went away while its request was held", version),
+        Note {
+            upstream_status: None,
+            action: "cancelled",
+        },
+    )
 }

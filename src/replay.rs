@@ -12,6 +12,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{ready, Context, Poll};
 use std::time::Duration;
@@ -39,6 +40,41 @@ pub enum ClientBodyError {
     Failed,
 }
 
+/// Bytes of request-body copies in memory over all requests, in flight or held: past it a request
+/// keeps no copy (it streams as usual, and cannot be sent twice).
+#[derive(Debug)]
+pub struct CopyBudget {
+    used: AtomicUsize,
+    max: usize,
+}
+
+impl CopyBudget {
+    /// A budget of `max` bytes.
+    pub fn new(max: usize) -> Arc<CopyBudget> {
+        Arc::new(CopyBudget {
+            used: AtomicUsize::new(0),
+            max,
+        })
+    }
+
+    fn try_take(&self, n: usize) -> bool {
+        self.used
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+                used.checked_add(n).filter(|total| *total <= self.max)
+            })
+            .is_ok()
+    }
+
+    fn give_back(&self, n: usize) {
+        self.used.fetch_sub(n, Ordering::AcqRel);
+    }
+
+    /// Bytes in use now.
+    pub fn used(&self) -> usize {
+        self.used.load(Ordering::Acquire)
+    }
+}
+
 /// State shared by the handle and the attempts' bodies.
 struct Shared {
     /// The part of the client's body not read yet.
@@ -46,12 +82,16 @@ struct Shared {
     /// Bytes read from the client and still held: all of them while `replayable`, otherwise
     /// only those no attempt has sent yet.
     chunks: Vec<Bytes>,
-    /// Sum of `chunks`' lengths.
+    /// Sum of `chunks`' lengths, all taken from `budget`.
     buffered: usize,
     /// Most bytes kept for a replay.
     cap: usize,
+    /// The process-wide budget `buffered` is taken from.
+    budget: Arc<CopyBudget>,
     /// Every byte read so far is still in `chunks`.
     replayable: bool,
+    /// Reading ahead passed the cap (or the budget): read no further ahead.
+    full: bool,
     /// The client's body ended.
     complete: bool,
     /// The client's trailers, if it sent any.
@@ -63,23 +103,55 @@ struct Shared {
 }
 
 impl Shared {
-    /// Records bytes just read from the client.
+    fn new(rest: Option<Incoming>, cap: usize, budget: Arc<CopyBudget>, complete: bool) -> Self {
+        Shared {
+            rest,
+            chunks: Vec::new(),
+            buffered: 0,
+            cap,
+            budget,
+            replayable: true,
+            full: false,
+            complete,
+            trailers: None,
+            failed: false,
+            generation: 0,
+        }
+    }
+
+    /// Records bytes just read from the client; `delivered` when an attempt is sending them now.
     fn record(&mut self, data: &Bytes, delivered: bool) {
-        if self.replayable && self.buffered + data.len() <= self.cap {
+        let fits = self.replayable
+            && self.buffered + data.len() <= self.cap
+            && self.budget.try_take(data.len());
+        if fits {
             self.chunks.push(data.clone());
             self.buffered += data.len();
         } else if delivered {
-            // Over the cap while being sent: everything in `chunks` was sent already.
+            // Over the cap while being sent: everything in `chunks` was sent already, and these
+            // bytes are gone with this attempt. The request can no longer be sent twice.
             self.replayable = false;
-            self.chunks.clear();
-            self.buffered = 0;
+            self.drop_chunks();
         } else {
-            // Over the cap while reading ahead: keep the bytes (nobody has sent them yet), but
-            // the request can no longer be sent twice.
-            self.replayable = false;
+            // Over the cap while reading ahead: nobody has sent these bytes yet, so they must be
+            // kept (outside the budget, one frame at most); reading ahead stops here.
+            self.full = true;
             self.chunks.push(data.clone());
             self.buffered += data.len();
+            self.budget.used.fetch_add(data.len(), Ordering::AcqRel);
         }
+    }
+
+    /// Frees every kept byte.
+    fn drop_chunks(&mut self) {
+        self.chunks.clear();
+        self.budget.give_back(std::mem::take(&mut self.buffered));
+    }
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        self.budget.give_back(self.buffered);
     }
 }
 
@@ -104,20 +176,20 @@ pub struct ReplayBody {
 impl BodyHandle {
     /// Takes over the client's body. At most `cap` bytes are kept for a replay; `idle` bounds
     /// the wait for each frame from the client.
-    pub fn new(incoming: Incoming, cap: usize, idle: Duration) -> BodyHandle {
+    pub fn new(
+        incoming: Incoming,
+        cap: usize,
+        budget: Arc<CopyBudget>,
+        idle: Duration,
+    ) -> BodyHandle {
         let complete = incoming.is_end_stream();
         BodyHandle {
-            shared: Arc::new(Mutex::new(Shared {
-                rest: (!complete).then_some(incoming),
-                chunks: Vec::new(),
-                buffered: 0,
+            shared: Arc::new(Mutex::new(Shared::new(
+                (!complete).then_some(incoming),
                 cap,
-                replayable: true,
+                budget,
                 complete,
-                trailers: None,
-                failed: false,
-                generation: 0,
-            })),
+            ))),
             idle,
         }
     }
@@ -125,17 +197,7 @@ impl BodyHandle {
     /// A handle on an empty body (a request without one, or a test).
     pub fn empty() -> BodyHandle {
         BodyHandle {
-            shared: Arc::new(Mutex::new(Shared {
-                rest: None,
-                chunks: Vec::new(),
-                buffered: 0,
-                cap: 0,
-                replayable: true,
-                complete: true,
-                trailers: None,
-                failed: false,
-                generation: 0,
-            })),
+            shared: Arc::new(Mutex::new(Shared::new(None, 0, CopyBudget::new(0), true))),
             idle: Duration::MAX,
         }
     }
@@ -206,7 +268,7 @@ impl BodyHandle {
         std::future::poll_fn(|cx| {
             let mut shared = self.lock();
             loop {
-                if !shared.replayable || shared.complete || shared.failed {
+                if !shared.replayable || shared.full || shared.complete || shared.failed {
                     return Poll::Ready(());
                 }
                 let Some(rest) = shared.rest.as_mut() else {
@@ -270,8 +332,7 @@ impl Body for ReplayBody {
             this.pos += 1;
             if !shared.replayable && this.pos == shared.chunks.len() {
                 // Not replayable: nothing needs these bytes after this attempt.
-                shared.chunks.clear();
-                shared.buffered = 0;
+                shared.drop_chunks();
                 this.pos = 0;
             }
             this.sleep = None;

@@ -187,6 +187,24 @@ async fn serve_connection<I>(
     }
 }
 
+/// Pause after a failed accept.
+const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(100);
+/// HTTP/2 ping interval towards clients.
+const H2_KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(30);
+/// How long an HTTP/2 client has to answer a ping.
+const H2_KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Waits for a new plain connection's first byte. hyper-util's protocol detection (HTTP/1 or
+/// HTTP/2) reads without a timer, so a connection that never sends anything would hold one of
+/// `limits.max_connections` slots forever; `header_read_timeout` only starts once bytes arrive.
+async fn sends_within(stream: &tokio::net::TcpStream, limit: Duration) -> bool {
+    let mut byte = [0u8; 1];
+    matches!(
+        tokio::time::timeout(limit, stream.peek(&mut byte)).await,
+        Ok(Ok(n)) if n > 0
+    )
+}
+
 /// The proxy's accept loop and drain.
 async fn serve_proxy(
     config: &Config,
@@ -206,6 +224,9 @@ async fn serve_proxy(
     builder
         .http2()
         .timer(TokioTimer::new())
+        // Pings find dead peers (a vanished client) so their connections free their slots.
+        .keep_alive_interval(H2_KEEP_ALIVE_INTERVAL)
+        .keep_alive_timeout(H2_KEEP_ALIVE_TIMEOUT)
         .max_header_list_size(u32::try_from(config.max_header_bytes).unwrap_or(u32::MAX));
     let builder = Arc::new(builder);
 
@@ -225,8 +246,11 @@ async fn serve_proxy(
             accepted = listener.accept() => match accepted {
                 Ok(a) => a,
                 Err(e) => {
-                    // Per-connection errors (e.g. reset before accept, out of fds): keep going.
+                    // Per-connection errors (a reset before accept) or resource exhaustion (out
+                    // of file descriptors): keep going, but pause, or an exhausted process spins
+                    // a core on failing accepts and floods the log.
                     tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(ACCEPT_ERROR_PAUSE).await;
                     continue;
                 }
             },
@@ -234,12 +258,17 @@ async fn serve_proxy(
         };
         let _ = stream.set_nodelay(true);
         let (proxy, builder, tls) = (proxy.clone(), builder.clone(), tls.clone());
+        let first_byte_timeout = config.header_read_timeout;
         // Taken now, so a drain that starts during the TLS handshake still waits for (and then
         // gracefully closes) this connection.
         let watcher = graceful.watcher();
         connections.spawn(async move {
             match tls {
-                None => serve_connection(builder, TokioIo::new(stream), proxy, peer, watcher).await,
+                None => {
+                    if sends_within(&stream, first_byte_timeout).await {
+                        serve_connection(builder, TokioIo::new(stream), proxy, peer, watcher).await
+                    }
+                }
                 Some(tls) => {
                     if let Some(stream) = tls.handshake(stream, peer).await {
                         serve_connection(builder, TokioIo::new(stream), proxy, peer, watcher).await
