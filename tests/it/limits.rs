@@ -96,3 +96,29 @@ async fn connections_past_the_limit_wait_for_a_free_slot() {
         .expect("served once a slot is free");
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
 }
+
+#[tokio::test]
+async fn a_connection_that_never_sends_is_closed() {
+    let up = Upstream::start(|_| async { response(200, &[], "ok") }).await;
+    let mut raw = raw_config(&up.url());
+    raw.limits.header_read_timeout_secs = 0.3;
+    raw.limits.max_connections = 1;
+    let hf = Holdfast::start_with(raw).await;
+    // Connects and says nothing: it must not keep the only slot forever.
+    let mut silent = TcpStream::connect(hf.addr).await.unwrap();
+    let mut buf = [0u8; 16];
+    let closed = tokio::time::timeout(Duration::from_secs(10), silent.read(&mut buf)).await;
+    assert!(
+        matches!(closed, Ok(Ok(0)) | Ok(Err(_))),
+        "the silent connection was not closed: {closed:?}"
+    );
+    // The slot is free again.
+    let mut next = TcpStream::connect(hf.addr).await.unwrap();
+    next.write_all(b"GET /mcp HTTP/1.1\r\nhost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let head = tokio::time::timeout(Duration::from_secs(10), read_head(&mut next))
+        .await
+        .unwrap();
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+}
