@@ -40,8 +40,10 @@ pub mod defaults {
     /// Time allowed from sending a request to the upstream's response headers. Generous because
     /// an MCP tool call answered as JSON sends its headers only when the tool is done.
     pub const RESPONSE_TIMEOUT_SECS: f64 = 300.0;
-    /// How long an idle pooled upstream connection is kept.
-    pub const POOL_IDLE_TIMEOUT_SECS: f64 = 30.0;
+    /// How long an idle pooled upstream connection is kept. Below the 5 s keep-alive of Node's
+    /// http server and uvicorn (the TypeScript and Python SDKs' servers): the server must not close
+    /// a connection just as holdfast sends a request on it (that request would get a 502).
+    pub const POOL_IDLE_TIMEOUT_SECS: f64 = 4.0;
     /// Idle timeout between body frames (both directions). Reset by every frame; there is no
     /// total deadline, so an SSE stream with regular events lives as long as it likes.
     pub const STREAM_IDLE_TIMEOUT_SECS: f64 = 300.0;

@@ -43,13 +43,17 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
 
 /// Appends `value` to a comma-separated header, creating it when absent.
 fn append_list(headers: &mut HeaderMap, name: HeaderName, value: &str) {
-    // Joining keeps a single field line; appending a second field would also be valid HTTP, but
-    // many readers of X-Forwarded-For look at the first line only.
-    let joined = match headers.get(&name).and_then(|v| v.to_str().ok()) {
-        Some(existing) if !existing.trim().is_empty() => format!("{existing}, {value}"),
-        _ => value.to_string(),
-    };
-    if let Ok(v) = HeaderValue::from_str(&joined) {
+    // Every existing line is kept (a list may arrive split over several field lines), joined into
+    // one: many readers of X-Forwarded-For look at the first line only.
+    let mut joined: Vec<&str> = headers
+        .get_all(&name)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .map(str::trim)
+        .filter(|v| !v.is_empty())
+        .collect();
+    joined.push(value);
+    if let Ok(v) = HeaderValue::from_str(&joined.join(", ")) {
         headers.insert(name, v);
     }
 }
@@ -187,6 +191,14 @@ mod tests {
         assert_eq!(h["x-forwarded-for"], "203.0.113.7, 10.1.2.3");
         assert_eq!(h["x-forwarded-proto"], "http");
         assert_eq!(h["x-forwarded-host"], "example.com");
+        // A list split over two field lines keeps both.
+        let mut h = map(&[
+            ("x-forwarded-for", "203.0.113.7"),
+            ("X-Forwarded-For", "198.51.100.2"),
+        ]);
+        add_forwarded(&mut h, "10.1.2.3".parse().unwrap(), "http", None);
+        assert_eq!(h["x-forwarded-for"], "203.0.113.7, 198.51.100.2, 10.1.2.3");
+        assert_eq!(h.get_all("x-forwarded-for").iter().count(), 1);
         let mut h = HeaderMap::new();
         add_forwarded(&mut h, "::1".parse().unwrap(), "https", None);
         assert_eq!(h["x-forwarded-for"], "::1");

@@ -108,7 +108,7 @@ fn run(cli: &Cli) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            tracing::error!(error = %e, "holdfast failed");
+            tracing::error!(error = %holdfast::classify::ErrorChain(&e), "holdfast failed");
             ExitCode::FAILURE
         }
     }

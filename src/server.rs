@@ -304,8 +304,18 @@ async fn serve_proxy(
 }
 
 /// Binds a listener, naming the address in the error.
-pub async fn bind(addr: SocketAddr, what: &str) -> std::io::Result<TcpListener> {
-    TcpListener::bind(addr).await.map_err(|e| {
-        std::io::Error::new(e.kind(), format!("cannot listen on {addr} ({what}): {e}"))
-    })
+pub async fn bind(addr: SocketAddr, what: &'static str) -> std::io::Result<TcpListener> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|source| std::io::Error::new(source.kind(), BindError { addr, what, source }))
+}
+
+/// A listener could not be bound; keeps the OS error as its cause.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot listen on {addr} ({what})")]
+pub struct BindError {
+    addr: SocketAddr,
+    what: &'static str,
+    #[source]
+    source: std::io::Error,
 }

@@ -166,6 +166,8 @@ fn a_port_already_in_use_fails_with_a_message_naming_it() {
         out.stderr.contains(&format!("cannot listen on {addr}")),
         "{out:?}"
     );
+    // The operating system's reason is kept as the cause.
+    assert!(out.stderr.contains("in use"), "{out:?}");
 }
 
 #[test]
