@@ -607,6 +607,7 @@ fn traefik_compose_with_holdfast_in_front_forwards_to_traefik_with_the_host_kept
 // Kubernetes.
 
 const K8S: &str = "deploy/kubernetes/holdfast.yaml";
+const GATEWAY: &str = "deploy/kubernetes/holdfast-gateway.yaml";
 const PODMONITOR: &str = "deploy/kubernetes/podmonitor.yaml";
 
 /// The one document of `kind` in `docs`.
@@ -651,14 +652,17 @@ fn resolve_port(container: &Value, port: &Value) -> u64 {
 fn kubernetes_manifests_pass_the_schema_validator() {
     // The oldest Kubernetes with native sidecars, and the newest the validator knows. Strict:
     // an unknown field (a typo) is an error, not silently dropped.
-    let documents = yaml_docs(K8S).len();
-    for version in [Some(OLDEST_KUBERNETES), None] {
+    for (file, version) in [K8S, GATEWAY]
+        .into_iter()
+        .flat_map(|f| [(f, Some(OLDEST_KUBERNETES)), (f, None)])
+    {
+        let documents = yaml_docs(file).len();
         let mut cmd = Command::new("python3");
         cmd.args(["-m", "kubernetes_validate", "--strict"]);
         if let Some(v) = version {
             cmd.args(["--kubernetes-version", v]);
         }
-        cmd.arg(repo_path(K8S));
+        cmd.arg(repo_path(file));
         let out = finish(cmd, "python3 -m kubernetes_validate");
         if !out.status.success() {
             python_failed(&out, "kubernetes-validate");
@@ -794,8 +798,14 @@ fn kubernetes_deployment_runs_holdfast_as_a_hardened_native_sidecar() {
 }
 
 #[test]
-fn kubernetes_configmap_is_accepted_by_check_config() {
-    let docs = yaml_docs(K8S);
+fn kubernetes_configmaps_are_accepted_by_check_config() {
+    for file in [K8S, GATEWAY] {
+        configmap_is_accepted_by_check_config(file);
+    }
+}
+
+fn configmap_is_accepted_by_check_config(file: &str) {
+    let docs = yaml_docs(file);
     let toml_text = configmap_toml(&docs);
     let dir = TempDir::new("deploy-container");
     let path = dir.write("holdfast.toml", &toml_text);
@@ -808,7 +818,7 @@ fn kubernetes_configmap_is_accepted_by_check_config() {
     let out = finish(cmd, "holdfast check-config");
     assert!(
         out.status.success(),
-        "the ConfigMap's holdfast.toml: {out:?}"
+        "{file}: the ConfigMap's holdfast.toml: {out:?}"
     );
 
     let printed: toml::Value = toml::from_str(&out.stdout).unwrap();
@@ -850,4 +860,54 @@ fn podmonitor_scrapes_the_holdfast_admin_port() {
     let endpoint = &endpoints[0];
     assert_eq!(resolve_port(sidecar, &endpoint["port"]), 9090);
     assert_eq!(endpoint["path"], "/metrics");
+}
+
+#[test]
+fn kubernetes_gateway_runs_hardened_replicas_in_front_of_the_mcp_service() {
+    let docs = yaml_docs(GATEWAY);
+    let deployment = kind(&docs, "Deployment");
+    assert!(deployment["spec"]["replicas"].as_u64().unwrap() >= 2);
+    let pod = &deployment["spec"]["template"]["spec"];
+    assert_eq!(pod["enableServiceLinks"], false);
+    let container = &pod["containers"][0];
+    assert_eq!(container["name"], "holdfast");
+    let sc = &container["securityContext"];
+    assert_eq!(sc["runAsNonRoot"], true);
+    assert_eq!(sc["readOnlyRootFilesystem"], true);
+    assert_eq!(sc["allowPrivilegeEscalation"], false);
+    assert_eq!(sc["capabilities"]["drop"], serde_json::json!(["ALL"]));
+    assert_eq!(sc["seccompProfile"]["type"], "RuntimeDefault");
+    for (probe, path) in [("readinessProbe", "/readyz"), ("livenessProbe", "/healthz")] {
+        let get = &container[probe]["httpGet"];
+        assert_eq!(get["path"], path, "{probe}");
+        assert_eq!(
+            resolve_port(container, &get["port"]),
+            9090,
+            "{probe} on the admin port"
+        );
+    }
+
+    // holdfast reaches the MCP server through its Service, by name: a missing pod is a refused
+    // connection to it, which holdfast holds.
+    let config: toml::Value = toml::from_str(&configmap_toml(&docs)).unwrap();
+    let upstream = config["upstream"].as_str().unwrap();
+    let (host, _) = host_port(upstream);
+    assert!(
+        !host.starts_with("127.") && host != "localhost",
+        "the gateway forwards to a Service, not to its own pod: {upstream}"
+    );
+    let drain = toml_secs(&config["shutdown"]["drain_timeout_secs"]);
+    let grace = pod["terminationGracePeriodSeconds"].as_f64().unwrap();
+    assert!(
+        drain < grace,
+        "the drain ({drain} s) fits the grace period ({grace} s)"
+    );
+
+    let labels = &deployment["spec"]["template"]["metadata"]["labels"];
+    let service = kind(&docs, "Service");
+    assert_eq!(&service["spec"]["selector"], labels);
+    let target = &service["spec"]["ports"][0]["targetPort"];
+    assert_eq!(resolve_port(container, target), 8080);
+    let budget = kind(&docs, "PodDisruptionBudget");
+    assert_eq!(&budget["spec"]["selector"]["matchLabels"], labels);
 }
