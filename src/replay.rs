@@ -247,12 +247,15 @@ impl BodyHandle {
         self.lock().buffered
     }
 
-    /// The most body bytes this request may hold while it waits: what is read already plus what
-    /// the client may still send (by its declared length), at most `cap` in all.
+    /// The body bytes this request is expected to hold while it waits: what is read already plus
+    /// what the client declared it will still send, at most `cap` in all. A body of unknown
+    /// length (chunked, HTTP/2) counts only what was read: reserving the whole cap for each would
+    /// let a few dozen such requests fill the hold, and the process-wide [`CopyBudget`] bounds
+    /// what reading ahead adds anyway.
     pub fn expected_bytes(&self, cap: usize) -> usize {
         let shared = self.lock();
         let more = match &shared.rest {
-            Some(rest) => rest.size_hint().upper().unwrap_or(cap as u64),
+            Some(rest) => rest.size_hint().upper().unwrap_or(0),
             None => 0,
         };
         let total = shared.buffered as u64 + more;

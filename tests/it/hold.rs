@@ -1112,3 +1112,36 @@ async fn past_the_horizon_nobody_waits_for_the_routers_404() {
     }
     assert_eq!(hf.metric("holdfast_upstream_up").await, 0.0);
 }
+
+/// A body of unknown length (chunked) reserves what was read, not the whole replay cap: a few
+/// small chunked requests must not fill the hold.
+#[tokio::test]
+async fn chunked_bodies_reserve_what_they_hold_not_the_cap() {
+    let port = Reserved::new();
+    let mut raw = holding(&port.url(), LONG_HOLD_SECS);
+    raw.hold.max_body_bytes = 1024;
+    raw.hold.max_buffered_bytes = 2048;
+    let hf = Holdfast::start_with(raw).await;
+    let mut clients = Vec::new();
+    for i in 0..3 {
+        let mut s = TcpStream::connect(hf.addr).await.unwrap();
+        let body = call_body(i);
+        let req = format!(
+            "POST /mcp HTTP/1.1\r\nhost: {}\r\ncontent-type: application/json\r\n\
+             transfer-encoding: chunked\r\n\r\n{:x}\r\n{body}\r\n0\r\n\r\n",
+            hf.addr,
+            body.len()
+        );
+        s.write_all(req.as_bytes()).await.unwrap();
+        clients.push(s);
+        hf.metric_until(HELD, |v| v == (i + 1) as f64).await;
+    }
+    assert_eq!(holds(&hf, "queue_full").await, 0.0);
+    let up = Upstream::serve(port.listen(), echo);
+    for mut s in clients {
+        let head = within_secs(10, read_head(&mut s)).await;
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    }
+    assert_eq!(up.seen().len(), 3);
+    up.stop().await;
+}
