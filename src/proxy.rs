@@ -239,7 +239,17 @@ impl Proxy {
                     }
                     return (self.pass(&mut head, peek), note("router_passed"));
                 }
-                (Verdict::Failed(reason), _) => return self.failed(reason, version, status),
+                (Verdict::Failed(reason), _) => {
+                    // A TLS failure is the upstream answering (with a certificate holdfast does
+                    // not accept): it is there. Close any outage so held requests get their
+                    // answer now instead of one at a time as probes. (A reset after sending
+                    // proves nothing: a port proxy may accept and then reset while the backend
+                    // is still starting.)
+                    if reason == FailReason::UpstreamTls {
+                        self.outages.answered();
+                    }
+                    return self.failed(reason, version, status);
+                }
                 (Verdict::Missing(missing), _) => {
                     // The one decision about a missing backend: hold and replay, or 503.
                     self.outages.missing(missing.reason);

@@ -1015,3 +1015,35 @@ fn the_sample_file_documents_every_tls_key() {
     let raw: RawConfig = toml::from_str(&text).unwrap();
     assert!(raw.tls.cert.is_none() && raw.client.ca.is_none());
 }
+
+/// An upstream that comes back with a certificate holdfast does not trust is *there*: every held
+/// request gets its 502 at once, not one at a time as the probe.
+#[tokio::test]
+async fn an_upstream_back_with_an_untrusted_certificate_releases_everyone_at_once() {
+    let (dir, ca, wrong) = (Dir::new(), Ca::new("upstream CA"), Ca::new("wrong CA"));
+    let port = Reserved::new();
+    let url = format!("https://localhost:{}", port.addr.port());
+    let holdfast = Holdfast::start_with(https_config(&url, &dir, &wrong)).await;
+    let clients: Vec<_> = (0..3)
+        .map(|_| {
+            let url = holdfast.url("/mcp");
+            tokio::spawn(async move { crate::support::http::get(&url).await })
+        })
+        .collect();
+    holdfast
+        .metric_until("holdfast_held_requests", |v| v == 3.0)
+        .await;
+    let _upstream = TlsUpstream::serve(port.listen(), upstream_tls(&ca.server(), None, false));
+    for client in clients {
+        let got = within(client).await.unwrap();
+        assert_eq!(got.status, 502);
+        assert_eq!(got.header("holdfast-reason"), Some("upstream_tls"));
+    }
+    assert_eq!(holdfast.metric("holdfast_upstream_up").await, 1.0);
+    assert_eq!(
+        holdfast
+            .metric(&series(UPSTREAM_FAILURES, "upstream_tls"))
+            .await,
+        3.0
+    );
+}
