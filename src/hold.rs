@@ -274,12 +274,15 @@ impl Outages {
 
     /// A request that cannot be held because its body is too large to replay.
     pub fn body_too_large(&self) {
-        self.metrics
-            .holds
-            .get_or_create(&HoldOutcome::body_too_large.into())
-            .inc();
-        if let Some(o) = self.lock().outage.as_mut() {
-            o.rejected += 1;
+        let mut st = self.lock();
+        self.refuse(&mut st, HoldOutcome::body_too_large);
+    }
+
+    /// Counts a request that leaves without entering the queue (or re-entering it).
+    fn refuse(&self, st: &mut State, outcome: HoldOutcome) {
+        self.metrics.holds.get_or_create(&outcome.into()).inc();
+        if let Some(o) = st.outage.as_mut() {
+            o.count(outcome);
         }
     }
 
@@ -290,10 +293,7 @@ impl Outages {
         let (rx, seq, deadline) = {
             let mut st = self.lock();
             if st.shutting_down {
-                self.metrics
-                    .holds
-                    .get_or_create(&HoldOutcome::shutdown.into())
-                    .inc();
+                self.refuse(&mut st, HoldOutcome::shutdown);
                 return Released::Shutdown;
             }
             if st.outage.is_none() {
@@ -304,13 +304,7 @@ impl Outages {
             if st.waiters.len() >= self.cfg.max_requests
                 || st.buffered + bytes > self.cfg.max_buffered_bytes
             {
-                self.metrics
-                    .holds
-                    .get_or_create(&HoldOutcome::queue_full.into())
-                    .inc();
-                if let Some(o) = st.outage.as_mut() {
-                    o.rejected += 1;
-                }
+                self.refuse(&mut st, HoldOutcome::queue_full);
                 return Released::QueueFull;
             }
             let now = Instant::now();
@@ -318,13 +312,7 @@ impl Outages {
             let deadline = *ticket.deadline.get_or_insert(now + self.cfg.timeout);
             ticket.first_held.get_or_insert(now);
             if deadline <= now {
-                self.metrics
-                    .holds
-                    .get_or_create(&HoldOutcome::timed_out.into())
-                    .inc();
-                if let Some(o) = st.outage.as_mut() {
-                    o.timed_out += 1;
-                }
+                self.refuse(&mut st, HoldOutcome::timed_out);
                 return Released::TimedOut;
             }
             // A probe that met the gap again goes to the back of the queue (keeping its
@@ -438,13 +426,7 @@ impl Outages {
                 .saturating_duration_since(waiter.since)
                 .as_secs_f64(),
         );
-        match outcome {
-            HoldOutcome::released => outage.released += 1,
-            HoldOutcome::timed_out => outage.timed_out += 1,
-            HoldOutcome::cancelled => outage.cancelled += 1,
-            HoldOutcome::queue_full | HoldOutcome::body_too_large => outage.rejected += 1,
-            HoldOutcome::shutdown => {}
-        }
+        outage.count(outcome);
     }
 
     /// Probes until the outage closes or nobody is held. One probe at a time.
@@ -597,6 +579,17 @@ impl Outages {
 }
 
 impl Outage {
+    /// Counts one exit for the outage's closing log line.
+    fn count(&mut self, outcome: HoldOutcome) {
+        match outcome {
+            HoldOutcome::released => self.released += 1,
+            HoldOutcome::timed_out => self.timed_out += 1,
+            HoldOutcome::cancelled => self.cancelled += 1,
+            HoldOutcome::queue_full | HoldOutcome::body_too_large => self.rejected += 1,
+            HoldOutcome::shutdown => {}
+        }
+    }
+
     /// Counters for a waiter that leaves after its outage closed (nothing to log them in).
     fn detached() -> Outage {
         Outage {
