@@ -37,7 +37,6 @@ use hyper::client::conn::http1::SendRequest;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::oneshot;
 use tokio::task::JoinSet;
 
 use holdfast::config::{Config, RawConfig};
@@ -160,7 +159,7 @@ impl Side {
 /// Runs every case against the upstream directly and through holdfast; returns the table.
 async fn run(s: &Settings) -> String {
     let upstream = start_upstream(s.sse_events).await;
-    let proxy = Holdfast::start(upstream).await;
+    let proxy = start_holdfast(upstream).await;
     let mut sides = [Side::new(upstream).await, Side::new(proxy.addr).await];
     let c = s.connections;
 
@@ -205,7 +204,7 @@ async fn run(s: &Settings) -> String {
 
     // Close the bench's connections first, so holdfast's drain has nothing to wait for.
     let [direct, via] = sides.map(Side::finish);
-    proxy.shutdown().await;
+    proxy.shutdown().await.expect("holdfast run");
 
     let mut rows = Vec::new();
     for (label, p) in [("p50", 50.0), ("p90", 90.0), ("p99", 99.0), ("max", 100.0)] {
@@ -354,46 +353,20 @@ fn sse_event(i: usize) -> Bytes {
 
 // --- holdfast ----------------------------------------------------------------------------------
 
-/// holdfast running in this process, as `tests/it/support/proxy.rs` runs it.
-struct Holdfast {
-    /// Proxy address.
-    addr: SocketAddr,
-    /// Ends `server::run`'s shutdown future.
-    stop: oneshot::Sender<()>,
-    /// The running server.
-    task: tokio::task::JoinHandle<std::io::Result<()>>,
-}
-
-impl Holdfast {
-    /// Starts holdfast with its default settings in front of `upstream`, on port 0.
-    async fn start(upstream: SocketAddr) -> Holdfast {
-        let mut raw = RawConfig {
-            upstream: format!("http://{upstream}"),
-            listen: "127.0.0.1:0".into(),
-            admin: "127.0.0.1:0".into(),
-            ..RawConfig::default()
-        };
-        // The bench closes its connections before stopping; a long drain would only hide a hang.
-        raw.shutdown.drain_timeout_secs = 1.0;
-        let config = Config::from_raw(&raw, &|_| "bench".into()).expect("valid bench config");
-        let listener = TcpListener::bind(config.listen).await.expect("bind proxy");
-        let admin = TcpListener::bind(config.admin).await.expect("bind admin");
-        let addr = listener.local_addr().expect("proxy address");
-        let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(holdfast::server::run(config, listener, admin, async move {
-            let _ = stopped.await;
-        }));
-        Holdfast { addr, stop, task }
-    }
-
-    /// Stops holdfast and waits until it has drained.
-    async fn shutdown(self) {
-        let _ = self.stop.send(());
-        self.task
-            .await
-            .expect("holdfast task")
-            .expect("holdfast run");
-    }
+/// Starts holdfast with its default settings in front of `upstream`, on port 0.
+async fn start_holdfast(upstream: SocketAddr) -> holdfast::server::Spawned {
+    let mut raw = RawConfig {
+        upstream: format!("http://{upstream}"),
+        listen: "127.0.0.1:0".into(),
+        admin: "127.0.0.1:0".into(),
+        ..RawConfig::default()
+    };
+    // The bench closes its connections before stopping; a long drain would only hide a hang.
+    raw.shutdown.drain_timeout_secs = 1.0;
+    let config = Config::from_raw(&raw, &|_| "bench".into()).expect("valid bench config");
+    holdfast::server::spawn(config)
+        .await
+        .expect("holdfast starts")
 }
 
 // --- The client --------------------------------------------------------------------------------

@@ -74,23 +74,18 @@ async fn round(n: usize) -> RoundResult {
     socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
     let upstream = socket.local_addr().unwrap();
 
-    let raw = RawConfig {
+    let mut raw = RawConfig {
         upstream: format!("http://{upstream}"),
         listen: "127.0.0.1:0".into(),
         admin: "127.0.0.1:0".into(),
         ..RawConfig::default()
     };
-    let mut raw = raw;
     raw.hold.timeout_secs = 120.0;
     let config = Config::from_raw(&raw, &|_| "bench".into()).expect("config");
-    let listener = tokio::net::TcpListener::bind(config.listen).await.unwrap();
-    let admin = tokio::net::TcpListener::bind(config.admin).await.unwrap();
-    let proxy = listener.local_addr().unwrap();
-    let admin_addr = admin.local_addr().unwrap();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(holdfast::server::run(config, listener, admin, async move {
-        let _ = stopped.await;
-    }));
+    let server = holdfast::server::spawn(config)
+        .await
+        .expect("holdfast starts");
+    let (proxy, admin_addr) = (server.addr, server.admin);
 
     let rss_before = rss_bytes();
     let answered = Arc::new(AtomicUsize::new(0));
@@ -129,8 +124,7 @@ async fn round(n: usize) -> RoundResult {
     assert_eq!(answered.load(Ordering::Relaxed), n);
     let first = first.expect("at least one answer");
 
-    let _ = stop.send(());
-    let _ = server.await;
+    server.shutdown().await.expect("holdfast run");
     upstream_task.abort();
     RoundResult {
         detection: first - back,

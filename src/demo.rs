@@ -101,19 +101,8 @@ pub async fn run(opts: DemoOptions) -> std::io::Result<Tally> {
         ..RawConfig::default()
     };
     let config = Config::from_raw(&raw, &|_| "demo".into()).map_err(std::io::Error::other)?;
-    let proxy_listener = TcpListener::bind(config.listen).await?;
-    let admin_listener = TcpListener::bind(config.admin).await?;
-    let proxy_addr = proxy_listener.local_addr()?;
-    let admin_addr = admin_listener.local_addr()?;
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let holdfast = tokio::spawn(crate::server::run(
-        config,
-        proxy_listener,
-        admin_listener,
-        async move {
-            let _ = stop_rx.await;
-        },
-    ));
+    let holdfast = crate::server::spawn(config).await?;
+    let (proxy_addr, admin_addr) = (holdfast.addr, holdfast.admin);
 
     println!(
         "holdfast demo: an MCP backend on {backend_addr} is recreated every {:.1} s:",
@@ -200,8 +189,7 @@ pub async fn run(opts: DemoOptions) -> std::io::Result<Tally> {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     clients.shutdown().await;
-    let _ = stop_tx.send(());
-    let _ = holdfast.await;
+    holdfast.shutdown().await?;
     if let Some(task) = serving.take() {
         task.abort();
     }

@@ -18,7 +18,7 @@
 //! from the hold is counted in `holdfast_holds_total{outcome}`.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -49,12 +49,17 @@ pub struct Outages {
     metrics: Arc<Metrics>,
     /// Fast path: requests read this before taking the lock.
     in_outage: AtomicBool,
+    /// Time zero of `last_healthy_nanos`.
+    epoch: Instant,
+    /// When the application last answered (or the start), in nanoseconds since `epoch`: an
+    /// atomic, because every answered request sets it and must not take the lock for that.
+    last_healthy_nanos: AtomicU64,
+    /// The horizon warning was logged since the application last answered.
+    horizon_warned: AtomicBool,
     state: Mutex<State>,
 }
 
 struct State {
-    /// The last time the application answered (or the start, before any answer).
-    last_healthy: Instant,
     outage: Option<Outage>,
     /// Held requests by arrival order: the first is the oldest, the next probe.
     waiters: BTreeMap<u64, Waiter>,
@@ -65,8 +70,6 @@ struct State {
     prober_running: bool,
     /// Durations of the last outages, newest last.
     history: VecDeque<Duration>,
-    /// The horizon warning was logged since the application last answered.
-    horizon_warned: bool,
 }
 
 struct Outage {
@@ -160,8 +163,10 @@ impl Outages {
             connector,
             metrics,
             in_outage: AtomicBool::new(false),
+            epoch: Instant::now(),
+            last_healthy_nanos: AtomicU64::new(0),
+            horizon_warned: AtomicBool::new(false),
             state: Mutex::new(State {
-                last_healthy: Instant::now(),
                 outage: None,
                 waiters: BTreeMap::new(),
                 next_seq: 0,
@@ -169,7 +174,6 @@ impl Outages {
                 shutting_down: false,
                 prober_running: false,
                 history: VecDeque::new(),
-                horizon_warned: false,
             }),
         }
     }
@@ -196,23 +200,26 @@ impl Outages {
     /// The application answered: close any open outage and release every held request.
     pub fn answered(&self) {
         let now = Instant::now();
-        let mut st = self.lock();
-        st.last_healthy = now;
-        st.horizon_warned = false;
+        // The hot path (no outage): two atomics, no lock.
+        let since_epoch = now.saturating_duration_since(self.epoch).as_nanos();
+        self.last_healthy_nanos.store(
+            u64::try_from(since_epoch).unwrap_or(u64::MAX),
+            Ordering::Release,
+        );
+        if self.horizon_warned.load(Ordering::Relaxed) {
+            self.horizon_warned.store(false, Ordering::Relaxed);
+        }
         if !self.in_outage() {
             return;
         }
-        let Some(mut outage) = st.outage.take() else {
+        let mut st = self.lock();
+        if st.outage.is_none() {
             return;
-        };
+        }
+        self.wake_all(&mut st, HoldOutcome::released, || Wake::Release);
+        let outage = st.outage.take().expect("checked above");
         self.in_outage.store(false, Ordering::Release);
         self.metrics.upstream_up.set(1);
-        for (_, waiter) in std::mem::take(&mut st.waiters) {
-            self.record_exit(&mut outage, &waiter, HoldOutcome::released);
-            let _ = waiter.wake.send(Wake::Release);
-        }
-        st.buffered = 0;
-        self.metrics.held_requests.set(0);
         let duration = now.saturating_duration_since(outage.started);
         self.metrics.outage_duration.observe(duration.as_secs_f64());
         st.history.push_back(duration);
@@ -502,13 +509,28 @@ impl Outages {
     pub fn shutdown(&self) {
         let mut st = self.lock();
         st.shutting_down = true;
-        let mut scratch = Outage::detached();
+        self.wake_all(&mut st, HoldOutcome::shutdown, || Wake::Shutdown);
+    }
+
+    /// Wakes every held request with `wake`, counting `outcome` for each; the queue is empty
+    /// afterwards.
+    fn wake_all(&self, st: &mut State, outcome: HoldOutcome, wake: fn() -> Wake) {
+        let mut detached = Outage::detached();
         for (_, waiter) in std::mem::take(&mut st.waiters) {
-            self.record_exit(&mut scratch, &waiter, HoldOutcome::shutdown);
-            let _ = waiter.wake.send(Wake::Shutdown);
+            let outage = st.outage.as_mut().unwrap_or(&mut detached);
+            self.record_exit(outage, &waiter, outcome);
+            let _ = waiter.wake.send(wake());
         }
         st.buffered = 0;
         self.metrics.held_requests.set(0);
+    }
+
+    /// How long since the application last answered (or since start).
+    fn since_healthy(&self) -> Duration {
+        let last = Duration::from_nanos(self.last_healthy_nanos.load(Ordering::Acquire));
+        Instant::now()
+            .saturating_duration_since(self.epoch)
+            .saturating_sub(last)
     }
 
     /// Retry-After for a 503 of a request that waited `waited`: from observed outages (their
@@ -534,7 +556,7 @@ impl Outages {
 
     /// Whether the last application answer is older than `horizon`.
     pub fn beyond_horizon(&self, horizon: Duration) -> bool {
-        Instant::now().saturating_duration_since(self.lock().last_healthy) > horizon
+        self.since_healthy() > horizon
     }
 
     /// A route-missing 404 passed through because of the horizon. Warns once (until the
@@ -544,7 +566,7 @@ impl Outages {
         let mut st = self.lock();
         // Still an outage for the metrics and alerts (`holdfast_upstream_up` 0).
         self.open(&mut st, RewriteReason::RouteMissing404);
-        if !std::mem::replace(&mut st.horizon_warned, true) {
+        if !self.horizon_warned.swap(true, Ordering::Relaxed) {
             tracing::warn!(
                 horizon_secs = horizon.as_secs_f64(),
                 upstream,
@@ -552,14 +574,7 @@ impl Outages {
                  through. Check the upstream URL and the router's configuration"
             );
         }
-        let mut detached = Outage::detached();
-        for (_, waiter) in std::mem::take(&mut st.waiters) {
-            let outage = st.outage.as_mut().unwrap_or(&mut detached);
-            self.record_exit(outage, &waiter, HoldOutcome::released);
-            let _ = waiter.wake.send(Wake::Release);
-        }
-        st.buffered = 0;
-        self.metrics.held_requests.set(0);
+        self.wake_all(&mut st, HoldOutcome::released, || Wake::Release);
     }
 
     /// Whether a new request should wait before being sent: an outage is open, and it is not a
@@ -568,10 +583,10 @@ impl Outages {
         if !self.in_outage() {
             return false;
         }
-        let st = self.lock();
-        let past_horizon = Instant::now().saturating_duration_since(st.last_healthy) > horizon;
+        let past_horizon = self.beyond_horizon(horizon);
         !(past_horizon
-            && st
+            && self
+                .lock()
                 .outage
                 .as_ref()
                 .is_some_and(|o| o.last_reason == RewriteReason::RouteMissing404))
@@ -653,9 +668,13 @@ mod tests {
     }
 
     fn outages(timeout: Duration) -> (Arc<Outages>, Arc<Metrics>) {
+        outages_with(config(timeout))
+    }
+
+    fn outages_with(cfg: HoldConfig) -> (Arc<Outages>, Arc<Metrics>) {
         let metrics = Arc::new(Metrics::register(&mut Registry::default()));
         let o = Outages::new(
-            config(timeout),
+            cfg,
             Duration::from_secs(2),
             // Never dialled in these tests: route-level outages probe with held requests only.
             "http://127.0.0.1:9/".parse().unwrap(),
@@ -663,6 +682,23 @@ mod tests {
             metrics.clone(),
         );
         (Arc::new(o), metrics)
+    }
+
+    /// A request waiting in the hold on its own task: its outcome, and whether it was the probe.
+    fn spawn_waiter(o: &Arc<Outages>) -> tokio::task::JoinHandle<(Released, bool)> {
+        let o = o.clone();
+        tokio::spawn(async move {
+            let mut ticket = Ticket::default();
+            let released = o.wait(&mut ticket, &BodyHandle::empty()).await;
+            (released, ticket.probe.is_some())
+        })
+    }
+
+    /// Yields until `n` requests are held (the spawned waiters have queued up).
+    async fn until_held(metrics: &Metrics, n: i64) {
+        while metrics.held_requests.get() < n {
+            tokio::task::yield_now().await;
+        }
     }
 
     fn holds(metrics: &Metrics, outcome: HoldOutcome) -> u64 {
@@ -701,20 +737,10 @@ mod tests {
     async fn an_application_answer_releases_everyone_at_once() {
         let (o, metrics) = outages(Duration::from_secs(60));
         o.missing(RewriteReason::ConnectRefused);
-        let mut tasks = Vec::new();
-        for _ in 0..3 {
-            let o = o.clone();
-            tasks.push(tokio::spawn(async move {
-                let mut ticket = Ticket::default();
-                let released = o.wait(&mut ticket, &BodyHandle::empty()).await;
-                (released, ticket.probe.is_some())
-            }));
-        }
+        let tasks: Vec<_> = (0..3).map(|_| spawn_waiter(&o)).collect();
         // Let all three queue up (no probe can run: nothing listens on the probe port, and
         // the first backoff has not elapsed).
-        while metrics.held_requests.get() < 3 {
-            tokio::task::yield_now().await;
-        }
+        until_held(&metrics, 3).await;
         o.answered();
         for t in tasks {
             assert_eq!(t.await.unwrap(), (Released::Go, false));
@@ -746,7 +772,8 @@ mod tests {
         }
         assert_eq!(started.elapsed(), Duration::from_millis(500));
         assert_eq!(holds(&metrics, HoldOutcome::timed_out), 1);
-        assert!(o.retry_after(ticket.waited()) >= Duration::from_secs(1));
+        // No outage observed yet: the configured 2 s, minus the 0.5 s waited, rounded up.
+        assert_eq!(o.retry_after(ticket.waited()), Duration::from_secs(2));
 
         // Cancellation: the waiting future is dropped.
         {
@@ -760,16 +787,10 @@ mod tests {
         assert_eq!(holds(&metrics, HoldOutcome::cancelled), 1);
 
         // Shutdown: the waiter gets its answer now, and nobody is held afterwards.
-        let o2 = o.clone();
-        let held = tokio::spawn(async move {
-            let mut ticket = Ticket::default();
-            o2.wait(&mut ticket, &BodyHandle::empty()).await
-        });
-        while metrics.held_requests.get() < 1 {
-            tokio::task::yield_now().await;
-        }
+        let held = spawn_waiter(&o);
+        until_held(&metrics, 1).await;
         o.shutdown();
-        assert_eq!(held.await.unwrap(), Released::Shutdown);
+        assert_eq!(held.await.unwrap().0, Released::Shutdown);
         let mut ticket = Ticket::default();
         assert_eq!(o.wait(&mut ticket, &body).await, Released::Shutdown);
         assert_eq!(holds(&metrics, HoldOutcome::shutdown), 2);
@@ -786,25 +807,12 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn caps_refuse_at_once() {
-        let metrics = Arc::new(Metrics::register(&mut Registry::default()));
         let mut cfg = config(Duration::from_secs(60));
         cfg.max_requests = 1;
-        let o = Arc::new(Outages::new(
-            cfg,
-            Duration::from_secs(2),
-            "http://127.0.0.1:9/".parse().unwrap(),
-            Connector::new(Duration::from_secs(1)),
-            metrics.clone(),
-        ));
+        let (o, metrics) = outages_with(cfg);
         o.missing(RewriteReason::ConnectRefused);
-        let o2 = o.clone();
-        let first = tokio::spawn(async move {
-            let mut ticket = Ticket::default();
-            o2.wait(&mut ticket, &BodyHandle::empty()).await
-        });
-        while metrics.held_requests.get() < 1 {
-            tokio::task::yield_now().await;
-        }
+        let first = spawn_waiter(&o);
+        until_held(&metrics, 1).await;
         let mut ticket = Ticket::default();
         assert_eq!(
             o.wait(&mut ticket, &BodyHandle::empty()).await,
@@ -812,7 +820,7 @@ mod tests {
         );
         assert_eq!(holds(&metrics, HoldOutcome::queue_full), 1);
         o.answered();
-        assert_eq!(first.await.unwrap(), Released::Go);
+        assert_eq!(first.await.unwrap(), (Released::Go, false));
     }
 
     #[tokio::test(start_paused = true)]

@@ -48,6 +48,64 @@ impl Readiness {
     }
 }
 
+/// holdfast running on a task of the current runtime (the demo, tests and benchmarks run it so).
+pub struct Spawned {
+    /// The proxy listener's address.
+    pub addr: SocketAddr,
+    /// The admin listener's address.
+    pub admin: SocketAddr,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
+}
+
+/// Binds `config.listen` and `config.admin` (port 0 picks a free port) and runs holdfast on a new
+/// task until [`Spawned::begin_shutdown`] or drop.
+pub async fn spawn(config: Config) -> std::io::Result<Spawned> {
+    let listener = bind(config.listen, "proxy").await?;
+    let admin_listener = bind(config.admin, "admin").await?;
+    let addr = listener.local_addr()?;
+    let admin = admin_listener.local_addr()?;
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(run(config, listener, admin_listener, async move {
+        let _ = stopped.await;
+    }));
+    Ok(Spawned {
+        addr,
+        admin,
+        stop: Some(stop),
+        task: Some(task),
+    })
+}
+
+impl Spawned {
+    /// Starts shutting down (as SIGTERM does) without waiting.
+    pub fn begin_shutdown(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+
+    /// Waits for a shutdown begun earlier to finish (at once if it already has).
+    pub async fn wait(&mut self) -> std::io::Result<()> {
+        match self.task.take() {
+            Some(task) => task.await.map_err(std::io::Error::other)?,
+            None => Ok(()),
+        }
+    }
+
+    /// Shuts down and waits until holdfast has stopped.
+    pub async fn shutdown(mut self) -> std::io::Result<()> {
+        self.begin_shutdown();
+        self.wait().await
+    }
+}
+
+impl Drop for Spawned {
+    fn drop(&mut self) {
+        self.begin_shutdown();
+    }
+}
+
 /// Serves the proxy on `listener` and the admin endpoints on `admin_listener` until `shutdown`
 /// completes, then drains.
 pub async fn run(

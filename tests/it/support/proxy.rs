@@ -4,8 +4,6 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use holdfast::config::{Config, RawConfig};
-use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 /// Every outcome of `holdfast_holds_total{outcome}`.
@@ -24,8 +22,7 @@ pub struct Holdfast {
     pub addr: SocketAddr,
     /// Admin address.
     pub admin: SocketAddr,
-    stop: Option<oneshot::Sender<()>>,
-    task: Option<JoinHandle<std::io::Result<()>>>,
+    running: holdfast::server::Spawned,
 }
 
 /// A raw configuration pointing at `upstream`, with every listener on port 0.
@@ -49,24 +46,13 @@ impl Holdfast {
         raw.listen = "127.0.0.1:0".into();
         raw.admin = "127.0.0.1:0".into();
         let config = Config::from_raw(&raw, &|_| "test".into()).expect("valid test config");
-        let listener = tokio::net::TcpListener::bind(config.listen).await.unwrap();
-        let admin_listener = tokio::net::TcpListener::bind(config.admin).await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let admin = admin_listener.local_addr().unwrap();
-        let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(holdfast::server::run(
-            config,
-            listener,
-            admin_listener,
-            async move {
-                let _ = stopped.await;
-            },
-        ));
+        let running = holdfast::server::spawn(config)
+            .await
+            .expect("holdfast starts");
         Holdfast {
-            addr,
-            admin,
-            stop: Some(stop),
-            task: Some(task),
+            addr: running.addr,
+            admin: running.admin,
+            running,
         }
     }
 
@@ -77,9 +63,7 @@ impl Holdfast {
 
     /// Starts shutting down (as SIGTERM does) without waiting.
     pub fn begin_shutdown(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
+        self.running.begin_shutdown();
     }
 
     /// Shuts down and waits until holdfast has stopped.
@@ -90,9 +74,7 @@ impl Holdfast {
 
     /// Waits for a shutdown begun earlier to finish.
     pub async fn wait(&mut self) {
-        if let Some(task) = self.task.take() {
-            task.await.expect("holdfast task").expect("holdfast run");
-        }
+        self.running.wait().await.expect("holdfast run");
     }
 
     /// The `/metrics` text.
@@ -145,12 +127,4 @@ pub fn requests_with_status(metrics: &str, status: u16) -> f64 {
         .filter(|l| l.starts_with("holdfast_requests_total{") && l.contains(&label))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
-}
-
-impl Drop for Holdfast {
-    fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-    }
 }
