@@ -251,17 +251,7 @@ impl Outages {
             self.metrics.upstream_up.set(0);
             self.metrics.outages.inc();
             tracing::warn!(reason = reason.as_str(), "upstream outage started");
-            Outage {
-                started: Instant::now(),
-                first_reason: reason,
-                last_reason: reason,
-                answered_503: 0,
-                held: 0,
-                released: 0,
-                timed_out: 0,
-                cancelled: 0,
-                rejected: 0,
-            }
+            Outage::new(reason)
         })
     }
 
@@ -605,12 +595,12 @@ impl Outage {
         }
     }
 
-    /// Counters for a waiter that leaves after its outage closed (nothing to log them in).
-    fn detached() -> Outage {
+    /// An outage starting now, all counters at zero.
+    fn new(reason: RewriteReason) -> Outage {
         Outage {
             started: Instant::now(),
-            first_reason: RewriteReason::ConnectError,
-            last_reason: RewriteReason::ConnectError,
+            first_reason: reason,
+            last_reason: reason,
             answered_503: 0,
             held: 0,
             released: 0,
@@ -618,6 +608,11 @@ impl Outage {
             cancelled: 0,
             rejected: 0,
         }
+    }
+
+    /// Counters for a waiter that leaves after its outage closed (nothing to log them in).
+    fn detached() -> Outage {
+        Outage::new(RewriteReason::ConnectError)
     }
 }
 
