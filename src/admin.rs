@@ -13,7 +13,7 @@ use hyper_util::server::graceful::GracefulShutdown;
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 
-use crate::body::ProxyBody;
+use crate::proxy::body::ProxyBody;
 use crate::respond;
 use crate::server::Readiness;
 

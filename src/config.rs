@@ -107,6 +107,18 @@ pub mod defaults {
     pub const TLS_RELOAD_INTERVAL_SECS: f64 = 5.0;
     /// Verify the upstream's certificate (the switch that turns it off is loud on purpose).
     pub const INSECURE_SKIP_VERIFY: bool = false;
+    /// Carry MCP sessions across backend restarts: what a spec-following client does anyway.
+    pub const SESSIONS_RESUME: bool = true;
+    /// Most sessions tracked; past it the least recently used are forgotten. About 1 KiB each
+    /// with a typical `initialize`.
+    pub const SESSIONS_MAX_TRACKED: usize = 100_000;
+    /// Largest `initialize` body recorded; a larger one is forwarded but its session not tracked.
+    pub const SESSIONS_MAX_INITIALIZE_BYTES: usize = 64 * 1024;
+    /// Most recorded bytes over all sessions (initialize bodies and subscription URIs).
+    pub const SESSIONS_MAX_RECORDED_BYTES: usize = 64 * 1024 * 1024;
+    /// A session without a request for this long is forgotten: a day, so an IDE left open
+    /// overnight keeps its session.
+    pub const SESSIONS_IDLE_TIMEOUT_SECS: f64 = 86_400.0;
 }
 
 /// Phase one: what figment deserializes. Every field optional-by-default so that each layer may
@@ -140,6 +152,36 @@ pub struct RawConfig {
     pub hold: RawHold,
     /// TLS on the proxy listener.
     pub tls: RawTls,
+    /// Session continuity.
+    pub sessions: RawSessions,
+}
+
+/// `[sessions]`: carrying MCP sessions across backend restarts.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawSessions {
+    /// Re-establish a session the restarted server forgot.
+    pub resume: bool,
+    /// Most sessions tracked.
+    pub max_tracked: usize,
+    /// Largest `initialize` body recorded.
+    pub max_initialize_bytes: usize,
+    /// Most recorded bytes over all sessions.
+    pub max_recorded_bytes: usize,
+    /// Idle time after which a session is forgotten.
+    pub idle_timeout_secs: f64,
+}
+
+impl Default for RawSessions {
+    fn default() -> Self {
+        Self {
+            resume: defaults::SESSIONS_RESUME,
+            max_tracked: defaults::SESSIONS_MAX_TRACKED,
+            max_initialize_bytes: defaults::SESSIONS_MAX_INITIALIZE_BYTES,
+            max_recorded_bytes: defaults::SESSIONS_MAX_RECORDED_BYTES,
+            idle_timeout_secs: defaults::SESSIONS_IDLE_TIMEOUT_SECS,
+        }
+    }
 }
 
 /// `[tls]`: TLS on the proxy listener. Off unless both `cert` and `key` are set.
@@ -331,6 +373,7 @@ impl Default for RawConfig {
             shutdown: RawShutdown::default(),
             hold: RawHold::default(),
             tls: RawTls::default(),
+            sessions: RawSessions::default(),
         }
     }
 }
@@ -431,6 +474,26 @@ pub struct Config {
     pub tls: Option<InboundTls>,
     /// TLS to an `https://` upstream (`None` for `http://`).
     pub upstream_tls: Option<UpstreamTls>,
+    /// Session continuity.
+    pub sessions: Sessions,
+}
+
+/// Validated `[sessions]`.
+#[derive(Debug, Clone)]
+pub struct Sessions {
+    /// Re-establish a session the restarted server forgot.
+    pub resume: bool,
+    /// Most sessions tracked.
+    pub max_tracked: usize,
+    /// Largest `initialize` body recorded.
+    pub max_initialize_bytes: usize,
+    /// Most recorded bytes over all sessions.
+    pub max_recorded_bytes: usize,
+    /// Idle time after which a session is forgotten.
+    pub idle_timeout: Duration,
+    /// Longest a request waits for another request's resume of its session: the hold timeout,
+    /// the same bound as any other wait for the backend.
+    pub resume_wait: Duration,
 }
 
 /// Validated `[tls]`: the listener's certificate, as loaded, and where to reload it from.
@@ -964,6 +1027,23 @@ impl Config {
                 }
             }
         }
+        let sessions_idle = v.secs("sessions.idle_timeout_secs", raw.sessions.idle_timeout_secs);
+        let se = &raw.sessions;
+        if se.max_tracked == 0 {
+            v.fail::<()>("sessions.max_tracked", "must be at least 1".into());
+        }
+        if se.max_initialize_bytes == 0 {
+            v.fail::<()>("sessions.max_initialize_bytes", "must be at least 1".into());
+        }
+        if se.max_recorded_bytes < se.max_initialize_bytes {
+            v.fail::<()>(
+                "sessions.max_recorded_bytes",
+                format!(
+                    "must not be below sessions.max_initialize_bytes ({}): no session could ever be tracked",
+                    se.max_initialize_bytes
+                ),
+            );
+        }
         // hyper's HTTP/1 read buffer cannot be smaller than 8 KiB.
         if raw.limits.max_header_bytes < 8192 {
             v.fail::<()>("limits.max_header_bytes", "must be at least 8192".into());
@@ -1017,6 +1097,14 @@ impl Config {
             },
             tls,
             upstream_tls,
+            sessions: Sessions {
+                resume: se.resume,
+                max_tracked: se.max_tracked,
+                max_initialize_bytes: se.max_initialize_bytes,
+                max_recorded_bytes: se.max_recorded_bytes,
+                idle_timeout: sessions_idle.expect(ok),
+                resume_wait: hold_timeout.expect(ok),
+            },
         })
     }
 }

@@ -11,9 +11,9 @@
 //! - [`cli`]: command-line flags and subcommands.
 //! - [`server`]: accept loop, TLS handshakes, connection limits, graceful shutdown.
 //! - [`tls`]: rustls configurations, the listener's certificate reloading, handshake failures.
-//! - [`proxy`]: forwarding one request; acts on the classifier's verdict.
-//! - [`headers`]: hop-by-hop removal, Host, X-Forwarded-*.
-//! - [`body`]: streaming response bodies under idle timeouts.
+//! - [`proxy`]: forwarding one request; acts on the classifier's verdict; its headers and
+//!   streaming bodies; re-establishing forgotten sessions.
+//! - [`session`]: the MCP sessions carried across backend restarts, and the JSON-RPC they need.
 //! - [`replay`]: the request body, forwarded as it streams and kept (capped) for a replay.
 //! - [`upstream`]: the pooled client and its connector (TCP, then TLS; typed connect failures).
 //! - [`classify`]: the one flat decision of what an upstream outcome means; router signatures.
@@ -25,18 +25,17 @@
 //! - [`demo`]: `holdfast demo`, a self-contained demonstration.
 
 pub mod admin;
-pub mod body;
 pub mod classify;
 pub mod cli;
 pub mod config;
 pub mod demo;
-pub mod headers;
 pub mod hold;
 pub mod metrics;
 pub mod proxy;
 pub mod replay;
 pub mod respond;
 pub mod server;
+pub mod session;
 pub mod telemetry;
 pub mod tls;
 pub mod upstream;

@@ -56,6 +56,37 @@ pub struct Metrics {
     pub outage_duration: Histogram,
     /// `holdfast_replays_total`: requests sent again after a hold.
     pub replays: Counter,
+    /// `holdfast_sessions_tracked`: MCP sessions holdfast could re-establish now.
+    pub sessions_tracked: Gauge,
+    /// `holdfast_session_resumes_total{outcome}`: the application's session 404s, by what
+    /// holdfast made of them.
+    pub session_resumes: Family<ResumeLabel, Counter>,
+}
+
+/// Label set of `holdfast_session_resumes_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResumeLabel {
+    /// What became of the session.
+    pub outcome: ResumeOutcome,
+}
+
+/// Bounded resume outcomes.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)]
+pub enum ResumeOutcome {
+    /// Re-established upstream; the request went out again on the new session.
+    resumed,
+    /// Re-establishing failed (refused, an error, the server forgot again): the client got the
+    /// server's 404 (or the 503 of a missing backend).
+    failed,
+    /// A 404 for a session holdfast never saw opened (or already forgot): passed through.
+    not_tracked,
+}
+
+impl From<ResumeOutcome> for ResumeLabel {
+    fn from(outcome: ResumeOutcome) -> Self {
+        ResumeLabel { outcome }
+    }
 }
 
 /// Buckets of `holdfast_hold_duration_seconds`: from a probe's first backoff (25 ms) to past the
@@ -278,6 +309,8 @@ impl Metrics {
             outages: Counter::default(),
             outage_duration: Histogram::new(OUTAGE_BUCKETS),
             replays: Counter::default(),
+            sessions_tracked: Gauge::default(),
+            session_resumes: Family::default(),
         };
         // Start "up": holdfast has no evidence of an outage until a request meets one.
         m.upstream_up.set(1);
@@ -311,6 +344,13 @@ impl Metrics {
         }
         for reason in [Abort::upstream_error, Abort::idle_timeout] {
             let _ = m.response_aborts.get_or_create(&AbortLabel { reason });
+        }
+        for outcome in [
+            ResumeOutcome::resumed,
+            ResumeOutcome::failed,
+            ResumeOutcome::not_tracked,
+        ] {
+            let _ = m.session_resumes.get_or_create(&outcome.into());
         }
         let r = registry.sub_registry_with_prefix("holdfast");
         r.register(
@@ -374,6 +414,16 @@ impl Metrics {
             "replays",
             "Requests sent again after being held",
             m.replays.clone(),
+        );
+        r.register(
+            "sessions_tracked",
+            "MCP sessions holdfast could re-establish after a backend restart",
+            m.sessions_tracked.clone(),
+        );
+        r.register(
+            "session_resumes",
+            "The application's 404s to requests on a session, by what holdfast made of them",
+            m.session_resumes.clone(),
         );
         r.register(
             "response_aborts",

@@ -202,6 +202,20 @@ impl BodyHandle {
         }
     }
 
+    /// A handle on a body holdfast makes itself (a session's re-initialize): complete, kept
+    /// whole, and outside the copy budget of client bodies (its own budget, as small as it is).
+    pub fn from_bytes(bytes: Bytes) -> BodyHandle {
+        let len = bytes.len();
+        let mut shared = Shared::new(None, len, CopyBudget::new(len), true);
+        if len > 0 {
+            shared.record(&bytes, false);
+        }
+        BodyHandle {
+            shared: Arc::new(Mutex::new(shared)),
+            idle: Duration::MAX,
+        }
+    }
+
     fn lock(&self) -> MutexGuard<'_, Shared> {
         self.shared.lock().expect("request body lock")
     }

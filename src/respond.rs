@@ -13,8 +13,8 @@ use http::header::{HeaderValue, CACHE_CONTROL, CONNECTION, CONTENT_TYPE, RETRY_A
 use http::{Response, StatusCode, Version};
 use http_body_util::{BodyExt, Full};
 
-use crate::body::ProxyBody;
 use crate::classify::{FailReason, RewriteReason};
+use crate::proxy::body::ProxyBody;
 
 /// Header naming why holdfast answered itself.
 pub const REASON_HEADER: &str = "holdfast-reason";

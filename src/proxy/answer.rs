@@ -1,0 +1,211 @@
+//! What the client gets: an upstream answer passed through, a 503 for a missing backend, a 502
+//! for a failure after the request may have reached the application.
+
+use bytes::{Bytes, BytesMut};
+use http::header::{HeaderValue, CONTENT_LENGTH, CONTENT_TYPE};
+use http::{Response, StatusCode, Version};
+use http_body::Body as _;
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use prometheus_client::metrics::gauge::Gauge;
+use tokio::time::Instant;
+
+use super::body::{ProxyBody, Timed};
+use super::{headers, Note, Proxy, BODY_ID_WAIT};
+use crate::classify::{FailReason, RewriteReason};
+use crate::hold::Ticket;
+use crate::replay::BodyHandle;
+use crate::respond;
+
+/// Header added to SSE responses so nginx in front does not buffer them.
+const X_ACCEL_BUFFERING: &str = "x-accel-buffering";
+
+/// A response head with its (peeked) body.
+pub(super) type Answer = (http::response::Parts, Peeked);
+
+/// A response body after a peek.
+pub(super) struct Peeked {
+    /// The complete body when it was read to its end.
+    pub(super) complete: Option<Bytes>,
+    /// Bytes read before giving up on a too-large body.
+    pub(super) prefix: Option<Bytes>,
+    /// The unread rest.
+    pub(super) rest: Incoming,
+}
+
+impl Proxy {
+    /// Answers 503 + Retry-After for a missing backend: at once, or after a hold that ended
+    /// without a release.
+    pub(super) async fn unavailable(
+        &self,
+        reason: RewriteReason,
+        ticket: &Ticket,
+        handle: &BodyHandle,
+    ) -> (Response<ProxyBody>, Note) {
+        self.metrics.rewrites.get_or_create(&reason.into()).inc();
+        self.outages.answering_503();
+        let retry_after = self.outages.retry_after(ticket.waited());
+        let body = handle.read_whole(BODY_ID_WAIT).await;
+        (
+            respond::unavailable(reason, retry_after, body.as_deref()),
+            Note {
+                upstream_status: None,
+                action: "rewritten",
+            },
+        )
+    }
+
+    pub(super) fn failed(
+        &self,
+        reason: FailReason,
+        version: Version,
+        upstream_status: Option<StatusCode>,
+    ) -> (Response<ProxyBody>, Note) {
+        self.metrics
+            .upstream_failures
+            .get_or_create(&reason.into())
+            .inc();
+        match reason {
+            // A client that went away is not worth a warning: nobody reads this answer.
+            FailReason::ClientBody => {
+                tracing::debug!("the client's request body failed; answering 502")
+            }
+            // Already logged as an error, with its cause, where the cause was at hand.
+            FailReason::UpstreamTls => {}
+            _ => tracing::warn!(
+                reason = reason.as_str(),
+                "upstream failed after the request may have reached it; answering 502"
+            ),
+        }
+        (
+            respond::bad_gateway(reason, version),
+            Note {
+                upstream_status,
+                action: "failed",
+            },
+        )
+    }
+
+    /// Passes an upstream response through: hop-by-hop headers removed, body streamed under the
+    /// idle timeout, SSE marked unbuffered and counted while it lives.
+    pub(super) fn pass(
+        &self,
+        head: &mut http::response::Parts,
+        peek: Peeked,
+    ) -> Response<ProxyBody> {
+        headers::strip_hop_by_hop(&mut head.headers);
+        let is_sse = head
+            .headers
+            .get(CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|ct| {
+                ct.trim_start()
+                    .get(..17)
+                    .is_some_and(|p| p.eq_ignore_ascii_case("text/event-stream"))
+            });
+        let prefix = peek.complete.or(peek.prefix);
+        let timed = Timed::new(prefix, peek.rest, self.stream_idle_timeout)
+            .counting_aborts(&self.metrics.response_aborts);
+        let body = if is_sse {
+            head.headers
+                .entry(X_ACCEL_BUFFERING)
+                .or_insert(HeaderValue::from_static("no"));
+            timed
+                .with_guard(SseGuard::new(&self.metrics.sse_streams_active))
+                .boxed_unsync()
+        } else {
+            timed.boxed_unsync()
+        };
+        let mut resp = Response::new(body);
+        *resp.status_mut() = head.status;
+        *resp.headers_mut() = std::mem::take(&mut head.headers);
+        resp
+    }
+
+    /// Reads a candidate error body, up to `max_peek_bytes`. A larger body (by Content-Length or
+    /// by what arrives) is not matched and passes through intact: the bytes read so far are kept
+    /// as a prefix.
+    pub(super) async fn peek(
+        &self,
+        headers: &http::HeaderMap,
+        mut body: Incoming,
+    ) -> Result<Peeked, super::body::BoxError> {
+        let declared = headers
+            .get(CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
+        if declared.is_some_and(|n| n > self.max_peek_bytes as u64) {
+            return Ok(Peeked {
+                complete: None,
+                prefix: None,
+                rest: body,
+            });
+        }
+        let mut buf = BytesMut::new();
+        let deadline = Instant::now() + self.stream_idle_timeout;
+        loop {
+            if body.is_end_stream() {
+                return Ok(Peeked {
+                    complete: Some(buf.freeze()),
+                    prefix: None,
+                    rest: body,
+                });
+            }
+            let frame = match tokio::time::timeout_at(deadline, body.frame()).await {
+                Ok(frame) => frame,
+                Err(_) => return Err(Box::new(super::body::IdleTimeout(self.stream_idle_timeout))),
+            };
+            match frame {
+                None => {
+                    return Ok(Peeked {
+                        complete: Some(buf.freeze()),
+                        prefix: None,
+                        rest: body,
+                    })
+                }
+                Some(Err(e)) => return Err(Box::new(e)),
+                Some(Ok(frame)) => {
+                    if let Ok(data) = frame.into_data() {
+                        buf.extend_from_slice(&data);
+                    }
+                    // Trailers on an error body are dropped: no router sends them.
+                    if buf.len() > self.max_peek_bytes {
+                        return Ok(Peeked {
+                            complete: None,
+                            prefix: Some(buf.freeze()),
+                            rest: body,
+                        });
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Counts one live SSE stream in `holdfast_sse_streams_active`.
+struct SseGuard(Gauge);
+
+impl SseGuard {
+    fn new(gauge: &Gauge) -> Self {
+        gauge.inc();
+        SseGuard(gauge.clone())
+    }
+}
+
+impl Drop for SseGuard {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
+/// The client went away while its request was held: nothing was sent, and nobody reads this.
+/// Not a 502 (no upstream failed), not counted as one.
+pub(super) fn client_gone(version: Version) -> (Response<ProxyBody>, Note) {
+    (
+        respond::bad_request("the client went away while its request was held", version),
+        Note {
+            upstream_status: None,
+            action: "cancelled",
+        },
+    )
+}

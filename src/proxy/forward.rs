@@ -1,0 +1,421 @@
+//! The attempt loop: send, classify, act on the verdict, perhaps send again.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use http::header::HOST;
+use http::{Method, Request, Response, StatusCode, Uri, Version};
+use hyper::body::Incoming;
+use tokio::time::Instant;
+
+use super::answer::{client_gone, Answer, Peeked};
+use super::body::ProxyBody;
+use super::resume::Gone;
+use super::{headers, Note, Proxy, Target, BODY_ID_WAIT};
+use crate::classify::{
+    self, ErrorChain, FailReason, Missing, Outcome, PassReason, RewriteReason, Verdict,
+};
+use crate::config::HostHeader;
+use crate::hold::{Released, Ticket};
+use crate::metrics::{Pass, PassLabel};
+use crate::replay::{BodyHandle, ReplayBody};
+use crate::session::{self, Recorded, Session};
+
+/// The session a request carries, when holdfast tracks it.
+pub(super) struct Carried {
+    pub(super) session: Arc<Session>,
+    /// The upstream id the last attempt sent: a resume is needed only while it is current.
+    pub(super) sent: http::HeaderValue,
+}
+
+impl Proxy {
+    pub(super) async fn forward(
+        &self,
+        req: Request<Incoming>,
+        peer: SocketAddr,
+    ) -> (Response<ProxyBody>, Note) {
+        let version = req.version();
+        let (parts, body) = req.into_parts();
+        let mut target = match self.prepare(parts, peer) {
+            Ok(t) => t,
+            Err(why) => {
+                return (
+                    crate::respond::bad_request(why, version),
+                    Note {
+                        upstream_status: None,
+                        action: "bad_request",
+                    },
+                )
+            }
+        };
+        let handle = BodyHandle::new(
+            body,
+            self.replay_cap,
+            self.copy_budget.clone(),
+            self.stream_idle_timeout,
+        );
+        let mut ticket = Ticket::default();
+        let mut carried = self.carried(&target);
+
+        // Hold before dispatch while an outage is known: nothing is sent into a known gap, and
+        // the body needs no copy for a replay because it was never sent.
+        if self.outages.enabled() && self.outages.holds_before_dispatch(self.horizon) {
+            match self.outages.wait(&mut ticket, &handle).await {
+                Released::Go | Released::NotHeld => {}
+                Released::Cancelled => return client_gone(version),
+                Released::TimedOut | Released::QueueFull | Released::Shutdown => {
+                    let reason = self
+                        .outages
+                        .current_reason()
+                        .unwrap_or(RewriteReason::ConnectError);
+                    return self.unavailable(reason, &ticket, &handle).await;
+                }
+            }
+        }
+
+        let mut replay = false;
+        let mut resumes = 0;
+        loop {
+            let Some(body) = handle.attempt() else {
+                // Only after a hold or a resume: the body turned out unsendable while it
+                // waited (it failed, or was superseded). Nothing of it went out again.
+                let reason = self
+                    .outages
+                    .current_reason()
+                    .unwrap_or(RewriteReason::ConnectError);
+                return self.unavailable(reason, &ticket, &handle).await;
+            };
+            if replay {
+                self.metrics.replays.inc();
+                replay = false;
+            }
+            // Every attempt asks again which upstream session stands for the client's: another
+            // request may have re-established it meanwhile.
+            if let Some(c) = carried.as_mut() {
+                c.sent = c
+                    .session
+                    .apply(&mut target.headers, target.method == Method::GET);
+            }
+            let (verdict, response) = self.attempt(&target, body).await;
+            // A probe that met the gap again reports from the hold, once it is queued again.
+            if !matches!(verdict, Verdict::Missing(_)) {
+                ticket.report_probe(verdict == Verdict::Application);
+            }
+            let status = response.as_ref().map(|(head, _)| head.status);
+            let action = if resumes > 0 { "resumed" } else { "passed" };
+            let note = |action| Note {
+                upstream_status: status,
+                action,
+            };
+            match (verdict, response) {
+                (Verdict::Application, Some((mut head, peek))) => {
+                    self.outages.answered();
+                    if head.status == StatusCode::NOT_FOUND {
+                        // The session 404: the server forgot the session and did not run the
+                        // request, so it may go again once the session is back.
+                        match self
+                            .session_gone(&target, carried.as_ref(), &handle, &mut resumes)
+                            .await
+                        {
+                            Gone::SendAgain => continue,
+                            Gone::Missing(missing) => {
+                                match self.hold_for(missing, &mut ticket, &handle, version).await {
+                                    Some(answer) => return answer,
+                                    None => {
+                                        replay = true;
+                                        continue;
+                                    }
+                                }
+                            }
+                            Gone::Pass => {}
+                        }
+                        self.metrics.passthrough_404.inc();
+                    } else {
+                        self.routes.learn(&target.path, Instant::now());
+                    }
+                    self.after_answer(&target, carried.as_ref(), &mut head, &handle)
+                        .await;
+                    return (self.pass(&mut head, peek), note(action));
+                }
+                (Verdict::RouterPassthrough(reason), Some((mut head, peek))) => {
+                    self.metrics
+                        .router_passthrough
+                        .get_or_create(&PassLabel {
+                            reason: match reason {
+                                PassReason::RouteNotExpected => Pass::route_not_expected,
+                                PassReason::HorizonExceeded => Pass::horizon_exceeded,
+                            },
+                        })
+                        .inc();
+                    if reason == PassReason::HorizonExceeded {
+                        self.outages
+                            .horizon_exceeded(self.horizon, &self.upstream.original);
+                    }
+                    return (self.pass(&mut head, peek), note("router_passed"));
+                }
+                (Verdict::Failed(reason), _) => {
+                    // A TLS failure is the upstream answering (with a certificate holdfast does
+                    // not accept): it is there. Close any outage so held requests get their
+                    // answer now instead of one at a time as probes. (A reset after sending
+                    // proves nothing: a port proxy may accept and then reset while the backend
+                    // is still starting.)
+                    if reason == FailReason::UpstreamTls {
+                        self.outages.answered();
+                    }
+                    return self.failed(reason, version, status);
+                }
+                (Verdict::Missing(missing), _) => {
+                    match self.hold_for(missing, &mut ticket, &handle, version).await {
+                        Some(answer) => return answer,
+                        None => replay = true,
+                    }
+                }
+                (Verdict::Application | Verdict::RouterPassthrough(_), None) => {
+                    unreachable!("the classifier passes responses only")
+                }
+            }
+        }
+    }
+
+    /// The one decision about a missing backend: hold the request and send it again once the
+    /// backend is back (`None`: go on), or answer 503 now.
+    async fn hold_for(
+        &self,
+        missing: Missing,
+        ticket: &mut Ticket,
+        handle: &BodyHandle,
+        version: Version,
+    ) -> Option<(Response<ProxyBody>, Note)> {
+        self.outages.missing(missing.reason);
+        // Replay only what provably never reached the application: a connection that failed
+        // before the request was written, or a router that answered by itself. A router's
+        // 502/504 may follow a request the backend did read.
+        if !self.outages.enabled() || !missing.is_safe_to_replay() {
+            return Some(self.unavailable(missing.reason, ticket, handle).await);
+        }
+        // Stop the failed attempt's body if its connection still reads it.
+        handle.supersede();
+        if !handle.is_replayable() {
+            // The body outgrew hold.max_body_bytes while it was sent: no copy.
+            self.outages.body_too_large();
+            return Some(self.unavailable(missing.reason, ticket, handle).await);
+        }
+        match self.outages.wait(ticket, handle).await {
+            Released::Go | Released::NotHeld => None,
+            Released::Cancelled => Some(client_gone(version)),
+            Released::TimedOut | Released::QueueFull | Released::Shutdown => {
+                Some(self.unavailable(missing.reason, ticket, handle).await)
+            }
+        }
+    }
+
+    /// The tracked session a request names, if any.
+    fn carried(&self, target: &Target) -> Option<Carried> {
+        if !self.sessions.enabled() {
+            return None;
+        }
+        let id = target.headers.get(session::MCP_SESSION_ID)?;
+        let session = self.sessions.lookup(id)?;
+        Some(Carried {
+            sent: id.clone(),
+            session,
+        })
+    }
+
+    /// Session bookkeeping on an application answer that is passed through: record a new
+    /// session, what a request set on one, its end; give the client its own id back.
+    async fn after_answer(
+        &self,
+        target: &Target,
+        carried: Option<&Carried>,
+        head: &mut http::response::Parts,
+        handle: &BodyHandle,
+    ) {
+        if !self.sessions.enabled() {
+            return;
+        }
+        let Some(c) = carried else {
+            let opened = target.method == Method::POST
+                && head.status.is_success()
+                && !target.headers.contains_key(session::MCP_SESSION_ID);
+            if let (true, Some(id)) = (opened, head.headers.get(session::MCP_SESSION_ID)) {
+                self.record_session(target, id.clone(), handle).await;
+            }
+            return;
+        };
+        if target.method == Method::DELETE {
+            // The client ended the session; later requests on its id get the server's answer.
+            self.sessions.forget(c.session.client_id());
+            return;
+        }
+        c.session.rewrite_response(&mut head.headers);
+        if !head.status.is_success() {
+            return;
+        }
+        if target.method == Method::GET {
+            c.session.stream_opened();
+        } else if target.method == Method::POST {
+            // The kept copy of the body: what the request set on the session, if anything.
+            if let Some(body) = handle.complete_body() {
+                let changes = session::rpc::state_changes(&body);
+                if !changes.is_empty() {
+                    self.sessions.note_state(&c.session, changes);
+                }
+            }
+        }
+    }
+
+    /// Tracks the session an `initialize` just opened, if the request was one.
+    async fn record_session(&self, target: &Target, id: http::HeaderValue, handle: &BodyHandle) {
+        let Some(body) = handle.read_whole(BODY_ID_WAIT).await else {
+            tracing::debug!("a session opened, but its request body was not kept: not tracked");
+            return;
+        };
+        let Some(init) = session::rpc::initialize(&body) else {
+            return;
+        };
+        let version = init
+            .protocol_version
+            .and_then(|v| http::HeaderValue::from_str(&v).ok());
+        if self.sessions.record(id, body, target.uri.clone(), version) == Recorded::TooLarge {
+            tracing::info!(
+                limit = self.sessions.max_initialize_bytes(),
+                "an initialize body is larger than sessions.max_initialize_bytes: its session \
+                 is not tracked and will not survive a backend restart"
+            );
+        }
+    }
+
+    /// Rewrites the client's request head for the upstream.
+    pub(super) fn prepare(
+        &self,
+        mut parts: http::request::Parts,
+        peer: SocketAddr,
+    ) -> Result<Target, &'static str> {
+        let uri = self.upstream_uri(&parts.uri)?;
+        // The client's host: `Host` on HTTP/1.1, `:authority` on HTTP/2.
+        let client_host = parts
+            .headers
+            .get(HOST)
+            .and_then(|h| h.to_str().ok())
+            .map(str::to_owned)
+            .or_else(|| parts.uri.authority().map(|a| a.to_string()));
+        headers::strip_hop_by_hop(&mut parts.headers);
+        headers::add_forwarded(
+            &mut parts.headers,
+            peer.ip(),
+            self.client_proto,
+            client_host.as_deref(),
+        );
+        match (self.host_header, &client_host) {
+            (HostHeader::Preserve, Some(host)) => headers::set_host(&mut parts.headers, host),
+            _ => headers::set_host(&mut parts.headers, self.upstream.authority.as_str()),
+        }
+        Ok(Target {
+            path: parts.uri.path().to_owned(),
+            method: parts.method,
+            uri,
+            headers: parts.headers,
+        })
+    }
+
+    /// One attempt at the upstream and its verdict. The response comes back with verdicts that
+    /// pass it through.
+    pub(super) async fn attempt(
+        &self,
+        target: &Target,
+        body: ReplayBody,
+    ) -> (Verdict, Option<Answer>) {
+        let mut req = Request::new(body);
+        *req.method_mut() = target.method.clone();
+        *req.uri_mut() = target.uri.clone();
+        // The upstream connection speaks HTTP/1.1 whatever the client spoke, unless it is TLS
+        // and the upstream picked h2 by ALPN: hyper's client then sends the request as HTTP/2.
+        *req.version_mut() = Version::HTTP_11;
+        *req.headers_mut() = target.headers.clone();
+        let sent = tokio::time::timeout(self.response_timeout, self.client.request(req)).await;
+
+        // The horizon matters only for a 404 (and costs a lock): asked only then.
+        let cx = |route_expected, status: Option<StatusCode>| classify::Context {
+            signatures: &self.signatures,
+            route_expected,
+            beyond_horizon: status == Some(StatusCode::NOT_FOUND)
+                && self.outages.beyond_horizon(self.horizon),
+        };
+        let resp = match sent {
+            Err(_elapsed) => {
+                return (
+                    classify::classify(&Outcome::ResponseTimeout, &cx(true, None)),
+                    None,
+                )
+            }
+            Ok(Err(err)) => {
+                let verdict = classify::classify(&Outcome::Error(&err), &cx(true, None));
+                if verdict == Verdict::Failed(FailReason::UpstreamTls) {
+                    // A configuration error: say what is wrong, every time, loudly.
+                    tracing::error!(
+                        upstream = %self.upstream.original,
+                        error = %ErrorChain(&err),
+                        "TLS to the upstream failed; check its certificate against client.ca \
+                         (or the system roots) and its name, and client.cert/client.key"
+                    );
+                } else {
+                    tracing::debug!(error = %ErrorChain(&err), ?verdict, "upstream request failed");
+                }
+                return (verdict, None);
+            }
+            Ok(Ok(resp)) => resp,
+        };
+        let (head, body) = resp.into_parts();
+        let peek = if self.signatures.iter().any(|s| s.status == head.status) {
+            match self.peek(&head.headers, body).await {
+                Ok(p) => p,
+                Err(err) => {
+                    // The upstream broke (or stalled) before its small body arrived: nothing
+                    // reached the client yet, and the request did reach the upstream.
+                    tracing::debug!(error = %ErrorChain(err.as_ref()), "upstream body failed while peeking");
+                    let reason = if err.is::<super::body::IdleTimeout>() {
+                        FailReason::ResponseTimeout
+                    } else {
+                        FailReason::UpstreamReset
+                    };
+                    return (Verdict::Failed(reason), None);
+                }
+            }
+        } else {
+            Peeked {
+                complete: None,
+                prefix: None,
+                rest: body,
+            }
+        };
+        let verdict = classify::classify(
+            &Outcome::Response {
+                status: head.status,
+                headers: &head.headers,
+                body: peek.complete.as_deref(),
+            },
+            &cx(
+                self.routes.is_expected(&target.path, Instant::now()),
+                Some(head.status),
+            ),
+        );
+        (verdict, Some((head, peek)))
+    }
+
+    /// The upstream URI for a client request URI: the upstream's authority, its path prefix, then
+    /// the client's path and query.
+    fn upstream_uri(&self, uri: &Uri) -> Result<Uri, &'static str> {
+        let pq = uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
+        if !pq.starts_with('/') {
+            // `OPTIONS *` or an absolute-form oddity: nothing to forward to one upstream.
+            return Err("the request target must be an absolute path");
+        }
+        Uri::builder()
+            .scheme(self.upstream.scheme())
+            .authority(self.upstream.authority.clone())
+            .path_and_query(format!("{}{}", self.upstream.path_prefix, pq))
+            .build()
+            .map_err(|_| "the request target cannot be forwarded")
+    }
+}

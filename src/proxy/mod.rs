@@ -1,0 +1,178 @@
+//! Forwarding: one client request, one or more upstream attempts, one answer.
+//!
+//! [`Proxy::handle`] never fails: every failure has become a response by the time it returns
+//! (hyper's service error type is `Infallible`). The steps, in order:
+//!
+//! 1. rewrite the request for the upstream (URI, Host, hop-by-hop, X-Forwarded-*, the session
+//!    id the upstream knows);
+//! 2. send it, streaming the body, with a deadline on the response *head* only;
+//! 3. for a status some router signature could match, peek at a bounded body prefix;
+//! 4. ask [`classify`] what the outcome means, and act on the [`Verdict`]: pass through; for a
+//!    missing backend hold the request and send it again once the backend is back (only if it
+//!    provably never reached the application), or answer 503; for the application's 404 on a
+//!    session it forgot, re-establish the session and send the request again; answer 502 for a
+//!    failure after the request may have reached the application.
+//!
+//! # Layout
+//! - [`forward`](self::forward): the attempt loop and the one decision per verdict.
+//! - [`answer`](self::answer): what the client gets: passed through, 503, 502.
+//! - [`resume`](self::resume): re-establishing a session the upstream forgot.
+//! - [`headers`]: hop-by-hop removal, Host, X-Forwarded-*.
+//! - [`body`]: streaming response bodies under idle timeouts.
+//!
+//! [`classify`]: crate::classify
+//! [`Verdict`]: crate::classify::Verdict
+
+mod answer;
+pub mod body;
+mod forward;
+pub mod headers;
+mod resume;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::{Request, Response, StatusCode, Uri};
+use hyper::body::Incoming;
+use tokio::time::Instant;
+
+use crate::classify::{self, ExpectedRoutes};
+use crate::config::{Config, HostHeader};
+use crate::hold::Outages;
+use crate::metrics::{Metrics, RequestLabels};
+use crate::replay::CopyBudget;
+use crate::session::Sessions;
+use crate::upstream::{self, Client};
+use body::ProxyBody;
+
+/// Bytes of each request body kept while it streams when holding is off: enough to echo the
+/// JSON-RPC id of an MCP request in a synthetic 503, and to send a request again on a
+/// re-established session. (With holding on, `hold.max_body_bytes`.)
+const ID_COPY_CAP: usize = 64 * 1024;
+
+/// How long to wait for the rest of an unsent request body when building a 503 for it (or when
+/// recording an `initialize`). The client has usually sent it already; this bounds a slow one.
+const BODY_ID_WAIT: Duration = Duration::from_secs(1);
+
+/// The forwarding service, shared by every connection.
+pub struct Proxy {
+    upstream: crate::config::UpstreamUrl,
+    host_header: HostHeader,
+    response_timeout: Duration,
+    stream_idle_timeout: Duration,
+    horizon: Duration,
+    max_peek_bytes: usize,
+    access_log: bool,
+    signatures: Vec<classify::Signature>,
+    routes: ExpectedRoutes,
+    client: Client,
+    /// `X-Forwarded-Proto`: what the client spoke to holdfast (`https` when the listener is TLS).
+    client_proto: &'static str,
+    /// Request body bytes kept for a replay (or for the JSON-RPC id of a 503).
+    replay_cap: usize,
+    /// All request-body copies together stay within `hold.max_buffered_bytes`.
+    copy_budget: Arc<CopyBudget>,
+    outages: Arc<Outages>,
+    /// MCP sessions carried across backend restarts.
+    sessions: Sessions,
+    metrics: Arc<Metrics>,
+}
+
+/// What happened, for the access log.
+struct Note {
+    upstream_status: Option<StatusCode>,
+    action: &'static str,
+}
+
+/// The request as it goes upstream (kept for replays).
+struct Target {
+    method: http::Method,
+    uri: Uri,
+    headers: http::HeaderMap,
+    /// The client-facing path (for expected routes and learning).
+    path: String,
+}
+
+impl Proxy {
+    /// Builds the proxy from validated configuration.
+    pub fn new(cfg: &Config, metrics: Arc<Metrics>) -> Self {
+        Self {
+            upstream: cfg.upstream.clone(),
+            host_header: cfg.host_header,
+            response_timeout: cfg.response_timeout,
+            stream_idle_timeout: cfg.stream_idle_timeout,
+            horizon: cfg.routes.horizon,
+            max_peek_bytes: cfg.routes.max_peek_bytes,
+            access_log: cfg.access_log,
+            signatures: cfg.routes.signatures.clone(),
+            routes: ExpectedRoutes::new(
+                cfg.routes.endpoints.clone(),
+                cfg.routes.learn,
+                cfg.routes.learn_ttl,
+            ),
+            client: upstream::client(
+                cfg.connect_timeout,
+                cfg.pool_idle_timeout,
+                cfg.upstream_tls.as_ref().map(|t| t.config.clone()),
+            ),
+            client_proto: if cfg.tls.is_some() { "https" } else { "http" },
+            replay_cap: if cfg.hold.enabled {
+                cfg.hold.max_body_bytes
+            } else {
+                ID_COPY_CAP
+            },
+            copy_budget: CopyBudget::new(cfg.hold.max_buffered_bytes),
+            outages: Arc::new(Outages::new(
+                cfg.hold.clone(),
+                cfg.retry_after,
+                cfg.upstream.base_uri(),
+                upstream::Connector::new(cfg.connect_timeout),
+                metrics.clone(),
+            )),
+            sessions: Sessions::new(cfg.sessions.clone(), metrics.sessions_tracked.clone()),
+            metrics,
+        }
+    }
+
+    /// Answers one client request. Never fails.
+    pub async fn handle(&self, req: Request<Incoming>, peer: SocketAddr) -> Response<ProxyBody> {
+        let start = Instant::now();
+        let method = req.method().clone();
+        // Copied only for the access log: the hot path needs no second copy of the path.
+        let path = self.access_log.then(|| req.uri().path().to_owned());
+        let (resp, note) = self.forward(req, peer).await;
+        let elapsed = start.elapsed();
+        self.metrics
+            .requests
+            .get_or_create(&RequestLabels {
+                method: (&method).into(),
+                status: resp.status().as_u16(),
+            })
+            .inc();
+        self.metrics.request_duration.observe(elapsed.as_secs_f64());
+        if self.access_log {
+            // Path only: a query may carry tokens. Never headers or bodies.
+            tracing::info!(
+                target: "holdfast::access",
+                method = %method,
+                path = path.as_deref().unwrap_or_default(),
+                status = resp.status().as_u16(),
+                upstream_status = note.upstream_status.map(|s| s.as_u16()),
+                action = note.action,
+                duration_ms = elapsed.as_secs_f64() * 1000.0,
+            );
+        }
+        resp
+    }
+
+    /// Starts shutting down: held requests get their 503 now.
+    pub fn begin_shutdown(&self) {
+        self.outages.shutdown();
+    }
+
+    /// Sessions tracked now (for tests and the demo).
+    pub fn sessions_tracked(&self) -> usize {
+        self.sessions.len()
+    }
+}

@@ -1,0 +1,368 @@
+//! Re-establishing a session the upstream forgot, so the client's session outlives the restart.
+//!
+//! When the application answers 404 to a request on a tracked session, the server no longer
+//! knows the session and did not execute the request (the transport spec: a server "MUST
+//! respond to requests containing that session ID with HTTP 404"). holdfast then sends what the
+//! client sent when it opened the session: the recorded `initialize` (with the *current*
+//! request's credentials, never stored ones), `notifications/initialized`, and the state the
+//! session had (`logging/setLevel`, live `resources/subscribe`s). The new upstream session id
+//! stands for the client's from then on, and the request goes again.
+//!
+//! Every request holdfast sends here goes through [`Proxy::attempt`], so it is classified like a
+//! client's: a missing backend is a [`Gone::Missing`] that the caller holds through, exactly as
+//! the request itself would be.
+
+use bytes::{Bytes, BytesMut};
+use http::header::{HeaderValue, ACCEPT, CONTENT_LENGTH, CONTENT_TYPE, EXPECT, TRANSFER_ENCODING};
+use http::{HeaderMap, Method};
+use http_body_util::BodyExt;
+use tokio::time::Instant;
+
+use super::answer::Peeked;
+use super::forward::Carried;
+use super::{Proxy, Target};
+use crate::classify::{Missing, Verdict};
+use crate::metrics::ResumeOutcome;
+use crate::replay::BodyHandle;
+use crate::session::rpc::{self, Reply, StateChange};
+use crate::session::{LAST_EVENT_ID, MCP_PROTOCOL_VERSION, MCP_SESSION_ID};
+
+/// Most re-establishments one request may cause. A server that forgets the session again right
+/// after it was re-established (a restart loop) gets its 404 passed through after the second.
+const MAX_RESUMES: u32 = 2;
+
+/// Most bytes of an answer read while looking for its JSON-RPC response.
+const MAX_REPLY_BYTES: usize = 1 << 20;
+
+/// The headers of a 2026-07-28 request that name its method; holdfast's requests set their own
+/// body, so the client's would be wrong.
+const MCP_METHOD_HEADERS: [&str; 2] = ["mcp-method", "mcp-name"];
+
+/// What to do after the application's 404 to a request on a session.
+pub(super) enum Gone {
+    /// The session is back (re-established by this request or another): send the request again.
+    SendAgain,
+    /// The backend went missing while re-establishing: hold (or 503) as for any missing backend.
+    Missing(Missing),
+    /// Pass the server's 404 to the client.
+    Pass,
+}
+
+/// How one re-establishment ended.
+enum Resume {
+    /// This request re-established the session.
+    Done,
+    /// Another request did, while this one waited its turn.
+    DoneByAnother,
+    /// The backend is missing.
+    Missing(Missing),
+    /// The server would not re-establish it; why, for the log.
+    Failed(String),
+}
+
+/// An answer to a request holdfast sent on its own.
+struct OwnAnswer {
+    head: http::response::Parts,
+    reply: Reply,
+}
+
+impl Proxy {
+    /// Decides what the application's 404 means for a request: a forgotten session to
+    /// re-establish, or an answer to pass.
+    pub(super) async fn session_gone(
+        &self,
+        target: &Target,
+        carried: Option<&Carried>,
+        handle: &BodyHandle,
+        resumes: &mut u32,
+    ) -> Gone {
+        // A DELETE's 404 is the answer the client asked for: the session is over either way.
+        if target.method == Method::DELETE || !self.sessions.enabled() {
+            return Gone::Pass;
+        }
+        let Some(carried) = carried else {
+            if target.headers.contains_key(MCP_SESSION_ID) {
+                self.count_resume(ResumeOutcome::not_tracked);
+            }
+            return Gone::Pass;
+        };
+        if *resumes >= MAX_RESUMES {
+            self.count_resume(ResumeOutcome::failed);
+            tracing::warn!(
+                resumes = *resumes,
+                "the server forgot an MCP session again right after it was re-established; \
+                 passing its 404 to the client"
+            );
+            return Gone::Pass;
+        }
+        *resumes += 1;
+        match self.resume(carried, target).await {
+            Resume::Done | Resume::DoneByAnother if !handle.is_replayable() => {
+                // Too large to send twice: this request gets the server's 404, the requests
+                // after it find the session back.
+                tracing::info!(
+                    "re-established an MCP session, but the request that found it gone had a \
+                     body larger than the copy kept for a replay: passing the server's 404"
+                );
+                Gone::Pass
+            }
+            Resume::Done | Resume::DoneByAnother => Gone::SendAgain,
+            Resume::Missing(missing) => Gone::Missing(missing),
+            Resume::Failed(why) => {
+                self.count_resume(ResumeOutcome::failed);
+                tracing::warn!(
+                    why = %why,
+                    "could not re-establish an MCP session the server forgot; passing its 404 \
+                     to the client"
+                );
+                Gone::Pass
+            }
+        }
+    }
+
+    fn count_resume(&self, outcome: ResumeOutcome) {
+        self.metrics
+            .session_resumes
+            .get_or_create(&outcome.into())
+            .inc();
+    }
+
+    /// Re-establishes `carried`'s session upstream, one request at a time per session.
+    async fn resume(&self, carried: &Carried, current: &Target) -> Resume {
+        let session = &carried.session;
+        let Ok(_turn) =
+            tokio::time::timeout(self.sessions.resume_wait(), session.lock_resume()).await
+        else {
+            return Resume::Failed(
+                "another request's re-establishment of this session did not finish within \
+                 hold.timeout_secs"
+                    .into(),
+            );
+        };
+        if session.upstream_id() != carried.sent {
+            return Resume::DoneByAnother;
+        }
+        let plan = session.plan();
+        let base = own_headers(&current.headers);
+        let own = |headers: HeaderMap| Target {
+            method: Method::POST,
+            uri: plan.uri.clone(),
+            headers,
+            path: current.path.clone(),
+        };
+
+        let answer = match self
+            .send_own(&own(base.clone()), plan.initialize, true)
+            .await
+        {
+            Ok(answer) => answer,
+            Err(resume) => return resume,
+        };
+        let status = answer.head.status;
+        if !status.is_success() {
+            return Resume::Failed(format!("the server answered the initialize with {status}"));
+        }
+        let Some(upstream_id) = answer.head.headers.get(MCP_SESSION_ID).cloned() else {
+            return Resume::Failed(
+                "the server answered the initialize without a session id".into(),
+            );
+        };
+        let negotiated = match answer.reply {
+            Reply::Result(result) => result
+                .get("protocolVersion")
+                .and_then(|v| v.as_str())
+                .and_then(|v| HeaderValue::from_str(v).ok()),
+            Reply::Error(code, message) => {
+                return Resume::Failed(format!(
+                    "the server answered the initialize with JSON-RPC error {code} ({message})"
+                ))
+            }
+            Reply::Nothing => {
+                return Resume::Failed(
+                    "the server's answer to the initialize had no JSON-RPC response".into(),
+                )
+            }
+        };
+
+        let mut headers = base;
+        headers.insert(MCP_SESSION_ID, upstream_id.clone());
+        // The version the client has been sending wins: it is what the server saw before.
+        if let Some(version) = plan.protocol_version.or(negotiated) {
+            headers.insert(MCP_PROTOCOL_VERSION, version);
+        }
+        let notified = self
+            .send_own(
+                &own(headers.clone()),
+                rpc::initialized_notification(),
+                false,
+            )
+            .await;
+        match notified {
+            Ok(answer) if answer.head.status.is_success() => {}
+            Ok(answer) => {
+                return Resume::Failed(format!(
+                    "the server answered notifications/initialized with {}",
+                    answer.head.status
+                ))
+            }
+            Err(resume) => return resume,
+        }
+        for (n, change) in plan.state.iter().enumerate() {
+            let request = rpc::replay_request(n, change);
+            match self.send_own(&own(headers.clone()), request, true).await {
+                Ok(OwnAnswer {
+                    head,
+                    reply: Reply::Result(_),
+                }) if head.status.is_success() => {}
+                Err(resume @ Resume::Missing(_)) => return resume,
+                _ => tracing::warn!(
+                    method = change_method(change),
+                    "the server did not accept a recorded request again after re-establishing \
+                     the session; the session goes on without it"
+                ),
+            }
+        }
+        session.resumed(upstream_id);
+        self.count_resume(ResumeOutcome::resumed);
+        tracing::info!(
+            state = plan.state.len(),
+            "re-established an MCP session the server had forgotten"
+        );
+        Resume::Done
+    }
+
+    /// Sends one request of holdfast's own and classifies the outcome like a client's. With
+    /// `read_reply`, the answer is read (bounded) up to its JSON-RPC response.
+    async fn send_own(
+        &self,
+        target: &Target,
+        body: Bytes,
+        read_reply: bool,
+    ) -> Result<OwnAnswer, Resume> {
+        let handle = BodyHandle::from_bytes(body);
+        let body = handle.attempt().expect("a new body can be sent");
+        match self.attempt(target, body).await {
+            (Verdict::Application, Some((head, peek))) => {
+                let reply = if read_reply {
+                    self.read_reply(&head, peek).await
+                } else {
+                    Reply::Nothing
+                };
+                Ok(OwnAnswer { head, reply })
+            }
+            (Verdict::Missing(missing), _) => Err(Resume::Missing(missing)),
+            (Verdict::RouterPassthrough(_), _) => Err(Resume::Failed(
+                "a router answered holdfast's request with a 404 it passes through".into(),
+            )),
+            (Verdict::Failed(reason), _) => Err(Resume::Failed(format!(
+                "holdfast's request failed after it was sent ({})",
+                reason.as_str()
+            ))),
+            (Verdict::Application, None) => unreachable!("the classifier passes responses only"),
+        }
+    }
+
+    /// Reads an answer until its JSON-RPC response is found, the body ends, or the bounds
+    /// (`MAX_REPLY_BYTES`, the response timeout) are reached.
+    async fn read_reply(&self, head: &http::response::Parts, peek: Peeked) -> Reply {
+        let is_sse = head
+            .headers
+            .get(CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|ct| ct.trim_start().starts_with("text/event-stream"));
+        if let Some(complete) = peek.complete {
+            return rpc::reply(is_sse, &complete);
+        }
+        let mut buf = BytesMut::new();
+        if let Some(prefix) = peek.prefix {
+            buf.extend_from_slice(&prefix);
+        }
+        let mut rest = peek.rest;
+        let deadline = Instant::now() + self.response_timeout;
+        loop {
+            // An SSE answer may stay open after its response: stop at the response.
+            if is_sse {
+                let found = rpc::reply(true, &buf);
+                if found != Reply::Nothing {
+                    return found;
+                }
+            }
+            if buf.len() > MAX_REPLY_BYTES {
+                return Reply::Nothing;
+            }
+            match tokio::time::timeout_at(deadline, rest.frame()).await {
+                Ok(Some(Ok(frame))) => {
+                    if let Ok(data) = frame.into_data() {
+                        buf.extend_from_slice(&data);
+                    }
+                }
+                // The end, a broken body or the deadline: judge what arrived.
+                _ => break,
+            }
+        }
+        rpc::reply(is_sse, &buf)
+    }
+}
+
+/// The headers of holdfast's own requests: the current request's (its credentials, Host,
+/// X-Forwarded-*), less what names that request's session, body or method.
+fn own_headers(current: &HeaderMap) -> HeaderMap {
+    let mut headers = current.clone();
+    for name in [MCP_SESSION_ID, LAST_EVENT_ID, MCP_PROTOCOL_VERSION] {
+        headers.remove(name);
+    }
+    for name in MCP_METHOD_HEADERS {
+        headers.remove(name);
+    }
+    // hyper sets Content-Length from the body's exact size.
+    for name in [CONTENT_LENGTH, TRANSFER_ENCODING, EXPECT] {
+        headers.remove(name);
+    }
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    headers.insert(
+        ACCEPT,
+        HeaderValue::from_static("application/json, text/event-stream"),
+    );
+    headers
+}
+
+fn change_method(change: &StateChange) -> &'static str {
+    match change {
+        StateChange::SetLevel(_) => "logging/setLevel",
+        StateChange::Subscribe(_) => "resources/subscribe",
+        StateChange::Unsubscribe(_) => "resources/unsubscribe",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn own_headers_keep_credentials_and_drop_the_old_session() {
+        let mut current = HeaderMap::new();
+        current.insert("authorization", HeaderValue::from_static("Bearer now"));
+        current.insert(MCP_SESSION_ID, HeaderValue::from_static("old"));
+        current.insert(LAST_EVENT_ID, HeaderValue::from_static("7"));
+        current.insert(MCP_PROTOCOL_VERSION, HeaderValue::from_static("2025-06-18"));
+        current.insert(CONTENT_LENGTH, HeaderValue::from_static("999"));
+        current.insert(ACCEPT, HeaderValue::from_static("text/event-stream"));
+        current.insert("mcp-method", HeaderValue::from_static("tools/call"));
+        let own = own_headers(&current);
+        assert_eq!(own.get("authorization").unwrap(), "Bearer now");
+        for gone in [
+            MCP_SESSION_ID,
+            LAST_EVENT_ID,
+            MCP_PROTOCOL_VERSION,
+            "content-length",
+            "mcp-method",
+        ] {
+            assert!(own.get(gone).is_none(), "{gone} kept");
+        }
+        assert_eq!(
+            own.get(ACCEPT).unwrap(),
+            "application/json, text/event-stream"
+        );
+        assert_eq!(own.get(CONTENT_TYPE).unwrap(), "application/json");
+    }
+}

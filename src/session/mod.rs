@@ -1,0 +1,33 @@
+//! Session continuity: an MCP session outlives the backend's restart.
+//!
+//! Most MCP servers keep sessions in memory, so a recreated container has forgotten every one
+//! and answers the next request on it with `404` ("Session not found"). The spec tells the client
+//! to start a new session then, but the official TypeScript SDK client never does: every call
+//! after the restart fails. holdfast carries the session instead:
+//!
+//! - **Record** ([`Sessions::record`]): every `initialize` answered with an `Mcp-Session-Id`, its
+//!   body kept verbatim, and on each session what later requests set (`logging/setLevel`,
+//!   `resources/subscribe` and `resources/unsubscribe`) and the `MCP-Protocol-Version` sent.
+//! - **Detect** (in [`crate::proxy`]): the application's own 404 to a request carrying a tracked
+//!   session id (not a DELETE) means the server no longer knows the session, and did not execute
+//!   the request.
+//! - **Re-establish** (in [`crate::proxy`]): the recorded `initialize` again, with the current
+//!   request's credentials, `notifications/initialized`, the recorded state; then the request.
+//!   From then on the client's id maps to the new upstream id, both ways ([`Session::apply`],
+//!   [`Session::rewrite_response`]).
+//!
+//! This module keeps the records and reads JSON-RPC; the proxy does the sending.
+
+pub mod rpc;
+mod store;
+
+pub use store::{Plan, Recorded, Session, Sessions};
+
+/// The session header of the Streamable HTTP transport.
+pub const MCP_SESSION_ID: &str = "mcp-session-id";
+
+/// The protocol version header clients send after initialization (2025-06-18 on).
+pub const MCP_PROTOCOL_VERSION: &str = "mcp-protocol-version";
+
+/// The SSE resumption header of a GET stream.
+pub const LAST_EVENT_ID: &str = "last-event-id";
