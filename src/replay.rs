@@ -142,6 +142,16 @@ impl Shared {
         }
     }
 
+    /// Marks the body complete as soon as the client's body says it has ended (its length is
+    /// reached), without waiting for one more poll: hyper may never make that poll once the
+    /// length is written, and a complete body is what a replay or a recorded `initialize` needs.
+    fn note_end(&mut self) {
+        if self.rest.as_ref().is_some_and(|rest| rest.is_end_stream()) {
+            self.rest = None;
+            self.complete = true;
+        }
+    }
+
     /// Frees every kept byte.
     fn drop_chunks(&mut self) {
         self.chunks.clear();
@@ -293,7 +303,10 @@ impl BodyHandle {
                 };
                 match ready!(Pin::new(rest).poll_frame(cx)) {
                     Some(Ok(frame)) => match frame.into_data() {
-                        Ok(data) => shared.record(&data, false),
+                        Ok(data) => {
+                            shared.record(&data, false);
+                            shared.note_end();
+                        }
                         Err(frame) => shared.trailers = frame.into_trailers().ok(),
                     },
                     None => {
@@ -377,6 +390,7 @@ impl Body for ReplayBody {
                 match frame.into_data() {
                     Ok(data) => {
                         shared.record(&data, true);
+                        shared.note_end();
                         this.pos = shared.chunks.len();
                         Poll::Ready(Some(Ok(Frame::data(data))))
                     }

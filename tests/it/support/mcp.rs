@@ -27,10 +27,13 @@ use hyper_util::{
     rt::{TokioExecutor, TokioIo},
     server::conn::auto,
 };
+#[allow(deprecated)] // SetLevelRequestParams: see Tools::set_level
 use rmcp::{
     handler::server::wrapper::Parameters,
-    model::{CallToolRequestParams, ServerCapabilities, ServerConfig},
-    service::{ClientInitializeError, Peer, RunningService},
+    model::{
+        CallToolRequestParams, ErrorData, ServerCapabilities, ServerConfig, SetLevelRequestParams,
+    },
+    service::{ClientInitializeError, Peer, RequestContext, RunningService},
     tool, tool_handler, tool_router,
     transport::{
         streamable_http_client::{
@@ -42,7 +45,7 @@ use rmcp::{
         },
         DynamicTransportError, StreamableHttpClientTransport,
     },
-    RoleClient, ServerHandler, ServiceError, ServiceExt,
+    RoleClient, RoleServer, ServerHandler, ServiceError, ServiceExt,
 };
 use tokio::{
     net::{TcpListener, TcpStream},
@@ -147,6 +150,8 @@ struct Shared {
     calls: Arc<AtomicU64>,
     /// Permits for the `wait` tool: each finished `wait` call took one.
     gate: Arc<Semaphore>,
+    /// Every `logging/setLevel` the server accepted, with the session it came on, in order.
+    levels: Arc<Mutex<Vec<String>>>,
     /// Every request seen, in completion order; a watch so tests can await a request.
     seen: watch::Sender<Vec<SeenRequest>>,
     /// Answers to inject, one per POST, before rmcp sees the request.
@@ -197,6 +202,7 @@ impl McpServer {
         let shared = Arc::new(Shared {
             calls: options.calls.clone(),
             gate: Arc::new(Semaphore::new(0)),
+            levels: Arc::new(Mutex::new(Vec::new())),
             seen: watch::Sender::new(Vec::new()),
             faults: Mutex::new(VecDeque::new()),
         });
@@ -288,6 +294,11 @@ impl McpServer {
         self.shared.gate.add_permits(count);
     }
 
+    /// Every `logging/setLevel` level the server accepted, across restarts, in order.
+    pub fn levels(&self) -> Vec<String> {
+        self.shared.levels.lock().expect("levels lock").clone()
+    }
+
     /// Every request seen so far, in the order the responses were ready.
     pub fn seen(&self) -> Vec<SeenRequest> {
         self.shared.seen.borrow().clone()
@@ -347,9 +358,13 @@ fn spawn(listener: TcpListener, options: &Options, shared: &Arc<Shared>) -> Runn
         // the list, which rmcp reads as "allow any Host". Origin checks are off by default.
         config = config.disable_allowed_hosts();
     }
-    let (calls, gate) = (shared.calls.clone(), shared.gate.clone());
+    let (calls, gate, levels) = (
+        shared.calls.clone(),
+        shared.gate.clone(),
+        shared.levels.clone(),
+    );
     let service = Arc::new(StreamableHttpService::new(
-        move || Ok(Tools::new(calls.clone(), gate.clone())),
+        move || Ok(Tools::new(calls.clone(), gate.clone(), levels.clone())),
         sessions.clone(),
         config,
     ));
@@ -473,6 +488,7 @@ fn plain(status: StatusCode, text: &'static str) -> Response<Body> {
 pub struct Tools {
     calls: Arc<AtomicU64>,
     gate: Arc<Semaphore>,
+    levels: Arc<Mutex<Vec<String>>>,
 }
 
 /// Arguments of the `echo` tool.
@@ -484,8 +500,12 @@ pub struct EchoArgs {
 
 #[tool_router]
 impl Tools {
-    fn new(calls: Arc<AtomicU64>, gate: Arc<Semaphore>) -> Self {
-        Self { calls, gate }
+    fn new(calls: Arc<AtomicU64>, gate: Arc<Semaphore>, levels: Arc<Mutex<Vec<String>>>) -> Self {
+        Self {
+            calls,
+            gate,
+            levels,
+        }
     }
 
     /// Increments the shared counter and returns its new value as text.
@@ -511,8 +531,29 @@ impl Tools {
 
 #[tool_handler]
 impl ServerHandler for Tools {
+    #[allow(deprecated)] // enable_logging: see set_level
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_logging()
+                .build(),
+        )
+    }
+
+    /// Records the level, so a test can see it set again on a re-established session. (Logging
+    /// is deprecated by SEP-2577, but servers and clients of the revisions holdfast carries
+    /// sessions for still use it.)
+    #[allow(deprecated)]
+    async fn set_level(
+        &self,
+        request: SetLevelRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let level = serde_json::to_value(request.level).expect("a level serializes");
+        let level = level.as_str().expect("a level is a string").to_owned();
+        self.levels.lock().expect("levels lock").push(level);
+        Ok(())
     }
 }
 

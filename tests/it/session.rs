@@ -1,0 +1,488 @@
+//! Session continuity: an MCP session outlives the backend's restart.
+//!
+//! The server is rmcp's stateful Streamable HTTP server ([`McpServer`]), which keeps sessions in
+//! memory: [`McpServer::restart`] comes back on the same port with none, like a recreated
+//! container, and answers an old session id with its own 404. Clients are rmcp's with its own
+//! re-initialize turned off (so only holdfast can carry the session) and raw JSON-RPC over a
+//! socket, to see exactly which id each side gets. `session_ts.rs` does the same with the
+//! official TypeScript SDK client.
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+
+use http::{Method, StatusCode};
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+
+use crate::support::http::{response, Upstream};
+use crate::support::mcp::{
+    call_count, connect_with, raw_http, tool_call, McpServer, RawResponse, MCP_ACCEPT, MCP_PATH,
+};
+use crate::support::proxy::{raw_config, Holdfast};
+use crate::support::router::FakeRouter;
+use crate::support::within;
+
+/// The protocol version the raw client speaks.
+const VERSION: &str = "2025-06-18";
+
+/// `holdfast_session_resumes_total{outcome}`.
+fn resumes(outcome: &str) -> String {
+    format!("holdfast_session_resumes_total{{outcome=\"{outcome}\"}}")
+}
+
+/// An rmcp client that never re-initializes by itself: only holdfast can keep its session.
+async fn stubborn_client(holdfast: &Holdfast) -> crate::support::mcp::Client {
+    let config = StreamableHttpClientTransportConfig::with_uri(holdfast.url(MCP_PATH))
+        .reinit_on_expired_session(false);
+    within(connect_with(config)).await.expect("connect")
+}
+
+/// One HTTP/1.1 request to `/mcp` as an MCP client sends it.
+fn request(method: &str, host: &str, session: Option<&str>, body: &str) -> Vec<u8> {
+    let session = session
+        .map(|id| format!("mcp-session-id: {id}\r\nmcp-protocol-version: {VERSION}\r\n"))
+        .unwrap_or_default();
+    format!(
+        "{method} {MCP_PATH} HTTP/1.1\r\nhost: {host}\r\naccept: {MCP_ACCEPT}\r\n\
+         content-type: application/json\r\nauthorization: Bearer current\r\n{session}\
+         content-length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}
+
+/// Sends one request to holdfast and reads the answer off the socket.
+async fn send(holdfast: &Holdfast, method: &str, session: Option<&str>, body: &str) -> RawResponse {
+    let host = holdfast.addr.to_string();
+    within(raw_http(
+        holdfast.addr,
+        &request(method, &host, session, body),
+    ))
+    .await
+    .expect("raw request")
+}
+
+fn initialize_body(client_name: &str) -> String {
+    serde_json::json!({
+        "jsonrpc": "2.0", "id": 0, "method": "initialize",
+        "params": {
+            "protocolVersion": VERSION,
+            "capabilities": {},
+            "clientInfo": { "name": client_name, "version": "1" },
+        },
+    })
+    .to_string()
+}
+
+/// Opens a session through holdfast as a client does: initialize, then initialized. Returns the
+/// session id the client was given.
+async fn open_session(holdfast: &Holdfast) -> String {
+    let init = send(holdfast, "POST", None, &initialize_body("raw")).await;
+    assert_eq!(init.status_line, "HTTP/1.1 200 OK", "{init:?}");
+    let id = init
+        .header("mcp-session-id")
+        .expect("a stateful server gives a session id")
+        .to_owned();
+    let initialized = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
+    let done = send(holdfast, "POST", Some(&id), initialized).await;
+    assert_eq!(done.status_line, "HTTP/1.1 202 Accepted", "{done:?}");
+    id
+}
+
+fn count_call(id: u64) -> String {
+    format!(
+        r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"count","arguments":{{}}}}}}"#
+    )
+}
+
+/// The text of the first content item of the JSON-RPC result in a (chunked, SSE) raw body.
+fn result_text(raw: &RawResponse) -> String {
+    let body = String::from_utf8_lossy(&raw.body);
+    let start = body
+        .find("{\"jsonrpc\"")
+        .expect("a JSON-RPC message in the body");
+    let line = body[start..].lines().next().expect("a line");
+    let message: serde_json::Value = serde_json::from_str(line).expect("JSON");
+    message["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no text result in {message}"))
+        .to_owned()
+}
+
+#[tokio::test]
+async fn a_client_that_never_reinitializes_keeps_its_session_across_a_restart() {
+    let mut server = McpServer::start().await;
+    let holdfast = Holdfast::start(&format!("http://{}", server.addr())).await;
+    let client = stubborn_client(&holdfast).await;
+    assert_eq!(within(call_count(&client)).await.expect("count"), 1);
+    assert_eq!(within(call_count(&client)).await.expect("count"), 2);
+    let original = server.seen()[0].assigned_session.clone().expect("session");
+    assert_eq!(holdfast.metric("holdfast_sessions_tracked").await, 1.0);
+
+    within(server.restart()).await;
+    assert_eq!(within(call_count(&client)).await.expect("count"), 3);
+    assert_eq!(within(call_count(&client)).await.expect("count"), 4);
+    assert_eq!(server.calls(), 4, "each call ran exactly once");
+
+    // The server saw the old session once more (its 404, nothing executed), then holdfast's
+    // initialize and the calls on the new session.
+    let seen = server.seen();
+    let forgotten: Vec<_> = seen
+        .iter()
+        .filter(|r| tool_call(r) && r.status == StatusCode::NOT_FOUND)
+        .collect();
+    assert_eq!(forgotten.len(), 1, "one call met the forgotten session");
+    assert_eq!(forgotten[0].session_id(), Some(original.as_str()));
+    let initializes: Vec<_> = seen
+        .iter()
+        .filter(|r| r.rpc_method.as_deref() == Some("initialize"))
+        .collect();
+    assert_eq!(initializes.len(), 2, "the client's and holdfast's");
+    let renewed = initializes[1]
+        .assigned_session
+        .clone()
+        .expect("a new session");
+    assert_ne!(renewed, original);
+    let later_calls: Vec<_> = seen
+        .iter()
+        .filter(|r| tool_call(r) && r.status == StatusCode::OK)
+        .skip(2)
+        .collect();
+    assert_eq!(later_calls.len(), 2);
+    assert!(later_calls
+        .iter()
+        .all(|r| r.session_id() == Some(renewed.as_str())));
+    assert_eq!(holdfast.metric(&resumes("resumed")).await, 1.0);
+    assert_eq!(holdfast.metric(&resumes("failed")).await, 0.0);
+    assert_eq!(holdfast.metric("holdfast_passthrough_404_total").await, 0.0);
+    within(client.cancel()).await.expect("close");
+}
+
+#[tokio::test]
+async fn with_resume_off_the_same_client_loses_its_session() {
+    let mut server = McpServer::start().await;
+    let mut raw = raw_config(&format!("http://{}", server.addr()));
+    raw.sessions.resume = false;
+    let holdfast = Holdfast::start_with(raw).await;
+    let client = stubborn_client(&holdfast).await;
+    assert_eq!(within(call_count(&client)).await.expect("count"), 1);
+    assert_eq!(holdfast.metric("holdfast_sessions_tracked").await, 0.0);
+
+    within(server.restart()).await;
+    within(call_count(&client))
+        .await
+        .expect_err("the server forgot the session and nobody re-established it");
+    assert_eq!(server.calls(), 1);
+    assert_eq!(holdfast.metric(&resumes("resumed")).await, 0.0);
+}
+
+#[tokio::test]
+async fn a_call_on_the_old_id_runs_once_and_the_client_keeps_its_id_until_delete() {
+    let mut server = McpServer::start().await;
+    let holdfast = Holdfast::start(&format!("http://{}", server.addr())).await;
+
+    // A session holdfast never saw opened: the server's own 404, at once.
+    let bogus = send(&holdfast, "POST", Some("bogus"), &count_call(1)).await;
+    assert_eq!(bogus.status_line, "HTTP/1.1 404 Not Found");
+    assert_eq!(bogus.body, b"Not Found: Session not found");
+    assert_eq!(holdfast.metric(&resumes("not_tracked")).await, 1.0);
+
+    let id = open_session(&holdfast).await;
+    let first = send(&holdfast, "POST", Some(&id), &count_call(2)).await;
+    assert_eq!(result_text(&first), "1");
+
+    within(server.restart()).await;
+    let again = send(&holdfast, "POST", Some(&id), &count_call(3)).await;
+    assert_eq!(again.status_line, "HTTP/1.1 200 OK", "{again:?}");
+    assert_eq!(result_text(&again), "2");
+    if let Some(echoed) = again.header("mcp-session-id") {
+        assert_eq!(echoed, id, "the client sees only its own id");
+    }
+    assert_eq!(server.calls(), 2);
+
+    // What the server saw after its restart: the request on the old id (404), holdfast's
+    // initialize with the client's body and the current credentials, initialized, the request.
+    let seen = server.seen();
+    let restart = seen
+        .iter()
+        .position(|r| {
+            tool_call(r) && r.status == StatusCode::NOT_FOUND && r.session_id() == Some(&id)
+        })
+        .expect("the 404");
+    let after: Vec<_> = seen[restart..].iter().collect();
+    let summary: Vec<_> = after
+        .iter()
+        .map(|r| (r.rpc_method.clone().unwrap_or_default(), r.status.as_u16()))
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            ("tools/call".to_owned(), 404),
+            ("initialize".to_owned(), 200),
+            ("notifications/initialized".to_owned(), 202),
+            ("tools/call".to_owned(), 200),
+        ]
+    );
+    let renewed = after[1].assigned_session.clone().expect("new session");
+    assert_ne!(renewed, id);
+    assert_eq!(after[1].session_id(), None);
+    assert_eq!(after[1].header("authorization"), Some("Bearer current"));
+    for r in &after[2..] {
+        assert_eq!(r.session_id(), Some(renewed.as_str()));
+        assert_eq!(r.header("mcp-protocol-version"), Some(VERSION));
+    }
+
+    // DELETE goes to the new session and ends tracking; the old id is then the server's 404.
+    let delete = send(&holdfast, "DELETE", Some(&id), "").await;
+    assert!(delete.status_line.starts_with("HTTP/1.1 2"), "{delete:?}");
+    let deleted = within(server.wait_for_request(|r| r.method == Method::DELETE)).await;
+    assert_eq!(deleted.session_id(), Some(renewed.as_str()));
+    assert_eq!(holdfast.metric("holdfast_sessions_tracked").await, 0.0);
+    let gone = send(&holdfast, "POST", Some(&id), &count_call(4)).await;
+    assert_eq!(gone.status_line, "HTTP/1.1 404 Not Found");
+    assert_eq!(gone.body, b"Not Found: Session not found");
+    assert_eq!(server.calls(), 2);
+    assert_eq!(holdfast.metric(&resumes("resumed")).await, 1.0);
+    assert_eq!(holdfast.metric(&resumes("not_tracked")).await, 2.0);
+}
+
+#[tokio::test]
+async fn the_log_level_is_set_again_on_the_new_session() {
+    let mut server = McpServer::start().await;
+    let holdfast = Holdfast::start(&format!("http://{}", server.addr())).await;
+    let id = open_session(&holdfast).await;
+    let set = r#"{"jsonrpc":"2.0","id":1,"method":"logging/setLevel","params":{"level":"debug"}}"#;
+    let answer = send(&holdfast, "POST", Some(&id), set).await;
+    assert_eq!(answer.status_line, "HTTP/1.1 200 OK");
+    assert_eq!(server.levels(), ["debug"]);
+
+    within(server.restart()).await;
+    let again = send(&holdfast, "POST", Some(&id), &count_call(2)).await;
+    assert_eq!(result_text(&again), "1");
+    assert_eq!(server.levels(), ["debug", "debug"], "applied again");
+    let renewed = server
+        .seen()
+        .into_iter()
+        .filter(|r| r.rpc_method.as_deref() == Some("logging/setLevel"))
+        .nth(1)
+        .expect("the second setLevel");
+    assert_ne!(renewed.session_id(), Some(id.as_str()));
+    assert_eq!(renewed.status, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn a_stream_reconnecting_after_a_restart_opens_on_the_new_session() {
+    let mut server = McpServer::start().await;
+    let holdfast = Holdfast::start(&format!("http://{}", server.addr())).await;
+    let id = open_session(&holdfast).await;
+    within(server.restart()).await;
+
+    // The client's GET stream resumes with an event id of the old session.
+    let host = holdfast.addr.to_string();
+    let get = format!(
+        "GET {MCP_PATH} HTTP/1.1\r\nhost: {host}\r\naccept: text/event-stream\r\n\
+         mcp-session-id: {id}\r\nmcp-protocol-version: {VERSION}\r\nlast-event-id: 0\r\n\
+         connection: close\r\n\r\n"
+    );
+    let stream = tokio::spawn(raw_http(holdfast.addr, get.into_bytes().leak()));
+    let opened =
+        within(server.wait_for_request(|r| r.method == Method::GET && r.status == StatusCode::OK))
+            .await;
+    assert_ne!(
+        opened.session_id(),
+        Some(id.as_str()),
+        "the new session's stream"
+    );
+    assert_eq!(
+        opened.header("last-event-id"),
+        None,
+        "an event id of the old session means nothing to the new one"
+    );
+    assert_eq!(holdfast.metric(&resumes("resumed")).await, 1.0);
+    stream.abort();
+}
+
+#[tokio::test]
+async fn concurrent_calls_on_a_forgotten_session_re_establish_it_once() {
+    let mut server = McpServer::start().await;
+    let holdfast = Arc::new(Holdfast::start(&format!("http://{}", server.addr())).await);
+    let id = open_session(&holdfast).await;
+    within(server.restart()).await;
+
+    let calls: Vec<_> = (0..5)
+        .map(|n| {
+            let (holdfast, id) = (holdfast.clone(), id.clone());
+            tokio::spawn(async move { send(&holdfast, "POST", Some(&id), &count_call(n)).await })
+        })
+        .collect();
+    let mut values = Vec::new();
+    for call in calls {
+        let answer = within(call).await.expect("task");
+        assert_eq!(answer.status_line, "HTTP/1.1 200 OK", "{answer:?}");
+        values.push(result_text(&answer).parse::<u64>().expect("a count"));
+    }
+    values.sort();
+    assert_eq!(values, [1, 2, 3, 4, 5], "each ran once");
+    let initializes = server
+        .seen()
+        .iter()
+        .filter(|r| r.rpc_method.as_deref() == Some("initialize"))
+        .count();
+    assert_eq!(initializes, 2, "the client's and one re-establishment");
+    assert_eq!(holdfast.metric(&resumes("resumed")).await, 1.0);
+}
+
+#[tokio::test]
+async fn a_session_survives_a_route_gap_with_a_restart_in_it() {
+    let mut server = McpServer::start().await;
+    let router = FakeRouter::start(server.addr()).await;
+    let holdfast = Holdfast::start(&format!("http://{}", router.addr)).await;
+    let client = stubborn_client(&holdfast).await;
+    assert_eq!(within(call_count(&client)).await.expect("count"), 1);
+
+    // The container is recreated: its route vanishes, a new one with no sessions starts.
+    router.missing.store(true, Ordering::SeqCst);
+    within(server.restart()).await;
+    let held = tokio::spawn({
+        let peer = client.peer().clone();
+        async move { call_count(&peer).await }
+    });
+    // The call met the router's 404 and is held; then the route comes back.
+    holdfast
+        .metric_until("holdfast_held_requests", |v| v >= 1.0)
+        .await;
+    router.missing.store(false, Ordering::SeqCst);
+    assert_eq!(within(held).await.expect("task").expect("count"), 2);
+    assert_eq!(server.calls(), 2);
+    assert_eq!(holdfast.metric(&resumes("resumed")).await, 1.0);
+    assert_eq!(holdfast.metric("holdfast_passthrough_404_total").await, 0.0);
+    let log = router.log();
+    assert!(log.iter().any(|r| r.answered_404), "the gap was seen");
+    within(client.cancel()).await.expect("close");
+}
+
+#[tokio::test]
+async fn a_malformed_or_huge_initialize_is_not_tracked() {
+    let mut server = McpServer::start().await;
+    let holdfast = Holdfast::start(&format!("http://{}", server.addr())).await;
+    let broken = send(
+        &holdfast,
+        "POST",
+        None,
+        r#"{"jsonrpc":"2.0","id":0,"method":"initial"#,
+    )
+    .await;
+    assert!(
+        broken.status_line.starts_with("HTTP/1.1 4"),
+        "the server's own answer: {broken:?}"
+    );
+    // 70 KiB of client name: over sessions.max_initialize_bytes (64 KiB).
+    let huge = send(
+        &holdfast,
+        "POST",
+        None,
+        &initialize_body(&"x".repeat(70 * 1024)),
+    )
+    .await;
+    assert_eq!(huge.status_line, "HTTP/1.1 200 OK");
+    let id = huge.header("mcp-session-id").expect("session").to_owned();
+    assert_eq!(holdfast.metric("holdfast_sessions_tracked").await, 0.0);
+
+    within(server.restart()).await;
+    let after = send(&holdfast, "POST", Some(&id), &count_call(1)).await;
+    assert_eq!(
+        after.status_line, "HTTP/1.1 404 Not Found",
+        "the server's own"
+    );
+    assert_eq!(server.calls(), 0);
+    assert_eq!(holdfast.metric(&resumes("not_tracked")).await, 1.0);
+}
+
+#[tokio::test]
+async fn a_refused_re_initialize_passes_the_servers_404() {
+    let server = McpServer::start().await;
+    let holdfast = Holdfast::start(&format!("http://{}", server.addr())).await;
+    let id = open_session(&holdfast).await;
+    // The next POST meets a 404 of the application (not a router's signature), and the one
+    // after it, holdfast's initialize, a 401.
+    server.fail_next_posts(1, StatusCode::NOT_FOUND, None);
+    server.fail_next_posts(1, StatusCode::UNAUTHORIZED, None);
+    let answer = send(&holdfast, "POST", Some(&id), &count_call(1)).await;
+    assert_eq!(answer.status_line, "HTTP/1.1 404 Not Found");
+    assert_eq!(
+        answer.body, b"injected by McpServer\n",
+        "the server's original answer"
+    );
+    assert_eq!(server.calls(), 0);
+    assert_eq!(holdfast.metric(&resumes("failed")).await, 1.0);
+    assert_eq!(holdfast.metric(&resumes("resumed")).await, 0.0);
+    // The session is still the server's: the next call goes through on it.
+    let next = send(&holdfast, "POST", Some(&id), &count_call(2)).await;
+    assert_eq!(result_text(&next), "1");
+}
+
+#[tokio::test]
+async fn a_server_that_keeps_forgetting_gets_two_re_establishments_then_its_404_passes() {
+    // Answers every initialize with a fresh session, and every other request with its 404.
+    let opened = Arc::new(Mutex::new(0u32));
+    let upstream = Upstream::start({
+        let opened = opened.clone();
+        move |seen| {
+            let opened = opened.clone();
+            async move {
+                let body: serde_json::Value =
+                    serde_json::from_slice(&seen.body).unwrap_or_default();
+                match body["method"].as_str() {
+                    Some("initialize") => {
+                        let n = {
+                            let mut opened = opened.lock().unwrap();
+                            *opened += 1;
+                            *opened
+                        };
+                        let result = serde_json::json!({"jsonrpc":"2.0","id":0,"result":{
+                            "protocolVersion": VERSION, "capabilities": {},
+                            "serverInfo": {"name": "forgetful", "version": "1"}}});
+                        response(
+                            200,
+                            &[
+                                ("content-type", "application/json"),
+                                ("mcp-session-id", &format!("s-{n}")),
+                            ],
+                            result.to_string(),
+                        )
+                    }
+                    Some("notifications/initialized") => response(202, &[], ""),
+                    _ => response(
+                        404,
+                        &[("content-type", "application/json")],
+                        r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"Session not found"}}"#,
+                    ),
+                }
+            }
+        }
+    })
+    .await;
+    let holdfast = Holdfast::start(&upstream.url()).await;
+    let id = open_session(&holdfast).await;
+    assert_eq!(id, "s-1");
+
+    let answer = send(&holdfast, "POST", Some(&id), &count_call(1)).await;
+    assert_eq!(answer.status_line, "HTTP/1.1 404 Not Found");
+    assert!(String::from_utf8_lossy(&answer.body).contains("Session not found"));
+    let calls = upstream
+        .seen()
+        .iter()
+        .filter(|s| String::from_utf8_lossy(&s.body).contains("tools/call"))
+        .count();
+    assert_eq!(
+        calls, 3,
+        "the first attempt and one after each re-establishment"
+    );
+    assert_eq!(
+        *opened.lock().unwrap(),
+        3,
+        "the client's and two of holdfast's"
+    );
+    assert_eq!(holdfast.metric(&resumes("resumed")).await, 2.0);
+    assert_eq!(holdfast.metric(&resumes("failed")).await, 1.0);
+    assert_eq!(holdfast.metric("holdfast_sessions_tracked").await, 1.0);
+}
