@@ -15,6 +15,7 @@ mod logs;
 mod mcp_e2e;
 mod rmcp_smoke;
 mod rows;
+mod session;
 mod shutdown;
 mod sse;
 mod support;

@@ -5,6 +5,7 @@ pub mod http;
 pub mod mcp;
 pub mod process;
 pub mod proxy;
+pub mod router;
 
 use std::future::Future;
 use std::time::Duration;
