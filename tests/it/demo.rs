@@ -21,6 +21,14 @@ async fn the_demo_shows_failures_direct_and_none_through_holdfast() {
         "the direct client meets the 404 and refused windows: {tally:?}"
     );
     assert_eq!(tally.holdfast_failed, 0, "{tally:?}");
+    // The client never re-initializes: its one session lived through every restart.
+    assert_eq!(tally.holdfast_sessions, 1, "{tally:?}");
+    assert!(tally.restarts >= 1, "{tally:?}");
+    // At most one resume per restart (the run may end before the call that would resume).
+    assert!(
+        tally.resumed >= 1 && tally.resumed <= tally.restarts,
+        "{tally:?}"
+    );
     assert_eq!(
         tally.executed,
         tally.direct_ok + tally.holdfast_ok,
@@ -37,6 +45,7 @@ fn the_demo_binary_runs_and_summarises() {
     assert!(out.status.success(), "{out:?}");
     assert!(stdout.contains("summary after"), "{stdout}");
     assert!(stdout.contains("through holdfast:"), "{stdout}");
+    assert!(stdout.contains("session lived on"), "{stdout}");
     assert!(
         stdout.contains("t=  1s"),
         "a live line per second: {stdout}"

@@ -908,6 +908,15 @@ fn kubernetes_gateway_runs_hardened_replicas_in_front_of_the_mcp_service() {
     assert_eq!(&service["spec"]["selector"], labels);
     let target = &service["spec"]["ports"][0]["targetPort"];
     assert_eq!(resolve_port(container, target), 8080);
+    // A session sticks to the replica that can re-establish it, for as long as it is tracked.
+    assert_eq!(service["spec"]["sessionAffinity"], "ClientIP");
+    let sticky = service["spec"]["sessionAffinityConfig"]["clientIP"]["timeoutSeconds"]
+        .as_f64()
+        .unwrap();
+    assert!(
+        sticky >= holdfast::config::defaults::SESSIONS_IDLE_TIMEOUT_SECS,
+        "affinity ({sticky} s) outlasts the session idle timeout"
+    );
     let budget = kind(&docs, "PodDisruptionBudget");
     assert_eq!(&budget["spec"]["selector"]["matchLabels"], labels);
 }
