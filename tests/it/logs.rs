@@ -2,6 +2,7 @@
 
 use serde_json::Value;
 
+use crate::support::forgetful::ForgetfulServer;
 use crate::support::http::{self, response, Reserved, Upstream};
 use crate::support::process::{holdfast, Running};
 
@@ -85,4 +86,67 @@ async fn access_and_outage_lines_carry_what_operators_need_and_no_secret() {
     assert_eq!(ended["answered_503"], 1);
     assert_eq!(ended["first_reason"], "connect_refused");
     assert!(ended["duration_ms"].as_u64().is_some());
+}
+
+#[tokio::test]
+async fn a_resumed_request_is_logged_as_resumed_and_nothing_recorded_is() {
+    let server = ForgetfulServer::start().await;
+    let mut proxy = Running::start(&mut holdfast(&[
+        "--upstream",
+        &server.upstream.url(),
+        "--listen",
+        "127.0.0.1:0",
+        "--admin",
+        "127.0.0.1:0",
+        "--log-format",
+        "json",
+        "--access-log",
+    ]));
+    let started: Value = serde_json::from_str(&proxy.wait_for_line("holdfast proxying")).unwrap();
+    let listen = started["listen"].as_str().unwrap().to_string();
+    let secret = "s3cr3t-in-the-initialize";
+    let post = |session: Option<&str>, body: String| {
+        let mut req = ::http::Request::post(format!("http://{listen}/mcp"))
+            .header("host", &listen)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("authorization", format!("Bearer {secret}"));
+        if let Some(id) = session {
+            req = req.header("mcp-session-id", id);
+        }
+        http::call(req.body(http_body_util::Full::from(body)).unwrap())
+    };
+    let init = serde_json::json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": secret, "version": "1"}}});
+    let opened = post(None, init.to_string()).await;
+    let id = opened.header("mcp-session-id").expect("session").to_owned();
+    server.forget();
+    let call = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"count"}}"#;
+    assert_eq!(post(Some(&id), call.into()).await.status, 200);
+    proxy.wait_for_line("re-established an MCP session");
+
+    let (_, stderr) = tokio::task::spawn_blocking(move || proxy.terminate())
+        .await
+        .unwrap();
+    let all = stderr.join("\n");
+    assert!(
+        !all.contains(secret),
+        "a recorded body reached the logs:\n{all}"
+    );
+    for session in ["s-1", "s-2"] {
+        assert!(
+            !all.contains(session),
+            "a session id reached the logs:\n{all}"
+        );
+    }
+    let lines = json_lines(&stderr);
+    let access: Vec<&Value> = lines
+        .iter()
+        .filter(|l| l["target"] == "holdfast::access")
+        .collect();
+    assert_eq!(access.len(), 2, "{all}");
+    assert_eq!(access[0]["action"], "passed");
+    assert_eq!(access[1]["action"], "resumed");
+    assert_eq!(access[1]["status"], 200);
 }

@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex};
 use http::{Method, StatusCode};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 
+use crate::support::forgetful::ForgetfulServer;
 use crate::support::http::{response, Upstream};
 use crate::support::mcp::{
     call_count, connect_with, raw_http, tool_call, McpServer, RawResponse, MCP_ACCEPT, MCP_PATH,
@@ -94,14 +95,16 @@ fn count_call(id: u64) -> String {
     )
 }
 
-/// The text of the first content item of the JSON-RPC result in a (chunked, SSE) raw body.
+/// The text of the first content item of the JSON-RPC result in a raw body: JSON, or SSE (the
+/// `data:` of an event, chunked on the wire).
 fn result_text(raw: &RawResponse) -> String {
     let body = String::from_utf8_lossy(&raw.body);
-    let start = body
-        .find("{\"jsonrpc\"")
-        .expect("a JSON-RPC message in the body");
-    let line = body[start..].lines().next().expect("a line");
-    let message: serde_json::Value = serde_json::from_str(line).expect("JSON");
+    let message: serde_json::Value = body
+        .lines()
+        .map(|line| line.strip_prefix("data:").unwrap_or(line).trim())
+        .filter(|line| line.starts_with('{'))
+        .find_map(|line| serde_json::from_str(line).ok())
+        .unwrap_or_else(|| panic!("no JSON-RPC message in {body:?}"));
     message["result"]["content"][0]["text"]
         .as_str()
         .unwrap_or_else(|| panic!("no text result in {message}"))
@@ -485,4 +488,28 @@ async fn a_server_that_keeps_forgetting_gets_two_re_establishments_then_its_404_
     assert_eq!(holdfast.metric(&resumes("resumed")).await, 2.0);
     assert_eq!(holdfast.metric(&resumes("failed")).await, 1.0);
     assert_eq!(holdfast.metric("holdfast_sessions_tracked").await, 1.0);
+}
+
+#[tokio::test]
+async fn answers_name_the_clients_session_id_never_the_new_one() {
+    let server = ForgetfulServer::start().await;
+    let holdfast = Holdfast::start(&server.upstream.url()).await;
+    let id = open_session(&holdfast).await;
+    assert_eq!(id, "s-1");
+    let first = send(&holdfast, "POST", Some(&id), &count_call(1)).await;
+    assert_eq!(first.header("mcp-session-id"), Some("s-1"));
+
+    server.forget();
+    let again = send(&holdfast, "POST", Some(&id), &count_call(2)).await;
+    assert_eq!(again.status_line, "HTTP/1.1 200 OK", "{again:?}");
+    assert_eq!(result_text(&again), "2");
+    assert_eq!(server.opened(), 2, "holdfast opened s-2 upstream");
+    let sent = server.upstream.seen();
+    assert_eq!(sent.last().unwrap().header("mcp-session-id"), Some("s-2"));
+    assert_eq!(
+        again.header("mcp-session-id"),
+        Some("s-1"),
+        "the server named s-2; the client sees its own id"
+    );
+    assert_eq!(server.executed(), 2);
 }

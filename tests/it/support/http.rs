@@ -79,6 +79,13 @@ pub struct Seen {
     pub body: Bytes,
 }
 
+impl Seen {
+    /// A request header as text.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+}
+
 /// An HTTP/1.1 upstream on 127.0.0.1:0 answering with a closure.
 pub struct Upstream {
     /// Address.

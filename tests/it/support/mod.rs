@@ -1,6 +1,7 @@
 //! Test support: in-process peers the tests drive, child processes, and bounded waits.
 
 pub mod files;
+pub mod forgetful;
 pub mod http;
 pub mod mcp;
 pub mod process;
