@@ -336,6 +336,20 @@ impl BodyHandle {
         Some(out.freeze())
     }
 
+    /// Runs `read` on the complete body, if it has been read to its end and kept whole, without
+    /// copying it when it arrived in one piece (the usual JSON-RPC request).
+    pub fn with_complete_body<R>(&self, read: impl FnOnce(&[u8]) -> R) -> Option<R> {
+        let shared = self.lock();
+        if !shared.complete || !shared.replayable {
+            return None;
+        }
+        match shared.chunks.as_slice() {
+            [] => Some(read(&[])),
+            [one] => Some(read(one)),
+            many => Some(read(&many.concat())),
+        }
+    }
+
     /// The complete body if it can be had within `wait` (reading ahead if needed).
     pub async fn read_whole(&self, wait: Duration) -> Option<Bytes> {
         let _ = tokio::time::timeout(wait, self.prefetch()).await;

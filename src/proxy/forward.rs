@@ -28,7 +28,35 @@ pub(super) struct Carried {
     pub(super) sent: http::HeaderValue,
 }
 
+/// One client request on its way through the attempt loop.
+struct Exchange {
+    /// The request as it goes upstream.
+    target: Target,
+    /// Its body, kept (capped) for a replay.
+    handle: BodyHandle,
+    /// Its place in the hold.
+    ticket: Ticket,
+    /// The tracked session it carries, if any.
+    carried: Option<Carried>,
+    /// The client's HTTP version (for synthetic answers).
+    version: Version,
+    /// Re-establishments of its session this request caused or waited for.
+    resumes: u32,
+    /// The next attempt is a replay after a hold.
+    replay: bool,
+}
+
+/// What the attempt loop does after one attempt.
+enum Next {
+    /// Answer the client.
+    Answer((Response<ProxyBody>, Note)),
+    /// Send the request again.
+    Again,
+}
+
 impl Proxy {
+    /// Forwards one request: attempts until one is answered, held through a missing backend and
+    /// a forgotten session.
     pub(super) async fn forward(
         &self,
         req: Request<Incoming>,
@@ -36,7 +64,7 @@ impl Proxy {
     ) -> (Response<ProxyBody>, Note) {
         let version = req.version();
         let (parts, body) = req.into_parts();
-        let mut target = match self.prepare(parts, peer) {
+        let target = match self.prepare(parts, peer) {
             Ok(t) => t,
             Err(why) => {
                 return (
@@ -48,112 +76,59 @@ impl Proxy {
                 )
             }
         };
-        let handle = BodyHandle::new(
-            body,
-            self.replay_cap,
-            self.copy_budget.clone(),
-            self.stream_idle_timeout,
-        );
-        let mut ticket = Ticket::default();
-        let mut carried = self.carried(&target);
+        let mut ex = Exchange {
+            carried: self.carried(&target),
+            target,
+            handle: BodyHandle::new(
+                body,
+                self.replay_cap,
+                self.copy_budget.clone(),
+                self.stream_idle_timeout,
+            ),
+            ticket: Ticket::default(),
+            version,
+            resumes: 0,
+            replay: false,
+        };
 
         // Hold before dispatch while an outage is known: nothing is sent into a known gap, and
         // the body needs no copy for a replay because it was never sent.
         if self.outages.enabled() && self.outages.holds_before_dispatch(self.horizon) {
-            match self.outages.wait(&mut ticket, &handle).await {
+            match self.outages.wait(&mut ex.ticket, &ex.handle).await {
                 Released::Go | Released::NotHeld => {}
                 Released::Cancelled => return client_gone(version),
                 Released::TimedOut | Released::QueueFull | Released::Shutdown => {
-                    let reason = self
-                        .outages
-                        .current_reason()
-                        .unwrap_or(RewriteReason::ConnectError);
-                    return self.unavailable(reason, &ticket, &handle).await;
+                    return self.unavailable_now(&ex).await
                 }
             }
         }
 
-        let mut replay = false;
-        let mut resumes = 0;
         loop {
-            let Some(body) = handle.attempt() else {
+            let Some(body) = ex.handle.attempt() else {
                 // Only after a hold or a resume: the body turned out unsendable while it
                 // waited (it failed, or was superseded). Nothing of it went out again.
-                let reason = self
-                    .outages
-                    .current_reason()
-                    .unwrap_or(RewriteReason::ConnectError);
-                return self.unavailable(reason, &ticket, &handle).await;
+                return self.unavailable_now(&ex).await;
             };
-            if replay {
+            if std::mem::take(&mut ex.replay) {
                 self.metrics.replays.inc();
-                replay = false;
             }
             // Every attempt asks again which upstream session stands for the client's: another
             // request may have re-established it meanwhile.
-            if let Some(c) = carried.as_mut() {
-                c.sent = c
-                    .session
-                    .apply(&mut target.headers, target.method == Method::GET);
+            if let Some(c) = ex.carried.as_mut() {
+                let is_get = ex.target.method == Method::GET;
+                c.sent = c.session.apply(&mut ex.target.headers, is_get);
             }
-            let (verdict, response) = self.attempt(&target, body).await;
+            let (verdict, response) = self.attempt(&ex.target, body).await;
             // A probe that met the gap again reports from the hold, once it is queued again.
             if !matches!(verdict, Verdict::Missing(_)) {
-                ticket.report_probe(verdict == Verdict::Application);
+                ex.ticket.report_probe(verdict == Verdict::Application);
             }
-            let status = response.as_ref().map(|(head, _)| head.status);
-            let action = if resumes > 0 { "resumed" } else { "passed" };
-            let note = |action| Note {
-                upstream_status: status,
-                action,
-            };
-            match (verdict, response) {
-                (Verdict::Application, Some((mut head, peek))) => {
-                    self.outages.answered();
-                    if head.status == StatusCode::NOT_FOUND {
-                        // The session 404: the server forgot the session and did not run the
-                        // request, so it may go again once the session is back.
-                        match self
-                            .session_gone(&target, carried.as_ref(), &handle, &mut resumes)
-                            .await
-                        {
-                            Gone::SendAgain => continue,
-                            Gone::Missing(missing) => {
-                                match self.hold_for(missing, &mut ticket, &handle, version).await {
-                                    Some(answer) => return answer,
-                                    None => {
-                                        replay = true;
-                                        continue;
-                                    }
-                                }
-                            }
-                            Gone::Pass => {}
-                        }
-                        self.metrics.passthrough_404.inc();
-                    } else {
-                        self.routes.learn(&target.path, Instant::now());
-                    }
-                    self.after_answer(&target, carried.as_ref(), &mut head, &handle)
-                        .await;
-                    return (self.pass(&mut head, peek), note(action));
+            let next = match (verdict, response) {
+                (Verdict::Application, Some(answer)) => self.application(&mut ex, answer).await,
+                (Verdict::RouterPassthrough(reason), Some(answer)) => {
+                    Next::Answer(self.router_passed(reason, answer))
                 }
-                (Verdict::RouterPassthrough(reason), Some((mut head, peek))) => {
-                    self.metrics
-                        .router_passthrough
-                        .get_or_create(&PassLabel {
-                            reason: match reason {
-                                PassReason::RouteNotExpected => Pass::route_not_expected,
-                                PassReason::HorizonExceeded => Pass::horizon_exceeded,
-                            },
-                        })
-                        .inc();
-                    if reason == PassReason::HorizonExceeded {
-                        self.outages
-                            .horizon_exceeded(self.horizon, &self.upstream.original);
-                    }
-                    return (self.pass(&mut head, peek), note("router_passed"));
-                }
-                (Verdict::Failed(reason), _) => {
+                (Verdict::Failed(reason), answer) => {
                     // A TLS failure is the upstream answering (with a certificate holdfast does
                     // not accept): it is there. Close any outage so held requests get their
                     // answer now instead of one at a time as probes. (A reset after sending
@@ -162,49 +137,105 @@ impl Proxy {
                     if reason == FailReason::UpstreamTls {
                         self.outages.answered();
                     }
-                    return self.failed(reason, version, status);
+                    let status = answer.map(|(head, _)| head.status);
+                    Next::Answer(self.failed(reason, version, status))
                 }
-                (Verdict::Missing(missing), _) => {
-                    match self.hold_for(missing, &mut ticket, &handle, version).await {
-                        Some(answer) => return answer,
-                        None => replay = true,
-                    }
-                }
+                (Verdict::Missing(missing), _) => self.hold_for(missing, &mut ex).await,
                 (Verdict::Application | Verdict::RouterPassthrough(_), None) => {
                     unreachable!("the classifier passes responses only")
                 }
+            };
+            if let Next::Answer(answer) = next {
+                return answer;
             }
         }
     }
 
+    /// The application answered. Its answer passes, unless it is the 404 of a session the
+    /// server forgot: then the session is re-established and the request goes again.
+    async fn application(&self, ex: &mut Exchange, answer: Answer) -> Next {
+        let (mut head, peek) = answer;
+        self.outages.answered();
+        if head.status == StatusCode::NOT_FOUND {
+            // The server did not run a request it answered with a session 404, so it may go
+            // again once the session is back.
+            let gone = self
+                .session_gone(&ex.target, ex.carried.as_ref(), &ex.handle, &mut ex.resumes)
+                .await;
+            match gone {
+                Gone::SendAgain => return Next::Again,
+                Gone::Missing(missing) => return self.hold_for(missing, ex).await,
+                Gone::Pass => self.metrics.passthrough_404.inc(),
+            };
+        } else {
+            self.routes.learn(&ex.target.path, Instant::now());
+        }
+        self.after_answer(&ex.target, ex.carried.as_ref(), &mut head, &ex.handle)
+            .await;
+        let note = Note {
+            upstream_status: Some(head.status),
+            action: if ex.resumes > 0 { "resumed" } else { "passed" },
+        };
+        Next::Answer((self.pass(&mut head, peek), note))
+    }
+
+    /// A router answered by itself with something the client must see as it is.
+    fn router_passed(&self, reason: PassReason, answer: Answer) -> (Response<ProxyBody>, Note) {
+        let (mut head, peek) = answer;
+        let label = match reason {
+            PassReason::RouteNotExpected => Pass::route_not_expected,
+            PassReason::HorizonExceeded => Pass::horizon_exceeded,
+        };
+        self.metrics
+            .router_passthrough
+            .get_or_create(&PassLabel { reason: label })
+            .inc();
+        if reason == PassReason::HorizonExceeded {
+            self.outages
+                .horizon_exceeded(self.horizon, &self.upstream.original);
+        }
+        let note = Note {
+            upstream_status: Some(head.status),
+            action: "router_passed",
+        };
+        (self.pass(&mut head, peek), note)
+    }
+
+    /// The 503 for a request that could not be sent (again): the outage's reason, if one is open.
+    async fn unavailable_now(&self, ex: &Exchange) -> (Response<ProxyBody>, Note) {
+        let reason = self
+            .outages
+            .current_reason()
+            .unwrap_or(RewriteReason::ConnectError);
+        self.unavailable(reason, &ex.ticket, &ex.handle).await
+    }
+
     /// The one decision about a missing backend: hold the request and send it again once the
-    /// backend is back (`None`: go on), or answer 503 now.
-    async fn hold_for(
-        &self,
-        missing: Missing,
-        ticket: &mut Ticket,
-        handle: &BodyHandle,
-        version: Version,
-    ) -> Option<(Response<ProxyBody>, Note)> {
+    /// backend is back, or answer 503 now.
+    async fn hold_for(&self, missing: Missing, ex: &mut Exchange) -> Next {
         self.outages.missing(missing.reason);
+        let (ticket, handle) = (&mut ex.ticket, &ex.handle);
         // Replay only what provably never reached the application: a connection that failed
         // before the request was written, or a router that answered by itself. A router's
         // 502/504 may follow a request the backend did read.
         if !self.outages.enabled() || !missing.is_safe_to_replay() {
-            return Some(self.unavailable(missing.reason, ticket, handle).await);
+            return Next::Answer(self.unavailable(missing.reason, ticket, handle).await);
         }
         // Stop the failed attempt's body if its connection still reads it.
         handle.supersede();
         if !handle.is_replayable() {
             // The body outgrew hold.max_body_bytes while it was sent: no copy.
             self.outages.body_too_large();
-            return Some(self.unavailable(missing.reason, ticket, handle).await);
+            return Next::Answer(self.unavailable(missing.reason, ticket, handle).await);
         }
         match self.outages.wait(ticket, handle).await {
-            Released::Go | Released::NotHeld => None,
-            Released::Cancelled => Some(client_gone(version)),
+            Released::Go | Released::NotHeld => {
+                ex.replay = true;
+                Next::Again
+            }
+            Released::Cancelled => Next::Answer(client_gone(ex.version)),
             Released::TimedOut | Released::QueueFull | Released::Shutdown => {
-                Some(self.unavailable(missing.reason, ticket, handle).await)
+                Next::Answer(self.unavailable(missing.reason, ticket, handle).await)
             }
         }
     }
@@ -256,11 +287,9 @@ impl Proxy {
             c.session.stream_opened();
         } else if target.method == Method::POST {
             // The kept copy of the body: what the request set on the session, if anything.
-            if let Some(body) = handle.complete_body() {
-                let changes = session::rpc::state_changes(&body);
-                if !changes.is_empty() {
-                    self.sessions.note_state(&c.session, changes);
-                }
+            let changes = handle.with_complete_body(session::rpc::state_changes);
+            if let Some(changes) = changes.filter(|c| !c.is_empty()) {
+                self.sessions.note_state(&c.session, changes);
             }
         }
     }
