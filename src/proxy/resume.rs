@@ -143,51 +143,23 @@ impl Proxy {
             return Resume::DoneByAnother;
         }
         let plan = session.plan();
-        let base = own_headers(&current.headers);
         let own = |headers: HeaderMap| Target {
             method: Method::POST,
             uri: plan.uri.clone(),
             headers,
             path: current.path.clone(),
         };
-
-        let answer = match self
-            .send_own(&own(base.clone()), plan.initialize, true)
+        let mut headers = own_headers(&current.headers);
+        let (upstream_id, negotiated) = match self
+            .initialize(own(headers.clone()), plan.initialize.clone())
             .await
         {
-            Ok(answer) => answer,
+            Ok(opened) => opened,
             Err(resume) => return resume,
         };
-        let status = answer.head.status;
-        if !status.is_success() {
-            return Resume::Failed(format!("the server answered the initialize with {status}"));
-        }
-        let Some(upstream_id) = answer.head.headers.get(MCP_SESSION_ID).cloned() else {
-            return Resume::Failed(
-                "the server answered the initialize without a session id".into(),
-            );
-        };
-        let negotiated = match answer.reply {
-            Reply::Result(result) => result
-                .get("protocolVersion")
-                .and_then(|v| v.as_str())
-                .and_then(|v| HeaderValue::from_str(v).ok()),
-            Reply::Error(code, message) => {
-                return Resume::Failed(format!(
-                    "the server answered the initialize with JSON-RPC error {code} ({message})"
-                ))
-            }
-            Reply::Nothing => {
-                return Resume::Failed(
-                    "the server's answer to the initialize had no JSON-RPC response".into(),
-                )
-            }
-        };
-
-        let mut headers = base;
         headers.insert(MCP_SESSION_ID, upstream_id.clone());
         // The version the client has been sending wins: it is what the server saw before.
-        if let Some(version) = plan.protocol_version.or(negotiated) {
+        if let Some(version) = plan.protocol_version.clone().or(negotiated) {
             headers.insert(MCP_PROTOCOL_VERSION, version);
         }
         let notified = self
@@ -229,6 +201,42 @@ impl Proxy {
             "re-established an MCP session the server had forgotten"
         );
         Resume::Done
+    }
+
+    /// Sends the recorded `initialize`; the new upstream session id and the protocol version the
+    /// server chose, or why not.
+    async fn initialize(
+        &self,
+        target: Target,
+        body: Bytes,
+    ) -> Result<(HeaderValue, Option<HeaderValue>), Resume> {
+        let answer = self.send_own(&target, body, true).await?;
+        let status = answer.head.status;
+        if !status.is_success() {
+            return Err(Resume::Failed(format!(
+                "the server answered the initialize with {status}"
+            )));
+        }
+        let Some(upstream_id) = answer.head.headers.get(MCP_SESSION_ID).cloned() else {
+            return Err(Resume::Failed(
+                "the server answered the initialize without a session id".into(),
+            ));
+        };
+        match answer.reply {
+            Reply::Result(result) => {
+                let version = result
+                    .get("protocolVersion")
+                    .and_then(|v| v.as_str())
+                    .and_then(|v| HeaderValue::from_str(v).ok());
+                Ok((upstream_id, version))
+            }
+            Reply::Error(code, message) => Err(Resume::Failed(format!(
+                "the server answered the initialize with JSON-RPC error {code} ({message})"
+            ))),
+            Reply::Nothing => Err(Resume::Failed(
+                "the server's answer to the initialize had no JSON-RPC response".into(),
+            )),
+        }
     }
 
     /// Sends one request of holdfast's own and classifies the outcome like a client's. With
