@@ -61,17 +61,6 @@ fn server_404s(server: &McpServer) -> usize {
         .count()
 }
 
-/// A failed `connect()` as the error a call would have failed with, when the transport failed
-/// (so `transport_error` and `is_connection_refused` apply); `None` for any other failure.
-fn as_call_error(error: ClientInitializeError) -> Option<ServiceError> {
-    match error {
-        ClientInitializeError::TransportError { error, .. } => {
-            Some(ServiceError::TransportSend(error))
-        }
-        _ => None,
-    }
-}
-
 /// Asserts that rmcp surfaced holdfast's JSON-RPC 503 body: holdfast answers a single JSON-RPC
 /// request with a JSON-RPC error echoing its id (so SDKs show the message), and rmcp 3.11 returns
 /// a 5xx whose body is a JSON-RPC error *as that error* rather than as `HttpStatus(503)`.
@@ -548,8 +537,11 @@ async fn initialize_while_the_server_is_down_fails_then_connects_once_back() {
     let error = within(connect(&holdfast.url("/mcp")))
         .await
         .expect_err("the server is down");
-    if let Some(error) = as_call_error(error) {
-        assert_neither_refused_nor_expired(&error);
+    // rmcp surfaces holdfast's JSON-RPC 503 body as the initialize's JSON-RPC error: neither a
+    // refused connection nor an expired session.
+    match &error {
+        ClientInitializeError::JsonRpcError(data) => assert_holdfast_unavailable(data),
+        other => panic!("expected holdfast's JSON-RPC error on initialize, got {other:?}"),
     }
     // One initialize POST, answered 503, not retried.
     assert_eq!(

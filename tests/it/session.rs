@@ -10,11 +10,13 @@
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
-use http::{Method, StatusCode};
+use ::http::{Method, Request, StatusCode};
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 
 use crate::support::forgetful::ForgetfulServer;
-use crate::support::http::{response, Upstream};
+use crate::support::http::{self, response, Upstream};
 use crate::support::mcp::{
     call_count, connect_with, raw_http, tool_call, McpServer, RawResponse, MCP_ACCEPT, MCP_PATH,
 };
@@ -273,23 +275,37 @@ async fn the_log_level_is_set_again_on_the_new_session() {
 }
 
 #[tokio::test]
-async fn a_stream_reconnecting_after_a_restart_opens_on_the_new_session() {
+async fn a_stream_cut_by_a_restart_reconnects_on_the_new_session() {
     let mut server = McpServer::start().await;
     let holdfast = Holdfast::start(&format!("http://{}", server.addr())).await;
     let id = open_session(&holdfast).await;
-    within(server.restart()).await;
-
-    // The client's GET stream resumes with an event id of the old session.
     let host = holdfast.addr.to_string();
-    let get = format!(
-        "GET {MCP_PATH} HTTP/1.1\r\nhost: {host}\r\naccept: text/event-stream\r\n\
-         mcp-session-id: {id}\r\nmcp-protocol-version: {VERSION}\r\nlast-event-id: 0\r\n\
-         connection: close\r\n\r\n"
-    );
-    let stream = tokio::spawn(raw_http(holdfast.addr, get.into_bytes().leak()));
-    let opened =
-        within(server.wait_for_request(|r| r.method == Method::GET && r.status == StatusCode::OK))
-            .await;
+    let get = |last_event_id: &str| {
+        Request::get(holdfast.url(MCP_PATH))
+            .header("host", &host)
+            .header("accept", "text/event-stream")
+            .header("mcp-session-id", &id)
+            .header("mcp-protocol-version", VERSION)
+            .header("last-event-id", last_event_id)
+            .body(Full::<Bytes>::default())
+            .unwrap()
+    };
+    // The client's standalone stream is open when the server dies.
+    let stream = within(http::send(get("0"))).await;
+    assert_eq!(stream.status(), StatusCode::OK);
+    within(server.restart()).await;
+    let cut = within(stream.into_body().collect()).await;
+    assert!(cut.is_err(), "a dying server cuts the stream: {cut:?}");
+
+    // It reconnects on its old id with an event id of the old session.
+    let again = within(http::send(get("0/7"))).await;
+    assert_eq!(again.status(), StatusCode::OK);
+    let opened = server
+        .seen()
+        .into_iter()
+        .filter(|r| r.method == Method::GET && r.status == StatusCode::OK)
+        .nth(1)
+        .expect("the reconnected stream");
     assert_ne!(
         opened.session_id(),
         Some(id.as_str()),
@@ -301,7 +317,6 @@ async fn a_stream_reconnecting_after_a_restart_opens_on_the_new_session() {
         "an event id of the old session means nothing to the new one"
     );
     assert_eq!(holdfast.metric(&resumes("resumed")).await, 1.0);
-    stream.abort();
 }
 
 #[tokio::test]

@@ -19,6 +19,7 @@ use std::{
     },
 };
 
+use super::http::Reserved;
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::{combinators::BoxBody, BodyExt, Full};
@@ -180,6 +181,9 @@ pub struct McpServer {
     options: Options,
     shared: Arc<Shared>,
     running: Option<Running>,
+    /// While stopped: the port, bound but not listening (connections are refused), so no other
+    /// test takes it before [`McpServer::restart`].
+    reserved: Option<Reserved>,
 }
 
 impl McpServer {
@@ -216,6 +220,7 @@ impl McpServer {
             options: Options { addr, ..options },
             shared,
             running: Some(running),
+            reserved: None,
         }
     }
 
@@ -223,9 +228,11 @@ impl McpServer {
     /// and request log but no sessions, like a recreated container.
     pub async fn restart(&mut self) {
         self.stop().await;
-        let listener = TcpListener::bind(self.addr)
-            .await
-            .unwrap_or_else(|error| panic!("rebind {}: {error}", self.addr));
+        let listener = self
+            .reserved
+            .take()
+            .expect("stop reserves the port")
+            .listen();
         self.running = Some(spawn(listener, &self.options, &self.shared));
     }
 
@@ -319,7 +326,7 @@ impl McpServer {
 
     /// Closes the listener and every open connection (their tasks are aborted mid-response, as
     /// when a container dies), then ends rmcp's sessions. Returns once the listening socket is
-    /// closed, so a connect is refused and the port can be bound again.
+    /// closed, so a connect is refused; the port stays reserved for [`McpServer::restart`].
     pub async fn stop(&mut self) {
         let Some(running) = self.running.take() else {
             return;
@@ -329,6 +336,7 @@ impl McpServer {
         // Only now, with every connection gone, let rmcp end its sessions: cancelling first would
         // close the SSE streams cleanly, which is not what a dying container does.
         running.service.config.cancellation_token.cancel();
+        self.reserved = Some(Reserved::again(self.addr));
     }
 }
 
