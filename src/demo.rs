@@ -16,7 +16,7 @@
 //! one session lives through every restart.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -130,14 +130,17 @@ pub async fn run(opts: DemoOptions) -> std::io::Result<Tally> {
 
     let direct = Arc::new(Counts::default());
     let through = Arc::new(Counts::default());
+    let stop = Arc::new(AtomicBool::new(false));
     let mut clients = JoinSet::new();
     clients.spawn(client_loop(
         format!("http://{backend_addr}/mcp"),
         direct.clone(),
+        stop.clone(),
     ));
     clients.spawn(client_loop(
         format!("http://{proxy_addr}/mcp"),
         through.clone(),
+        stop.clone(),
     ));
 
     let start = Instant::now();
@@ -160,29 +163,8 @@ pub async fn run(opts: DemoOptions) -> std::io::Result<Tally> {
         } else {
             Phase::Refused
         };
-        let current = backend.phase();
-        if want != current {
-            match want {
-                Phase::Refused => {
-                    // The container is gone: nothing listens on its port.
-                    backend.set_phase(Phase::Refused);
-                    if let Some(task) = serving.take() {
-                        task.abort();
-                        let _ = task.await;
-                    }
-                }
-                Phase::Up => {
-                    // A new container: same address, no sessions.
-                    backend.sessions.lock().expect("sessions").clear();
-                    serving = Some(tokio::spawn(serve_backend(
-                        rebind(backend_addr)?,
-                        backend.clone(),
-                    )));
-                    backend.set_phase(Phase::Up);
-                    restarts += 1;
-                }
-                Phase::RouteMissing => backend.set_phase(Phase::RouteMissing),
-            }
+        if backend.switch(want, &mut serving, backend_addr).await? {
+            restarts += 1;
         }
         if now >= next_tick {
             let m = scrape(admin_addr).await;
@@ -203,7 +185,22 @@ pub async fn run(opts: DemoOptions) -> std::io::Result<Tally> {
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    clients.shutdown().await;
+    // The run ends with the backend up, and every call the clients started gets its answer:
+    // a call cut off here would be executed and counted nowhere.
+    if backend
+        .switch(Phase::Up, &mut serving, backend_addr)
+        .await?
+    {
+        restarts += 1;
+    }
+    stop.store(true, Ordering::Relaxed);
+    let finish = async { while clients.join_next().await.is_some() {} };
+    if tokio::time::timeout(Duration::from_secs(30), finish)
+        .await
+        .is_err()
+    {
+        clients.shutdown().await;
+    }
     let resumed = scrape(admin_addr).await.resumed as u64;
     holdfast.shutdown().await?;
     if let Some(task) = serving.take() {
@@ -264,6 +261,43 @@ impl Backend {
 
     fn set_phase(&self, p: Phase) {
         self.phase.store(p as u8, Ordering::Release);
+    }
+
+    /// Moves the backend to `want`; true when that recreated it (a new container, same address,
+    /// no sessions).
+    async fn switch(
+        self: &Arc<Self>,
+        want: Phase,
+        serving: &mut Option<tokio::task::JoinHandle<()>>,
+        addr: SocketAddr,
+    ) -> std::io::Result<bool> {
+        if want == self.phase() {
+            return Ok(false);
+        }
+        match want {
+            Phase::Refused => {
+                // The container is gone: nothing listens on its port.
+                self.set_phase(Phase::Refused);
+                if let Some(task) = serving.take() {
+                    task.abort();
+                    let _ = task.await;
+                }
+                Ok(false)
+            }
+            Phase::Up => {
+                let recreated = serving.is_none();
+                if recreated {
+                    self.sessions.lock().expect("sessions").clear();
+                    *serving = Some(tokio::spawn(serve_backend(rebind(addr)?, self.clone())));
+                }
+                self.set_phase(Phase::Up);
+                Ok(recreated)
+            }
+            Phase::RouteMissing => {
+                self.set_phase(Phase::RouteMissing);
+                Ok(false)
+            }
+        }
     }
 }
 
@@ -451,11 +485,11 @@ async fn initialize(client: &DemoClient, url: &str) -> Option<String> {
 /// Calls `count` in a loop like the official TypeScript SDK client: one session, opened once;
 /// a 404 ("session not found") fails the call, and the client carries on with the same session,
 /// never re-initializing (measured: `../shared/mcp-notes.md`).
-async fn client_loop(url: String, counts: Arc<Counts>) {
+async fn client_loop(url: String, counts: Arc<Counts>, stop: Arc<AtomicBool>) {
     let client: DemoClient = HyperClient::builder(TokioExecutor::new()).build_http();
     let mut session: Option<String> = None;
     let mut id = 1u64;
-    loop {
+    while !stop.load(Ordering::Relaxed) {
         if session.is_none() {
             // Only until the first session is open (the backend may be down at the start).
             session = initialize(&client, &url).await;

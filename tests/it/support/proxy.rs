@@ -83,9 +83,15 @@ impl Holdfast {
         String::from_utf8(resp.body.to_vec()).unwrap()
     }
 
-    /// The value of one sample line in `/metrics` (`name{labels}` exactly as encoded), or 0.
+    /// The value of one sample line in `/metrics` (`name{labels}` exactly as encoded). Fails the
+    /// test when the series is absent: see [`metric_value`].
     pub async fn metric(&self, series: &str) -> f64 {
         metric_value(&self.metrics().await, series)
+    }
+
+    /// Like [`Holdfast::metric`], for a series created on first use: see [`metric_or_zero`].
+    pub async fn metric_or_zero(&self, series: &str) -> f64 {
+        metric_or_zero(&self.metrics().await, series)
     }
 
     /// Waits until `series` satisfies `ok` and returns its value; panics with the last value
@@ -95,7 +101,8 @@ impl Holdfast {
     pub async fn metric_until(&self, series: &str, ok: impl Fn(f64) -> bool) -> f64 {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
-            let value = self.metric(series).await;
+            // The series may appear only with the event the test waits for.
+            let value = self.metric_or_zero(series).await;
             if ok(value) {
                 return value;
             }
@@ -108,15 +115,39 @@ impl Holdfast {
     }
 }
 
-/// Finds `series` (name with labels, as encoded) in OpenMetrics text; 0 when absent.
+/// Finds `series` (name with labels, as encoded) in OpenMetrics text. Fails the test when it is
+/// absent: holdfast pre-creates every labelled series it has, so a missing one is a misspelt name
+/// or label, and an "equals 0" check must not pass on it.
 pub fn metric_value(text: &str, series: &str) -> f64 {
+    find_sample(text, series)
+        .unwrap_or_else(|| panic!("no series {series} in /metrics (misspelt?):\n{text}"))
+}
+
+/// For a series created on first use (`holdfast_requests_total` by method and status, which are
+/// unbounded in advance): 0 while absent. Its metric family must exist, so a misspelt metric
+/// name still fails.
+pub fn metric_or_zero(text: &str, series: &str) -> f64 {
+    let name = series.split('{').next().unwrap_or(series);
+    let family = ["_total", "_count", "_sum", "_bucket"]
+        .iter()
+        .find_map(|suffix| name.strip_suffix(suffix))
+        .unwrap_or(name);
+    assert!(
+        text.lines().any(|l| l
+            .strip_prefix("# TYPE ")
+            .is_some_and(|t| t.split(' ').next() == Some(family))),
+        "no metric family {family} in /metrics (misspelt?):\n{text}"
+    );
+    find_sample(text, series).unwrap_or(0.0)
+}
+
+fn find_sample(text: &str, series: &str) -> Option<f64> {
     text.lines()
         .find_map(|l| {
             l.strip_prefix(series)
                 .and_then(|rest| rest.strip_prefix(' '))
         })
         .map(|v| v.trim().parse().unwrap())
-        .unwrap_or(0.0)
 }
 
 /// The sum of every sample of `holdfast_requests_total` answered with `status`, any method.
