@@ -160,7 +160,13 @@ impl Proxy {
             // The server did not run a request it answered with a session 404, so it may go
             // again once the session is back.
             let gone = self
-                .session_gone(&ex.target, ex.carried.as_ref(), &ex.handle, &mut ex.resumes)
+                .session_gone(
+                    &ex.target,
+                    ex.carried.as_ref(),
+                    &ex.handle,
+                    &mut ex.resumes,
+                    peek.complete.as_deref(),
+                )
                 .await;
             match gone {
                 Gone::SendAgain => return Next::Again,

@@ -75,6 +75,7 @@ impl Proxy {
         carried: Option<&Carried>,
         handle: &BodyHandle,
         resumes: &mut u32,
+        answer_body: Option<&[u8]>,
     ) -> Gone {
         // A DELETE's 404 is the answer the client asked for: the session is over either way.
         if target.method == Method::DELETE || !self.sessions.enabled() {
@@ -86,6 +87,14 @@ impl Proxy {
             }
             return Gone::Pass;
         };
+        // Only the session's own endpoint answers for the session: a 404 for another path is
+        // that path's, and a JSON-RPC method-not-found is the method's. Re-establishing on either
+        // would throw away a session the server still has.
+        if !carried.session.is_endpoint(&target.uri)
+            || answer_body.is_some_and(rpc::is_method_not_found)
+        {
+            return Gone::Pass;
+        }
         if *resumes >= MAX_RESUMES {
             self.count_resume(ResumeOutcome::failed);
             tracing::warn!(

@@ -299,6 +299,11 @@ impl Session {
         &self.client_id
     }
 
+    /// Whether `uri` is the endpoint the session was opened on (the path; the query may differ).
+    pub fn is_endpoint(&self, uri: &Uri) -> bool {
+        self.lock().uri.path() == uri.path()
+    }
+
     /// The id the upstream knows this session by now.
     pub fn upstream_id(&self) -> HeaderValue {
         self.lock().upstream_id.clone()

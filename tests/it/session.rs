@@ -528,3 +528,32 @@ async fn answers_name_the_clients_session_id_never_the_new_one() {
     );
     assert_eq!(server.executed(), 2);
 }
+
+#[tokio::test]
+async fn a_404_of_another_path_or_an_unknown_method_leaves_the_session_alone() {
+    let server = ForgetfulServer::start().await;
+    let holdfast = Holdfast::start(&server.upstream.url()).await;
+    let id = open_session(&holdfast).await;
+
+    let unknown = r#"{"jsonrpc":"2.0","id":1,"method":"unknown/thing"}"#;
+    let answer = send(&holdfast, "POST", Some(&id), unknown).await;
+    assert_eq!(answer.status_line, "HTTP/1.1 404 Not Found", "{answer:?}");
+    assert!(String::from_utf8_lossy(&answer.body).contains("-32601"));
+
+    let host = holdfast.addr.to_string();
+    let other = format!("GET /elsewhere HTTP/1.1\r\nhost: {host}\r\nmcp-session-id: {id}\r\n\r\n");
+    let answer = within(raw_http(holdfast.addr, other.as_bytes()))
+        .await
+        .expect("raw GET");
+    assert_eq!(answer.status_line, "HTTP/1.1 404 Not Found");
+
+    assert_eq!(server.opened(), 1, "no session was re-established");
+    assert_eq!(holdfast.metric(&resumes("resumed")).await, 0.0);
+    let call = send(&holdfast, "POST", Some(&id), &count_call(2)).await;
+    assert_eq!(
+        result_text(&call),
+        "1",
+        "the session is the server's, as it was"
+    );
+    assert_eq!(server.opened(), 1);
+}

@@ -1,7 +1,7 @@
 //! A scripted stateful MCP server (JSON answers) for what rmcp's server does not do: it names the
 //! session in `Mcp-Session-Id` on *every* answer, so a test can see which id a client gets back,
 //! and [`ForgetfulServer::forget`] drops its sessions without a restart, as a recreated container
-//! would have.
+//! would have. A method named `unknown/...` gets the 2026-07-28 revision's method-not-found 404.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -55,6 +55,10 @@ impl ForgetfulServer {
 }
 
 fn answer(known: &Mutex<Known>, seen: &Seen) -> http::Response<super::http::TestBody> {
+    if !seen.uri.starts_with("/mcp") {
+        // Like any web framework for a path it does not serve.
+        return response(404, &[], "");
+    }
     let body: serde_json::Value = serde_json::from_slice(&seen.body).unwrap_or_default();
     let mut known = known.lock().unwrap();
     let json = ("content-type", "application/json");
@@ -84,6 +88,12 @@ fn answer(known: &Mutex<Known>, seen: &Seen) -> http::Response<super::http::Test
                 "content": [{"type": "text", "text": known.executed.to_string()}]}});
             response(200, &[json, echo], result.to_string())
         }
+        // As the 2026-07-28 revision answers an unknown method: HTTP 404, JSON-RPC -32601.
+        Some(method) if method.starts_with("unknown/") => response(
+            404,
+            &[json, echo],
+            r#"{"jsonrpc":"2.0","id":1,"error":{"code":-32601,"message":"Method not found"}}"#,
+        ),
         _ => response(
             200,
             &[json, echo],
