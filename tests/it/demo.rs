@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use holdfast::demo::{run, DemoOptions};
 
+use crate::support::http::Reserved;
 use crate::support::process::holdfast;
 use crate::support::proxy::Holdfast;
 
@@ -54,7 +55,10 @@ fn the_demo_binary_runs_and_summarises() {
 
 #[tokio::test]
 async fn healthcheck_follows_readiness() {
-    let mut hf = Holdfast::start("http://127.0.0.1:9").await;
+    // An upstream port that stays ours and refuses: readiness is holdfast's own, not the
+    // upstream's.
+    let upstream = Reserved::new();
+    let mut hf = Holdfast::start(&upstream.url()).await;
     let admin = hf.admin.to_string();
     let check = |admin: String| async move {
         tokio::task::spawn_blocking(move || {
