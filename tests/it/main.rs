@@ -16,6 +16,7 @@ mod mcp_e2e;
 mod rmcp_smoke;
 mod rows;
 mod session;
+mod session_ts;
 mod shutdown;
 mod sse;
 mod support;

@@ -4,6 +4,7 @@ pub mod files;
 pub mod forgetful;
 pub mod http;
 pub mod mcp;
+pub mod node;
 pub mod process;
 pub mod proxy;
 pub mod router;

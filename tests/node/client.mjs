@@ -1,0 +1,111 @@
+// The official MCP TypeScript SDK client, driven one command at a time by a Rust test
+// (tests/it/support/node.rs) so the test decides when each call happens.
+//
+// Usage: node client.mjs URL
+// stdout: one JSON line per event: {"event":"ready","sessionId":...} once connected (or
+//         {"event":"failed","error":...} and exit 1), then per command one
+//         {"event":"result","ok":true,"text":<first text content>,"sessionId":...} or
+//         {"event":"result","ok":false,"error":<the SDK's message>,"sessionId":...}, where
+//         sessionId is what the SDK's transport holds after the command. Nothing else.
+// stdin:  one JSON command per line: {"op":"call","tool":"count"},
+//         {"op":"call","tool":"echo","args":{"text":"x"}}, {"op":"setLevel","level":"debug"},
+//         {"op":"close"} (DELETE the session, then exit). EOF closes without a DELETE.
+// stderr: a trace of every HTTP request the SDK makes and of the SDK's own errors, for the
+//         test's failure messages and for reading what the client does around a restart.
+import { createInterface } from 'node:readline';
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+
+const url = process.argv[2];
+if (!url) {
+    console.error('usage: node client.mjs URL');
+    process.exit(2);
+}
+
+const emit = event => process.stdout.write(JSON.stringify(event) + '\n');
+const trace = text => process.stderr.write(`client: ${text}\n`);
+
+// Wraps fetch only to log: the SDK's requests themselves are untouched, so the test sees the
+// real client's headers, its background GET stream and its DELETE.
+async function tracedFetch(input, init = {}) {
+    const headers = new Headers(init.headers);
+    const session = headers.get('mcp-session-id') ?? '-';
+    const version = headers.get('mcp-protocol-version') ?? '-';
+    let what = '';
+    if (typeof init.body === 'string') {
+        try {
+            what = ` ${JSON.parse(init.body).method ?? 'response'}`;
+        } catch {
+            what = ' (unparsed body)';
+        }
+    }
+    const request = `${init.method ?? 'GET'}${what} session=${session} version=${version}`;
+    try {
+        const response = await fetch(input, init);
+        trace(`${request} -> ${response.status} ${response.headers.get('content-type') ?? ''}`);
+        return response;
+    } catch (error) {
+        trace(`${request} -> ${error.cause?.code ?? error.name}`);
+        throw error;
+    }
+}
+
+const transport = new StreamableHTTPClientTransport(new URL(url), { fetch: tracedFetch });
+const client = new Client({ name: 'holdfast-ts-test-client', version: '1.0.0' });
+// Errors the SDK reports out of band (the GET stream dropping, its reconnects failing): not a
+// command's result, but what the client went through.
+client.onerror = error => trace(`onerror: ${error.message}`);
+
+try {
+    await client.connect(transport);
+} catch (error) {
+    emit({ event: 'failed', error: error.message });
+    process.exit(1);
+}
+emit({ event: 'ready', sessionId: transport.sessionId ?? null });
+
+async function perform(command) {
+    switch (command.op) {
+        case 'call': {
+            const call = { name: command.tool, arguments: command.args ?? {} };
+            const result = await client.callTool(call);
+            const text = result.content?.find(content => content.type === 'text')?.text ?? '';
+            if (result.isError) {
+                throw new Error(`tool error: ${text}`);
+            }
+            return text;
+        }
+        case 'setLevel':
+            await client.setLoggingLevel(command.level);
+            return '';
+        case 'close':
+            await transport.terminateSession();
+            return '';
+        default:
+            throw new Error(`unknown op ${JSON.stringify(command.op)}`);
+    }
+}
+
+// `for await` takes the next line only after the previous command finished, so commands run
+// strictly one at a time, in order, as a test reading one result per command expects.
+for await (const line of createInterface({ input: process.stdin, crlfDelay: Infinity })) {
+    if (!line.trim()) {
+        continue;
+    }
+    let command;
+    try {
+        command = JSON.parse(line);
+        const text = await perform(command);
+        emit({ event: 'result', ok: true, text, sessionId: transport.sessionId ?? null });
+    } catch (error) {
+        const sessionId = transport.sessionId ?? null;
+        emit({ event: 'result', ok: false, error: error.message, sessionId });
+    }
+    if (command?.op === 'close') {
+        break;
+    }
+}
+
+// Without this the aborted GET stream's reconnect timer could keep the process alive.
+await client.close();
+process.exit(0);
