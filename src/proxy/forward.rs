@@ -3,7 +3,8 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use http::header::HOST;
+use http::header::{HeaderValue, HOST};
+use http::uri::PathAndQuery;
 use http::{Method, Request, Response, StatusCode, Uri, Version};
 use hyper::body::Incoming;
 use tokio::time::Instant;
@@ -174,7 +175,7 @@ impl Proxy {
                 Gone::Pass => self.metrics.passthrough_404.inc(),
             };
         } else {
-            self.routes.learn(&ex.target.path, Instant::now());
+            self.routes.learn(ex.target.client.path(), Instant::now());
         }
         self.after_answer(&ex.target, ex.carried.as_ref(), &mut head, &ex.handle)
             .await;
@@ -328,26 +329,24 @@ impl Proxy {
         peer: SocketAddr,
     ) -> Result<Target, &'static str> {
         let uri = self.upstream_uri(&parts.uri)?;
-        // The client's host: `Host` on HTTP/1.1, `:authority` on HTTP/2.
-        let client_host = parts
-            .headers
-            .get(HOST)
-            .and_then(|h| h.to_str().ok())
-            .map(str::to_owned)
-            .or_else(|| parts.uri.authority().map(|a| a.to_string()));
-        headers::strip_hop_by_hop(&mut parts.headers);
-        headers::add_forwarded(
-            &mut parts.headers,
-            peer.ip(),
-            self.client_proto,
-            client_host.as_deref(),
-        );
-        match (self.host_header, &client_host) {
-            (HostHeader::Preserve, Some(host)) => headers::set_host(&mut parts.headers, host),
-            _ => headers::set_host(&mut parts.headers, self.upstream.authority.as_str()),
-        }
+        // The client's host: `Host` on HTTP/1.1, `:authority` on HTTP/2. Kept as a header value:
+        // in "preserve" mode it goes back as it came.
+        let client_host = match parts.headers.get(HOST) {
+            Some(host) => host.to_str().is_ok().then(|| host.clone()),
+            None => parts
+                .uri
+                .authority()
+                .and_then(|a| HeaderValue::from_str(a.as_str()).ok()),
+        };
+        let headers = &mut parts.headers;
+        headers::strip_hop_by_hop(headers);
+        headers::add_forwarded(headers, peer.ip(), self.client_proto, client_host.clone());
+        match (self.host_header, client_host) {
+            (HostHeader::Preserve, Some(host)) => headers.insert(HOST, host),
+            _ => headers.insert(HOST, self.upstream_host.clone()),
+        };
         Ok(Target {
-            path: parts.uri.path().to_owned(),
+            client: parts.uri,
             method: parts.method,
             uri,
             headers: parts.headers,
@@ -431,7 +430,8 @@ impl Proxy {
                 body: peek.complete.as_deref(),
             },
             &cx(
-                self.routes.is_expected(&target.path, Instant::now()),
+                self.routes
+                    .is_expected(target.client.path(), Instant::now()),
                 Some(head.status),
             ),
         );
@@ -441,16 +441,26 @@ impl Proxy {
     /// The upstream URI for a client request URI: the upstream's authority, its path prefix, then
     /// the client's path and query.
     fn upstream_uri(&self, uri: &Uri) -> Result<Uri, &'static str> {
-        let pq = uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
-        if !pq.starts_with('/') {
+        let pq = uri
+            .path_and_query()
+            .cloned()
+            .unwrap_or_else(|| PathAndQuery::from_static("/"));
+        if !pq.as_str().starts_with('/') {
             // `OPTIONS *` or an absolute-form oddity: nothing to forward to one upstream.
             return Err("the request target must be an absolute path");
         }
-        Uri::builder()
-            .scheme(self.upstream.scheme())
-            .authority(self.upstream.authority.clone())
-            .path_and_query(format!("{}{}", self.upstream.path_prefix, pq))
-            .build()
-            .map_err(|_| "the request target cannot be forwarded")
+        let prefix = &self.upstream.path_prefix;
+        let pq = if prefix.is_empty() {
+            // The usual case: the client's path and query as they are, not copied.
+            pq
+        } else {
+            PathAndQuery::try_from(format!("{prefix}{pq}"))
+                .map_err(|_| "the request target cannot be forwarded")?
+        };
+        let mut parts = http::uri::Parts::default();
+        parts.scheme = Some(self.upstream_scheme.clone());
+        parts.authority = Some(self.upstream.authority.clone());
+        parts.path_and_query = Some(pq);
+        Uri::from_parts(parts).map_err(|_| "the request target cannot be forwarded")
     }
 }

@@ -7,25 +7,37 @@
 
 use std::net::IpAddr;
 
-use http::header::{HeaderMap, HeaderName, HeaderValue, CONNECTION, HOST};
+use http::header::{
+    HeaderMap, HeaderName, HeaderValue, CONNECTION, HOST, PROXY_AUTHENTICATE, PROXY_AUTHORIZATION,
+    TE, TRAILER, TRANSFER_ENCODING, UPGRADE,
+};
 
 /// Always hop-by-hop (RFC 9110 §7.6.1, plus the RFC 2616 §13.5.1 proxy-auth pair and the
-/// non-standard `Proxy-Connection` that old clients still send).
-const HOP_BY_HOP: [&str; 9] = [
-    "connection",
-    "keep-alive",
-    "proxy-connection",
-    "proxy-authenticate",
-    "proxy-authorization",
-    "te",
-    "trailer",
-    "transfer-encoding",
-    "upgrade",
+/// non-standard `Proxy-Connection` that old clients still send). As `HeaderName`s, so finding
+/// one is a comparison, not a parse and a hash.
+const HOP_BY_HOP: [HeaderName; 9] = [
+    CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
+    PROXY_AUTHENTICATE,
+    PROXY_AUTHORIZATION,
+    TE,
+    TRAILER,
+    TRANSFER_ENCODING,
+    UPGRADE,
 ];
+
+const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
 
 /// Removes hop-by-hop headers, including those named in `Connection` (any case, any spacing,
 /// across repeated `Connection` headers).
 pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    // Most messages carry none: one pass of comparisons decides, and nothing is removed.
+    if !headers.keys().any(|name| HOP_BY_HOP.contains(name)) {
+        return;
+    }
     let listed: Vec<HeaderName> = headers
         .get_all(CONNECTION)
         .iter()
@@ -36,38 +48,52 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
     for name in listed {
         headers.remove(name);
     }
-    for name in HOP_BY_HOP {
+    for name in &HOP_BY_HOP {
         headers.remove(name);
     }
 }
 
 /// Appends `value` to a comma-separated header, creating it when absent.
-fn append_list(headers: &mut HeaderMap, name: HeaderName, value: &str) {
+fn append_list(headers: &mut HeaderMap, name: HeaderName, value: HeaderValue) {
+    if !headers.contains_key(&name) {
+        // The usual case: nothing to join, and the value goes in as it is.
+        headers.insert(name, value);
+        return;
+    }
     // Every existing line is kept (a list may arrive split over several field lines), joined into
     // one: many readers of X-Forwarded-For look at the first line only.
-    let mut joined: Vec<&str> = headers
+    let mut joined: Vec<&[u8]> = headers
         .get_all(&name)
         .iter()
-        .filter_map(|v| v.to_str().ok())
-        .map(str::trim)
+        .map(|v| v.as_bytes().trim_ascii())
         .filter(|v| !v.is_empty())
         .collect();
-    joined.push(value);
-    if let Ok(v) = HeaderValue::from_str(&joined.join(", ")) {
+    joined.push(value.as_bytes());
+    if let Ok(v) = HeaderValue::from_bytes(&joined.join(&b", "[..])) {
         headers.insert(name, v);
     }
 }
 
-/// Adds `X-Forwarded-For`, `-Proto` and `-Host` for the client at `peer`.
-pub fn add_forwarded(headers: &mut HeaderMap, peer: IpAddr, proto: &str, host: Option<&str>) {
-    append_list(
-        headers,
-        HeaderName::from_static("x-forwarded-for"),
-        &peer.to_string(),
-    );
-    append_list(headers, HeaderName::from_static("x-forwarded-proto"), proto);
+/// Adds `X-Forwarded-For`, `-Proto` and `-Host` for the client at `peer`; `proto` is `http` or
+/// `https`, `host` the client's Host (or HTTP/2 `:authority`).
+pub fn add_forwarded(
+    headers: &mut HeaderMap,
+    peer: IpAddr,
+    proto: &'static str,
+    host: Option<HeaderValue>,
+) {
+    let mut ip = [0u8; 64];
+    let ip = {
+        use std::io::Write;
+        let mut cursor = std::io::Cursor::new(&mut ip[..]);
+        write!(cursor, "{peer}").expect("an IP address fits 64 bytes");
+        let len = cursor.position() as usize;
+        HeaderValue::from_bytes(&ip[..len]).expect("an IP address is a header value")
+    };
+    append_list(headers, X_FORWARDED_FOR, ip);
+    append_list(headers, X_FORWARDED_PROTO, HeaderValue::from_static(proto));
     if let Some(host) = host {
-        append_list(headers, HeaderName::from_static("x-forwarded-host"), host);
+        append_list(headers, X_FORWARDED_HOST, host);
     }
 }
 
@@ -186,7 +212,7 @@ mod tests {
             &mut h,
             "10.1.2.3".parse().unwrap(),
             "http",
-            Some("example.com"),
+            Some(HeaderValue::from_static("example.com")),
         );
         assert_eq!(h["x-forwarded-for"], "203.0.113.7, 10.1.2.3");
         assert_eq!(h["x-forwarded-proto"], "http");

@@ -40,7 +40,7 @@ use tokio::time::Instant;
 use crate::classify::{self, ExpectedRoutes};
 use crate::config::{Config, HostHeader};
 use crate::hold::Outages;
-use crate::metrics::{Metrics, RequestLabels};
+use crate::metrics::Metrics;
 use crate::replay::CopyBudget;
 use crate::session::Sessions;
 use crate::upstream::{self, Client};
@@ -58,6 +58,10 @@ const BODY_ID_WAIT: Duration = Duration::from_secs(1);
 /// The forwarding service, shared by every connection.
 pub struct Proxy {
     upstream: crate::config::UpstreamUrl,
+    /// `http` or `https`, for every upstream URI.
+    upstream_scheme: http::uri::Scheme,
+    /// The upstream's `host:port` as a Host value (`client.host_header = "upstream"`).
+    upstream_host: http::HeaderValue,
     host_header: HostHeader,
     response_timeout: Duration,
     stream_idle_timeout: Duration,
@@ -90,8 +94,8 @@ struct Target {
     method: http::Method,
     uri: Uri,
     headers: http::HeaderMap,
-    /// The client-facing path (for expected routes and learning).
-    path: String,
+    /// The client's request target (its path decides expected routes and learning).
+    client: Uri,
 }
 
 impl Proxy {
@@ -99,6 +103,9 @@ impl Proxy {
     pub fn new(cfg: &Config, metrics: Arc<Metrics>) -> Self {
         Self {
             upstream: cfg.upstream.clone(),
+            upstream_scheme: cfg.upstream.scheme(),
+            upstream_host: http::HeaderValue::from_str(cfg.upstream.authority.as_str())
+                .expect("an authority is a header value"),
             host_header: cfg.host_header,
             response_timeout: cfg.response_timeout,
             stream_idle_timeout: cfg.stream_idle_timeout,
@@ -145,11 +152,7 @@ impl Proxy {
         let elapsed = start.elapsed();
         self.metrics
             .requests
-            .get_or_create(&RequestLabels {
-                method: (&method).into(),
-                status: resp.status().as_u16(),
-            })
-            .inc();
+            .inc((&method).into(), resp.status().as_u16());
         self.metrics.request_duration.observe(elapsed.as_secs_f64());
         if self.access_log {
             // Path only: a query may carry tokens. Never headers or bodies.

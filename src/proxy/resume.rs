@@ -156,7 +156,7 @@ impl Proxy {
             method: Method::POST,
             uri: plan.uri.clone(),
             headers,
-            path: current.path.clone(),
+            client: current.client.clone(),
         };
         let mut headers = own_headers(&current.headers);
         let (upstream_id, negotiated) = match self

@@ -15,6 +15,9 @@ use prometheus_client::registry::Registry;
 
 use crate::classify::{FailReason, RewriteReason};
 
+mod atomic;
+pub use atomic::{AtomicHistogram, RequestCounters};
+
 /// Buckets of `holdfast_request_duration_seconds`, in seconds: from 1 ms (a proxied answer on
 /// loopback) to 5 min (a long tool call answered as JSON). Measured to the response *head*: a
 /// stream's lifetime is not a request's latency.
@@ -28,9 +31,9 @@ pub struct Metrics {
     /// `holdfast_rewrites_total{reason}`: answers turned into 503 + Retry-After.
     pub rewrites: Family<ReasonLabel, Counter>,
     /// `holdfast_requests_total{method,status}`: every answer, by the status the client saw.
-    pub requests: Family<RequestLabels, Counter>,
+    pub requests: RequestCounters,
     /// `holdfast_request_duration_seconds`: time to the response head.
-    pub request_duration: Histogram,
+    pub request_duration: AtomicHistogram,
     /// `holdfast_upstream_up`: 1 unless an outage is open.
     pub upstream_up: Gauge,
     /// `holdfast_sse_streams_active`: SSE responses being streamed now.
@@ -275,6 +278,20 @@ pub enum Method {
     OTHER,
 }
 
+impl Method {
+    /// Every value, in declaration order (the order `as usize` follows).
+    pub const ALL: [Method; 8] = [
+        Method::GET,
+        Method::POST,
+        Method::DELETE,
+        Method::PUT,
+        Method::PATCH,
+        Method::HEAD,
+        Method::OPTIONS,
+        Method::OTHER,
+    ];
+}
+
 impl From<&http::Method> for Method {
     fn from(m: &http::Method) -> Self {
         match *m {
@@ -295,8 +312,8 @@ impl Metrics {
     pub fn register(registry: &mut Registry) -> Self {
         let m = Metrics {
             rewrites: Family::default(),
-            requests: Family::default(),
-            request_duration: Histogram::new(DURATION_BUCKETS),
+            requests: RequestCounters::new(Family::default()),
+            request_duration: AtomicHistogram::new(DURATION_BUCKETS),
             upstream_up: Gauge::default(),
             sse_streams_active: Gauge::default(),
             passthrough_404: Counter::default(),
@@ -361,7 +378,7 @@ impl Metrics {
         r.register(
             "requests",
             "Requests answered, by method and the status the client saw",
-            m.requests.clone(),
+            m.requests.family().clone(),
         );
         r.register(
             "request_duration_seconds",
