@@ -15,7 +15,7 @@
 //!   streaming bodies; re-establishing forgotten sessions.
 //! - [`session`]: the MCP sessions carried across backend restarts, and the JSON-RPC they need.
 //! - [`replay`]: the request body, forwarded as it streams and kept (capped) for a replay.
-//! - [`upstream`]: the pooled client and its connector (TCP, then TLS; typed connect failures).
+//! - [`upstream`]: connecting (TCP, then TLS; typed failures), our own HTTP/1 pool, sending.
 //! - [`classify`]: the one flat decision of what an upstream outcome means; router signatures.
 //! - [`hold`]: outages, holding requests through them, probing, Retry-After from history.
 //! - [`respond`]: every synthetic response.

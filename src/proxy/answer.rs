@@ -6,7 +6,6 @@ use http::header::{HeaderValue, CONTENT_LENGTH, CONTENT_TYPE};
 use http::{Response, StatusCode, Version};
 use http_body::Body as _;
 use http_body_util::BodyExt;
-use hyper::body::Incoming;
 use prometheus_client::metrics::gauge::Gauge;
 use tokio::time::Instant;
 
@@ -16,6 +15,7 @@ use crate::classify::{FailReason, RewriteReason};
 use crate::hold::Ticket;
 use crate::replay::BodyHandle;
 use crate::respond;
+use crate::upstream::UpstreamBody;
 
 /// Header added to SSE responses so nginx in front does not buffer them.
 const X_ACCEL_BUFFERING: &str = "x-accel-buffering";
@@ -30,7 +30,7 @@ pub(super) struct Peeked {
     /// Bytes read before giving up on a too-large body.
     pub(super) prefix: Option<Bytes>,
     /// The unread rest.
-    pub(super) rest: Incoming,
+    pub(super) rest: UpstreamBody,
 }
 
 impl Proxy {
@@ -128,7 +128,7 @@ impl Proxy {
     pub(super) async fn peek(
         &self,
         headers: &http::HeaderMap,
-        mut body: Incoming,
+        mut body: UpstreamBody,
     ) -> Result<Peeked, super::body::BoxError> {
         let declared = headers
             .get(CONTENT_LENGTH)

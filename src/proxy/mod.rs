@@ -118,7 +118,7 @@ impl Proxy {
                 cfg.routes.learn,
                 cfg.routes.learn_ttl,
             ),
-            client: upstream::client(
+            client: Client::new(
                 cfg.connect_timeout,
                 cfg.pool_idle_timeout,
                 cfg.upstream_tls.as_ref().map(|t| t.config.clone()),

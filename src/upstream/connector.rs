@@ -1,4 +1,4 @@
-//! The upstream client: a pooled hyper-util client over a connector of our own.
+//! Connecting to the upstream: TCP (and TLS for `https://`), with typed failures.
 //!
 //! The connector exists for three reasons. First, it resolves the upstream's name afresh for
 //! every new connection: a recreated container comes back at a new address, and a cached address
@@ -23,43 +23,15 @@ use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use http::Uri;
 use hyper_util::client::legacy::connect::{Connected, Connection};
-use hyper_util::client::legacy::Client as HyperClient;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::rt::TokioIo;
 use rustls::pki_types::ServerName;
 use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
-
-use crate::replay::ReplayBody;
-
-/// The pooled client the proxy sends through.
-pub type Client = HyperClient<UpstreamConnector, ReplayBody>;
-
-/// Builds the client. Pooled connections are reused (keep-alive) and expire after `idle`. With
-/// `tls` (an `https://` upstream) connections are TLS and may speak HTTP/2 when the upstream picks
-/// `h2` by ALPN; plain connections speak HTTP/1.1.
-pub fn client(
-    connect_timeout: Duration,
-    pool_idle: Duration,
-    tls: Option<Arc<rustls::ClientConfig>>,
-) -> Client {
-    HyperClient::builder(TokioExecutor::new())
-        .pool_timer(TokioTimer::new())
-        .timer(TokioTimer::new())
-        .pool_idle_timeout(pool_idle)
-        // A request on a pooled connection that the upstream closed before we wrote anything is
-        // handed back by hyper and sent again on a new connection: it never reached the app.
-        .retry_canceled_requests(true)
-        .build(UpstreamConnector {
-            connect_timeout,
-            tls: tls.map(tokio_rustls::TlsConnector::from),
-        })
-}
 
 /// Why a connection to the upstream could not be made.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -161,6 +133,20 @@ pub struct UpstreamConnector {
     connect_timeout: Duration,
     /// Present for an `https://` upstream.
     tls: Option<tokio_rustls::TlsConnector>,
+}
+
+impl UpstreamConnector {
+    /// Connects within `connect_timeout` (resolve, TCP and TLS together); TLS when `tls` is
+    /// given (an `https://` upstream).
+    pub fn new(
+        connect_timeout: Duration,
+        tls: Option<std::sync::Arc<rustls::ClientConfig>>,
+    ) -> Self {
+        Self {
+            connect_timeout,
+            tls: tls.map(tokio_rustls::TlsConnector::from),
+        }
+    }
 }
 
 impl tower_service::Service<Uri> for UpstreamConnector {
