@@ -21,3 +21,4 @@ mod shutdown;
 mod sse;
 mod support;
 mod tls;
+mod upstream_pool;

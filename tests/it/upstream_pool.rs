@@ -1,0 +1,228 @@
+//! holdfast's own HTTP/1 pool towards an `http://` upstream: reuse, and every way an upstream
+//! ends a connection that a pool must survive without failing or repeating a request.
+//!
+//! The upstream here is raw: each connection is served by a script that writes exact bytes, so a
+//! test controls keep-alive, `Connection: close`, HTTP/1.0 and closing right after a response.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+
+use crate::support::http;
+use crate::support::proxy::{raw_config, Holdfast};
+use crate::support::within;
+
+/// How the raw upstream answers each request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Script {
+    /// `200` with a body, keep-alive.
+    KeepAlive,
+    /// `202` without a body, keep-alive.
+    NoBody,
+    /// `200`, then the server closes the connection (no `Connection: close`): what a server
+    /// does when its keep-alive timeout strikes right after a response.
+    CloseAfter,
+    /// `200` with `Connection: close`.
+    ConnectionClose,
+    /// An HTTP/1.0 answer (no keep-alive), then close.
+    Http10,
+    /// A head promising a large body, a little of it, then nothing (the test cuts it off).
+    Stalls,
+}
+
+impl Script {
+    fn response(self) -> &'static [u8] {
+        match self {
+            Script::KeepAlive => b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok",
+            Script::NoBody => b"HTTP/1.1 202 Accepted\r\ncontent-length: 0\r\n\r\n",
+            Script::CloseAfter => b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok",
+            Script::ConnectionClose => {
+                b"HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 2\r\n\r\nok"
+            }
+            Script::Http10 => b"HTTP/1.0 200 OK\r\ncontent-length: 2\r\n\r\nok",
+            Script::Stalls => b"HTTP/1.1 200 OK\r\ncontent-length: 1000000\r\n\r\nfirst bytes",
+        }
+    }
+
+    fn closes(self) -> bool {
+        matches!(
+            self,
+            Script::CloseAfter | Script::ConnectionClose | Script::Http10
+        )
+    }
+}
+
+/// A raw upstream on 127.0.0.1:0.
+struct RawUpstream {
+    addr: SocketAddr,
+    /// Connections accepted.
+    accepted: Arc<AtomicUsize>,
+    /// Requests answered.
+    answered: Arc<AtomicUsize>,
+    /// Connections the peer (holdfast) closed, as the upstream saw them.
+    peer_closed: watch::Receiver<usize>,
+    _tasks: JoinSet<()>,
+}
+
+impl RawUpstream {
+    async fn start(script: Script) -> RawUpstream {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (accepted, answered) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let (closed_tx, peer_closed) = watch::channel(0);
+        let closed_tx = Arc::new(closed_tx);
+        let mut tasks = JoinSet::new();
+        let (accepted2, answered2) = (accepted.clone(), answered.clone());
+        tasks.spawn(async move {
+            let mut connections = JoinSet::new();
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    continue;
+                };
+                accepted2.fetch_add(1, Ordering::SeqCst);
+                let (answered, closed) = (answered2.clone(), closed_tx.clone());
+                connections.spawn(serve(stream, script, answered, closed));
+            }
+        });
+        RawUpstream {
+            addr,
+            accepted,
+            answered,
+            peer_closed,
+            _tasks: tasks,
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+}
+
+/// Serves one connection: reads request heads (bodies are not sent by these tests' GETs) and
+/// answers each by the script, until either side closes.
+async fn serve(
+    mut stream: TcpStream,
+    script: Script,
+    answered: Arc<AtomicUsize>,
+    closed: Arc<watch::Sender<usize>>,
+) {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+            match stream.read(&mut chunk).await {
+                Ok(0) | Err(_) => {
+                    closed.send_modify(|n| *n += 1);
+                    return;
+                }
+                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            }
+        }
+        let end = buf.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+        buf.drain(..end);
+        if stream.write_all(script.response()).await.is_err() {
+            return;
+        }
+        answered.fetch_add(1, Ordering::SeqCst);
+        if script.closes() {
+            return;
+        }
+        if script == Script::Stalls {
+            // Hold the connection open, sending nothing more, until holdfast closes it.
+            let _ = stream.read(&mut chunk).await;
+            closed.send_modify(|n| *n += 1);
+            return;
+        }
+    }
+}
+
+/// `holdfast_upstream_failures_total`, all reasons.
+async fn failures(holdfast: &Holdfast) -> f64 {
+    let text = holdfast.metrics().await;
+    text.lines()
+        .filter(|l| l.starts_with("holdfast_upstream_failures_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+#[tokio::test]
+async fn sequential_requests_share_one_connection_and_bodiless_answers_free_it_at_once() {
+    for script in [Script::KeepAlive, Script::NoBody] {
+        let upstream = RawUpstream::start(script).await;
+        let holdfast = Holdfast::start(&upstream.url()).await;
+        for _ in 0..5 {
+            let got = http::get(&holdfast.url("/mcp")).await;
+            assert!(got.status.is_success(), "{script:?}: {got:?}");
+        }
+        // A connection returns to the pool when its response has ended, before the client has
+        // the whole answer: the next request always finds it.
+        assert_eq!(upstream.accepted.load(Ordering::SeqCst), 1, "{script:?}");
+        assert_eq!(upstream.answered.load(Ordering::SeqCst), 5, "{script:?}");
+    }
+}
+
+#[tokio::test]
+async fn upstreams_that_close_their_connections_cost_no_request() {
+    for script in [Script::CloseAfter, Script::ConnectionClose, Script::Http10] {
+        let upstream = RawUpstream::start(script).await;
+        let holdfast = Holdfast::start(&upstream.url()).await;
+        for n in 0..10 {
+            let got = http::get(&holdfast.url("/mcp")).await;
+            assert_eq!(got.status, 200, "{script:?}, request {n}: {got:?}");
+        }
+        assert_eq!(upstream.answered.load(Ordering::SeqCst), 10, "{script:?}");
+        assert_eq!(
+            upstream.accepted.load(Ordering::SeqCst),
+            10,
+            "{script:?}: a closed connection is never reused"
+        );
+        assert_eq!(failures(&holdfast).await, 0.0, "{script:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_body_the_client_abandons_takes_its_connection_with_it() {
+    let upstream = RawUpstream::start(Script::Stalls).await;
+    let holdfast = Holdfast::start(&upstream.url()).await;
+    let response = within(http::send(
+        ::http::Request::get(holdfast.url("/mcp"))
+            .header("host", holdfast.addr.to_string())
+            .body(http_body_util::Full::default())
+            .unwrap(),
+    ))
+    .await;
+    assert_eq!(response.status(), 200);
+    // The client goes away mid-body: holdfast drops the upstream response, and the connection,
+    // whose state is unknown, closes instead of going back to the pool.
+    drop(response);
+    let mut closed = upstream.peer_closed.clone();
+    within(closed.wait_for(|n| *n >= 1)).await.expect("watch");
+    let _next = within(http::send(
+        ::http::Request::get(holdfast.url("/mcp"))
+            .header("host", holdfast.addr.to_string())
+            .body(http_body_util::Full::default())
+            .unwrap(),
+    ))
+    .await;
+    assert_eq!(upstream.accepted.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn idle_connections_close_after_the_pool_idle_timeout() {
+    let upstream = RawUpstream::start(Script::KeepAlive).await;
+    let mut raw = raw_config(&upstream.url());
+    raw.client.pool_idle_timeout_secs = 0.2;
+    let holdfast = Holdfast::start_with(raw).await;
+    assert_eq!(http::get(&holdfast.url("/mcp")).await.status, 200);
+    // holdfast, not the upstream, ends the idle connection: the upstream sees it close.
+    let mut closed = upstream.peer_closed.clone();
+    within(closed.wait_for(|n| *n == 1)).await.expect("watch");
+    // And the next request gets a new connection.
+    assert_eq!(http::get(&holdfast.url("/mcp")).await.status, 200);
+    assert_eq!(upstream.accepted.load(Ordering::SeqCst), 2);
+}
