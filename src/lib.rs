@@ -19,6 +19,7 @@
 //! - [`classify`]: the one flat decision of what an upstream outcome means; router signatures.
 //! - [`hold`]: outages, holding requests through them, probing, Retry-After from history.
 //! - [`respond`]: every synthetic response.
+//! - [`rlimit`]: raising the open-file limit at start.
 //! - [`metrics`]: Prometheus metrics, registered explicitly.
 //! - [`admin`]: `/metrics`, `/healthz`, `/readyz`.
 //! - [`telemetry`]: logging setup.
@@ -34,6 +35,7 @@ pub mod metrics;
 pub mod proxy;
 pub mod replay;
 pub mod respond;
+pub mod rlimit;
 pub mod server;
 pub mod session;
 pub mod telemetry;

@@ -98,6 +98,7 @@ fn run(cli: &Cli) -> ExitCode {
         }
     };
     telemetry::init(config.log_format);
+    holdfast::rlimit::raise_and_log(config.max_connections);
     let runtime = tokio::runtime::Runtime::new().expect("tokio runtime");
     let result = runtime.block_on(async {
         let shutdown = shutdown_signal();

@@ -232,3 +232,72 @@ fn proxy_answers_503_while_the_upstream_refuses_then_drains_on_sigterm() {
     let (status, stderr) = proxy.terminate();
     assert_eq!(status.code(), Some(0), "stderr:\n{}", stderr.join("\n"));
 }
+
+/// holdfast under `prlimit --nofile=SOFT:HARD` with `limits.max_connections`, logging JSON,
+/// until it is up; its stderr lines as JSON.
+fn start_with_open_file_limit(
+    soft: u64,
+    hard: u64,
+    max_connections: u64,
+) -> Vec<serde_json::Value> {
+    let prlimit = process::require_program("prlimit", "util-linux");
+    let mut cmd = std::process::Command::new(prlimit);
+    cmd.arg(format!("--nofile={soft}:{hard}"))
+        .arg(env!("CARGO_BIN_EXE_holdfast"))
+        .args([
+            "--upstream",
+            "http://127.0.0.1:1",
+            "--listen",
+            "127.0.0.1:0",
+            "--admin",
+            "127.0.0.1:0",
+            "--log-format",
+            "json",
+        ])
+        .env_clear()
+        .env(
+            "HOLDFAST_LIMITS__MAX_CONNECTIONS",
+            max_connections.to_string(),
+        )
+        .current_dir(env!("CARGO_MANIFEST_DIR"));
+    let mut running = Running::start(&mut cmd);
+    running.wait_for_line("holdfast proxying");
+    let (status, lines) = running.terminate();
+    assert!(status.success(), "{status:?}: {lines:?}");
+    lines
+        .iter()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+fn line_with<'a>(lines: &'a [serde_json::Value], message: &str) -> Option<&'a serde_json::Value> {
+    lines
+        .iter()
+        .find(|l| l["message"].as_str().is_some_and(|m| m.contains(message)))
+}
+
+#[test]
+fn the_open_file_limit_is_raised_to_the_hard_limit_and_a_low_one_is_named() {
+    // Soft below hard: raised to the hard limit, which covers 1000 connections (2 x 1000 + 64).
+    let lines = start_with_open_file_limit(256, 4096, 1000);
+    let raised = line_with(&lines, "raised the open-file limit")
+        .unwrap_or_else(|| panic!("no line about the limit: {lines:?}"));
+    assert_eq!(raised["from"], 256);
+    assert_eq!(raised["to"], 4096);
+    assert!(
+        line_with(&lines, "below what limits.max_connections").is_none(),
+        "{lines:?}"
+    );
+
+    // A hard limit too low for 10 000 connections: nothing to raise, and a warning naming both.
+    let lines = start_with_open_file_limit(1024, 1024, 10_000);
+    assert!(
+        line_with(&lines, "raised the open-file limit").is_none(),
+        "{lines:?}"
+    );
+    let low = line_with(&lines, "below what limits.max_connections")
+        .unwrap_or_else(|| panic!("no warning: {lines:?}"));
+    assert_eq!(low["level"], "WARN");
+    assert_eq!(low["limit"], 1024);
+    assert_eq!(low["needed"], 20_064);
+}
