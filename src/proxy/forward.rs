@@ -95,11 +95,12 @@ impl Proxy {
         // Hold before dispatch while an outage is known: nothing is sent into a known gap, and
         // the body needs no copy for a replay because it was never sent.
         if self.outages.enabled() && self.outages.holds_before_dispatch(self.horizon) {
-            match self.outages.wait(&mut ex.ticket, &ex.handle).await {
+            // Cold paths are boxed: the request's future stays small, and hyper moves it.
+            match Box::pin(self.outages.wait(&mut ex.ticket, &ex.handle)).await {
                 Released::Go | Released::NotHeld => {}
                 Released::Cancelled => return client_gone(version),
                 Released::TimedOut | Released::QueueFull | Released::Shutdown => {
-                    return self.unavailable_now(&ex).await
+                    return Box::pin(self.unavailable_now(&ex)).await
                 }
             }
         }
@@ -108,7 +109,7 @@ impl Proxy {
             let Some(body) = ex.handle.attempt() else {
                 // Only after a hold or a resume: the body turned out unsendable while it
                 // waited (it failed, or was superseded). Nothing of it went out again.
-                return self.unavailable_now(&ex).await;
+                return Box::pin(self.unavailable_now(&ex)).await;
             };
             if std::mem::take(&mut ex.replay) {
                 self.metrics.replays.inc();
@@ -141,7 +142,7 @@ impl Proxy {
                     let status = answer.map(|(head, _)| head.status);
                     Next::Answer(self.failed(reason, version, status))
                 }
-                (Verdict::Missing(missing), _) => self.hold_for(missing, &mut ex).await,
+                (Verdict::Missing(missing), _) => Box::pin(self.hold_for(missing, &mut ex)).await,
                 (Verdict::Application | Verdict::RouterPassthrough(_), None) => {
                     unreachable!("the classifier passes responses only")
                 }
@@ -160,18 +161,17 @@ impl Proxy {
         if head.status == StatusCode::NOT_FOUND {
             // The server did not run a request it answered with a session 404, so it may go
             // again once the session is back.
-            let gone = self
-                .session_gone(
-                    &ex.target,
-                    ex.carried.as_ref(),
-                    &ex.handle,
-                    &mut ex.resumes,
-                    peek.complete.as_deref(),
-                )
-                .await;
+            let gone = Box::pin(self.session_gone(
+                &ex.target,
+                ex.carried.as_ref(),
+                &ex.handle,
+                &mut ex.resumes,
+                peek.complete.as_deref(),
+            ))
+            .await;
             match gone {
                 Gone::SendAgain => return Next::Again,
-                Gone::Missing(missing) => return self.hold_for(missing, ex).await,
+                Gone::Missing(missing) => return Box::pin(self.hold_for(missing, ex)).await,
                 Gone::Pass => self.metrics.passthrough_404.inc(),
             };
         } else {
@@ -277,7 +277,7 @@ impl Proxy {
                 && head.status.is_success()
                 && !target.headers.contains_key(session::MCP_SESSION_ID);
             if let (true, Some(id)) = (opened, head.headers.get(session::MCP_SESSION_ID)) {
-                self.record_session(target, id.clone(), handle).await;
+                Box::pin(self.record_session(target, id.clone(), handle)).await;
             }
             return;
         };
@@ -402,7 +402,8 @@ impl Proxy {
         };
         let (head, body) = resp.into_parts();
         let peek = if self.signatures.iter().any(|s| s.status == head.status) {
-            match self.peek(&head.headers, body).await {
+            // Boxed: only a status some signature could match is peeked at.
+            match Box::pin(self.peek(&head.headers, body)).await {
                 Ok(p) => p,
                 Err(err) => {
                     // The upstream broke (or stalled) before its small body arrived: nothing

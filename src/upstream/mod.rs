@@ -132,7 +132,8 @@ async fn send_http1(
     loop {
         let (mut sender, pooled) = match pool.checkout() {
             Some(sender) => (sender, true),
-            None => (connect(connector, &target).await?, false),
+            // Boxed: a new connection is the rare case, and its future is large.
+            None => (Box::pin(connect(connector, &target)).await?, false),
         };
         // A pooled connection became idle when its last response ended; hyper may still be
         // finishing that exchange, so wait until it takes a new request (or turns out closed).
