@@ -226,3 +226,29 @@ async fn idle_connections_close_after_the_pool_idle_timeout() {
     assert_eq!(http::get(&holdfast.url("/mcp")).await.status, 200);
     assert_eq!(upstream.accepted.load(Ordering::SeqCst), 2);
 }
+
+#[tokio::test]
+async fn a_client_expecting_100_continue_gets_its_body_through() {
+    let upstream = http::Upstream::start(|seen: http::Seen| {
+        std::future::ready(http::response(200, &[], seen.body))
+    })
+    .await;
+    let holdfast = Holdfast::start(&upstream.url()).await;
+    let body = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"count"}}"#;
+    let got = within(http::call(
+        ::http::Request::post(holdfast.url("/mcp"))
+            .header("host", holdfast.addr.to_string())
+            .header("content-type", "application/json")
+            .header("expect", "100-continue")
+            .body(http_body_util::Full::new(bytes::Bytes::from(body)))
+            .unwrap(),
+    ))
+    .await;
+    assert_eq!(got.status, 200, "{got:?}");
+    assert_eq!(
+        got.text(),
+        body,
+        "the body reached the upstream and came back"
+    );
+    assert_eq!(upstream.seen().len(), 1);
+}
