@@ -357,6 +357,25 @@ impl BodyHandle {
     }
 }
 
+/// Whether a request body has been read to its end, asked after the body itself was handed on.
+#[derive(Clone)]
+pub struct Completion(Arc<Mutex<Shared>>);
+
+impl Completion {
+    /// True once the client's body has ended (every byte of it was read, so an attempt sending
+    /// it has nothing more to wait for from the client).
+    pub fn is_complete(&self) -> bool {
+        self.0.lock().expect("request body lock").complete
+    }
+}
+
+impl ReplayBody {
+    /// A handle that tells later whether the body was read to its end.
+    pub fn completion(&self) -> Completion {
+        Completion(self.shared.clone())
+    }
+}
+
 impl Body for ReplayBody {
     type Data = Bytes;
     type Error = ClientBodyError;

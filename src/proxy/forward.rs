@@ -281,12 +281,12 @@ impl Proxy {
             }
             return;
         };
+        c.session.rewrite_response(&mut head.headers, &c.sent);
         if target.method == Method::DELETE {
             // The client ended the session; later requests on its id get the server's answer.
             self.sessions.forget(c.session.client_id());
             return;
         }
-        c.session.rewrite_response(&mut head.headers);
         if !head.status.is_success() {
             return;
         }

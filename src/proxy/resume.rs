@@ -13,7 +13,10 @@
 //! the request itself would be.
 
 use bytes::{Bytes, BytesMut};
-use http::header::{HeaderValue, ACCEPT, CONTENT_LENGTH, CONTENT_TYPE, EXPECT, TRANSFER_ENCODING};
+use http::header::{
+    HeaderValue, ACCEPT, ACCEPT_ENCODING, CONTENT_ENCODING, CONTENT_LENGTH, CONTENT_TYPE, EXPECT,
+    TRANSFER_ENCODING,
+};
 use http::{HeaderMap, Method};
 use http_body_util::BodyExt;
 use tokio::time::Instant;
@@ -54,6 +57,8 @@ enum Resume {
     Done,
     /// Another request did, while this one waited its turn.
     DoneByAnother,
+    /// The session is alive: the 404 was the request's own answer.
+    Alive,
     /// The backend is missing.
     Missing(Missing),
     /// The server would not re-establish it; why, for the log.
@@ -116,6 +121,10 @@ impl Proxy {
                 Gone::Pass
             }
             Resume::Done | Resume::DoneByAnother => Gone::SendAgain,
+            Resume::Alive => {
+                tracing::debug!("the server still knows the session: its 404 is the answer");
+                Gone::Pass
+            }
             Resume::Missing(missing) => Gone::Missing(missing),
             Resume::Failed(why) => {
                 self.count_resume(ResumeOutcome::failed);
@@ -152,13 +161,31 @@ impl Proxy {
             return Resume::DoneByAnother;
         }
         let plan = session.plan();
+        // Sent where the current request went (the same endpoint: `session_gone` checked), so no
+        // query string of the initialize (a token, say) is ever replayed.
         let own = |headers: HeaderMap| Target {
             method: Method::POST,
-            uri: plan.uri.clone(),
+            uri: current.uri.clone(),
             headers,
             client: current.client.clone(),
         };
         let mut headers = own_headers(&current.headers);
+
+        // Is the session really gone? A 404 can also be a request's own answer (a server with no
+        // GET stream that answers 404 instead of 405, a custom error): re-establishing then would
+        // throw away a live session, and send an executed request again. A ping on the session
+        // tells them apart: a server answers it 404 only for a session it does not know.
+        let mut check = headers.clone();
+        check.insert(MCP_SESSION_ID, carried.sent.clone());
+        if let Some(version) = &plan.protocol_version {
+            check.insert(MCP_PROTOCOL_VERSION, version.clone());
+        }
+        match self.send_own(&own(check), rpc::ping_request(), true).await {
+            Ok(answer) if answer.head.status == http::StatusCode::NOT_FOUND => {}
+            Ok(_) => return Resume::Alive,
+            Err(resume) => return resume,
+        }
+
         let (upstream_id, negotiated) = match self
             .initialize(own(headers.clone()), plan.initialize.clone())
             .await
@@ -340,6 +367,9 @@ fn own_headers(current: &HeaderMap) -> HeaderMap {
         ACCEPT,
         HeaderValue::from_static("application/json, text/event-stream"),
     );
+    // holdfast reads these answers itself and decodes no content coding.
+    headers.insert(ACCEPT_ENCODING, HeaderValue::from_static("identity"));
+    headers.remove(CONTENT_ENCODING);
     headers
 }
 
@@ -364,6 +394,7 @@ mod tests {
         current.insert(MCP_PROTOCOL_VERSION, HeaderValue::from_static("2025-06-18"));
         current.insert(CONTENT_LENGTH, HeaderValue::from_static("999"));
         current.insert(ACCEPT, HeaderValue::from_static("text/event-stream"));
+        current.insert(ACCEPT_ENCODING, HeaderValue::from_static("gzip, deflate"));
         current.insert("mcp-method", HeaderValue::from_static("tools/call"));
         let own = own_headers(&current);
         assert_eq!(own.get("authorization").unwrap(), "Bearer now");
@@ -381,5 +412,6 @@ mod tests {
             "application/json, text/event-stream"
         );
         assert_eq!(own.get(CONTENT_TYPE).unwrap(), "application/json");
+        assert_eq!(own.get(ACCEPT_ENCODING).unwrap(), "identity");
     }
 }

@@ -97,6 +97,12 @@ pub fn is_method_not_found(body: &[u8]) -> bool {
     matches!(reply(false, body), Reply::Error(METHOD_NOT_FOUND, _))
 }
 
+/// A `ping`, which every server answers on a session it knows: holdfast's check that a 404 means
+/// the session is gone.
+pub fn ping_request() -> Bytes {
+    Bytes::from_static(br#"{"jsonrpc":"2.0","id":"holdfast-ping","method":"ping"}"#)
+}
+
 /// `notifications/initialized`, sent after a re-initialize as the client did after its own.
 pub fn initialized_notification() -> Bytes {
     Bytes::from_static(br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#)

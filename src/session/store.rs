@@ -82,8 +82,6 @@ struct State {
 pub struct Plan {
     /// The recorded `initialize` body.
     pub initialize: Bytes,
-    /// Where to send it.
-    pub uri: Uri,
     /// `MCP-Protocol-Version` for the requests after the initialize, if the client sent one.
     pub protocol_version: Option<HeaderValue>,
     /// State to set again, in order.
@@ -195,34 +193,55 @@ impl Sessions {
             inner.by_client_id.retain(|_, s| !self.is_idle(s, now_ms));
         }
         // A session with this id already (a server reusing ids): the new one replaces it.
-        inner.by_client_id.insert(client_id, session);
-        self.make_room(&mut inner);
+        inner.by_client_id.insert(client_id.clone(), session);
+        self.make_room(&mut inner, &client_id);
         self.tracked.set(inner.by_client_id.len() as i64);
         Recorded::Tracked
     }
 
-    /// Evicts the least recently used sessions while a bound is exceeded. One scan evicts a
-    /// sixty-fourth of the store at once, so a full store does not scan on every new session.
-    fn make_room(&self, inner: &mut Inner) {
-        let over = |inner: &Inner| {
-            inner.by_client_id.len() > self.settings.max_tracked
-                || self.recorded.load(Ordering::Acquire) > self.settings.max_recorded_bytes
-        };
-        // Sessions still in use by a request give their bytes back only when it ends, so an
-        // empty store can still be over the byte bound: stop there.
-        while over(inner) && !inner.by_client_id.is_empty() {
-            let mut ages: Vec<(u64, HeaderValue)> = inner
-                .by_client_id
-                .values()
-                .map(|s| (s.last_used.load(Ordering::Relaxed), s.client_id.clone()))
-                .collect();
-            let evict = (ages.len() / 64).max(1);
-            if evict < ages.len() {
-                ages.select_nth_unstable_by_key(evict - 1, |(t, _)| *t);
-            }
-            for (_, id) in ages.into_iter().take(evict) {
-                inner.by_client_id.remove(&id);
-            }
+    /// Evicts sessions while a bound is exceeded: first those never re-established (forgetting
+    /// one costs nothing until the server restarts), least recently used first. One pass evicts
+    /// a sixty-fourth of the store, so a full store does not scan on every new session. Bytes of
+    /// evicted sessions still in use by a request come back only when it ends, so the byte bound
+    /// gets one pass per new session, not a loop that could empty the store.
+    fn make_room(&self, inner: &mut Inner, newest: &HeaderValue) {
+        while inner.by_client_id.len() > self.settings.max_tracked {
+            self.evict_batch(inner, newest);
+        }
+        if self.recorded.load(Ordering::Acquire) > self.settings.max_recorded_bytes {
+            self.evict_batch(inner, newest);
+        }
+    }
+
+    /// Evicts a batch, never `newest` (the session just recorded).
+    fn evict_batch(&self, inner: &mut Inner, newest: &HeaderValue) {
+        let mut ages: Vec<((bool, u64), HeaderValue)> = inner
+            .by_client_id
+            .values()
+            .filter(|s| s.client_id != *newest)
+            .map(|s| {
+                let age = (s.is_mapped(), s.last_used.load(Ordering::Relaxed));
+                (age, s.client_id.clone())
+            })
+            .collect();
+        let evict = (ages.len() / 64).max(1).min(ages.len());
+        if evict == 0 {
+            return;
+        }
+        if evict < ages.len() {
+            ages.select_nth_unstable_by_key(evict - 1, |(age, _)| *age);
+        }
+        let mut mapped = 0;
+        for ((was_mapped, _), id) in ages.into_iter().take(evict) {
+            mapped += usize::from(was_mapped);
+            inner.by_client_id.remove(&id);
+        }
+        if mapped > 0 {
+            tracing::warn!(
+                forgotten = mapped,
+                "forgot re-established MCP sessions to stay within sessions.max_tracked or \
+                 sessions.max_recorded_bytes: their next requests get the server's 404"
+            );
         }
     }
 
@@ -328,15 +347,18 @@ impl Session {
         state.upstream_id.clone()
     }
 
-    /// Gives the client back its own id where the upstream's answer names the upstream id.
-    pub fn rewrite_response(&self, headers: &mut HeaderMap) {
-        let state = self.lock();
-        if state.upstream_id == self.client_id {
-            return;
-        }
-        if headers.get(MCP_SESSION_ID) == Some(&state.upstream_id) {
+    /// Gives the client back its own id where the upstream's answer names `sent`, the upstream
+    /// id the request went with (another request may have re-established the session since).
+    pub fn rewrite_response(&self, headers: &mut HeaderMap, sent: &HeaderValue) {
+        if *sent != self.client_id && headers.get(MCP_SESSION_ID) == Some(sent) {
             headers.insert(MCP_SESSION_ID, self.client_id.clone());
         }
+    }
+
+    /// Whether the session was re-established: the client's id then stands for another one
+    /// upstream, and forgetting it breaks a session the server still has.
+    fn is_mapped(&self) -> bool {
+        self.lock().upstream_id != self.client_id
     }
 
     /// The client's GET stream opened on the current upstream session: the event ids it now
@@ -361,7 +383,6 @@ impl Session {
         );
         Plan {
             initialize: state.initialize.clone(),
-            uri: state.uri.clone(),
             protocol_version: state.protocol_version.clone(),
             state: changes,
         }
@@ -435,6 +456,51 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn re_established_sessions_are_evicted_last() {
+        let store = Sessions::new(settings(), Gauge::default());
+        for n in 0..4 {
+            record(&store, n, 10);
+            tokio::time::advance(Duration::from_millis(10)).await;
+        }
+        // The server knows session 0 by another id now.
+        store
+            .lookup(&id(0))
+            .unwrap()
+            .resumed(HeaderValue::from_static("elsewhere"));
+        // Looking it up made it the most recent; the others are used after it, so it is the
+        // least recently used again.
+        for n in 1..4 {
+            tokio::time::advance(Duration::from_millis(10)).await;
+            store.lookup(&id(n)).unwrap();
+        }
+        tokio::time::advance(Duration::from_millis(10)).await;
+        record(&store, 4, 10);
+        assert!(store.lookup(&id(0)).is_some(), "the mapped one stays");
+        assert!(
+            store.lookup(&id(1)).is_none(),
+            "the oldest unmapped one goes"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn sessions_held_by_requests_do_not_empty_the_store() {
+        let store = Sessions::new(settings(), Gauge::default());
+        record(&store, 0, 100);
+        // A request holds session 0 while it is evicted; its bytes stay counted until it ends.
+        let held = store.lookup(&id(0)).unwrap();
+        store.note_state(&held, vec![StateChange::Subscribe("u".repeat(850))]);
+        tokio::time::advance(Duration::from_millis(10)).await;
+        record(&store, 1, 100);
+        tokio::time::advance(Duration::from_millis(10)).await;
+        record(&store, 2, 100);
+        assert!(store.recorded_bytes() > 1000);
+        // Over the byte bound with bytes nobody can free now: one eviction per new session, and
+        // the newest sessions stay.
+        assert!(store.lookup(&id(2)).is_some());
+        drop(held);
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn the_byte_bound_holds_and_is_given_back() {
         let store = Sessions::new(settings(), Gauge::default());
         assert_eq!(record(&store, 0, 101), Recorded::TooLarge);
@@ -500,8 +566,8 @@ mod tests {
         assert_eq!(again.get(LAST_EVENT_ID).unwrap(), "new-1");
 
         let mut response = HeaderMap::new();
-        response.insert(MCP_SESSION_ID, new);
-        session.rewrite_response(&mut response);
+        response.insert(MCP_SESSION_ID, new.clone());
+        session.rewrite_response(&mut response, &new);
         assert_eq!(response.get(MCP_SESSION_ID), Some(&id(0)));
     }
 

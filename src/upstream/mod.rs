@@ -32,7 +32,7 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 pub use connector::{ConnectError, ConnectErrorKind, Connector, UpstreamConnector, UpstreamIo};
 use pool::Pool;
 
-use crate::replay::ReplayBody;
+use crate::replay::{Completion, ReplayBody};
 
 /// Why sending failed. Each variant keeps its cause: the classifier walks the chain to a
 /// [`ConnectError`] (never sent) or a `hyper::Error` (may have been sent).
@@ -129,6 +129,10 @@ async fn send_http1(
     // The connector needs the authority; the request line carries the path and query only.
     let target = req.uri().clone();
     origin_form(req.uri_mut());
+    // A connection may take the next request only once this one's body is written too: an
+    // upstream may answer before reading it all (a 404 for a forgotten session does), and the
+    // next request must not wait behind a slow client's upload.
+    let uploaded = req.body().completion();
     loop {
         let (mut sender, pooled) = match pool.checkout() {
             Some(sender) => (sender, true),
@@ -145,7 +149,7 @@ async fn send_http1(
                 let (head, body) = resp.into_parts();
                 return Ok(Response::from_parts(
                     head,
-                    UpstreamBody::pooled(body, sender, pool),
+                    UpstreamBody::pooled(body, sender, pool, uploaded),
                 ));
             }
             Err(mut failed) => match failed.take_message() {
@@ -201,6 +205,8 @@ pin_project_lite::pin_project! {
 struct Checkin {
     sender: SendRequest<ReplayBody>,
     pool: Arc<Pool>,
+    /// Whether the request's body has been read to its end.
+    uploaded: Completion,
 }
 
 impl UpstreamBody {
@@ -208,19 +214,22 @@ impl UpstreamBody {
         UpstreamBody { inner, back: None }
     }
 
-    fn pooled(inner: Incoming, sender: SendRequest<ReplayBody>, pool: &Arc<Pool>) -> Self {
+    fn pooled(
+        inner: Incoming,
+        sender: SendRequest<ReplayBody>,
+        pool: &Arc<Pool>,
+        uploaded: Completion,
+    ) -> Self {
+        let mut back = Some(Checkin {
+            sender,
+            pool: pool.clone(),
+            uploaded,
+        });
         if inner.is_end_stream() {
             // No body (a 202, a HEAD, `Content-Length: 0`): the connection is free now.
-            pool.checkin(sender);
-            return UpstreamBody::unpooled(inner);
+            check_in(&mut back);
         }
-        UpstreamBody {
-            inner,
-            back: Some(Checkin {
-                sender,
-                pool: pool.clone(),
-            }),
-        }
+        UpstreamBody { inner, back }
     }
 }
 
@@ -253,8 +262,17 @@ impl Body for UpstreamBody {
     }
 }
 
+/// Returns the connection to the pool, if its request body was read to the end; otherwise it is
+/// dropped, and hyper closes it once the upload is over.
 fn check_in(back: &mut Option<Checkin>) {
-    if let Some(Checkin { sender, pool }) = back.take() {
-        pool.checkin(sender);
+    if let Some(Checkin {
+        sender,
+        pool,
+        uploaded,
+    }) = back.take()
+    {
+        if uploaded.is_complete() {
+            pool.checkin(sender);
+        }
     }
 }

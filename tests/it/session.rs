@@ -46,7 +46,8 @@ fn request(method: &str, host: &str, session: Option<&str>, body: &str) -> Vec<u
         .unwrap_or_default();
     format!(
         "{method} {MCP_PATH} HTTP/1.1\r\nhost: {host}\r\naccept: {MCP_ACCEPT}\r\n\
-         content-type: application/json\r\nauthorization: Bearer current\r\n{session}\
+         content-type: application/json\r\nauthorization: Bearer current\r\n\
+         accept-encoding: gzip, deflate\r\n{session}\
          content-length: {}\r\n\r\n{body}",
         body.len()
     )
@@ -222,16 +223,19 @@ async fn a_call_on_the_old_id_runs_once_and_the_client_keeps_its_id_until_delete
         summary,
         [
             ("tools/call".to_owned(), 404),
+            // holdfast's check that the session is gone, on the old id.
+            ("ping".to_owned(), 404),
             ("initialize".to_owned(), 200),
             ("notifications/initialized".to_owned(), 202),
             ("tools/call".to_owned(), 200),
         ]
     );
-    let renewed = after[1].assigned_session.clone().expect("new session");
+    assert_eq!(after[1].session_id(), Some(id.as_str()));
+    let renewed = after[2].assigned_session.clone().expect("new session");
     assert_ne!(renewed, id);
-    assert_eq!(after[1].session_id(), None);
-    assert_eq!(after[1].header("authorization"), Some("Bearer current"));
-    for r in &after[2..] {
+    assert_eq!(after[2].session_id(), None);
+    assert_eq!(after[2].header("authorization"), Some("Bearer current"));
+    for r in &after[3..] {
         assert_eq!(r.session_id(), Some(renewed.as_str()));
         assert_eq!(r.header("mcp-protocol-version"), Some(VERSION));
     }
@@ -420,9 +424,9 @@ async fn a_refused_re_initialize_passes_the_servers_404() {
     let server = McpServer::start().await;
     let holdfast = Holdfast::start(&format!("http://{}", server.addr())).await;
     let id = open_session(&holdfast).await;
-    // The next POST meets a 404 of the application (not a router's signature), and the one
-    // after it, holdfast's initialize, a 401.
-    server.fail_next_posts(1, StatusCode::NOT_FOUND, None);
+    // The next POST meets a 404 of the application (not a router's signature), so does
+    // holdfast's ping on the session, and holdfast's initialize then gets a 401.
+    server.fail_next_posts(2, StatusCode::NOT_FOUND, None);
     server.fail_next_posts(1, StatusCode::UNAUTHORIZED, None);
     let answer = send(&holdfast, "POST", Some(&id), &count_call(1)).await;
     assert_eq!(answer.status_line, "HTTP/1.1 404 Not Found");
@@ -527,6 +531,53 @@ async fn answers_name_the_clients_session_id_never_the_new_one() {
         "the server named s-2; the client sees its own id"
     );
     assert_eq!(server.executed(), 2);
+    // holdfast reads its own answers and decodes no gzip, whatever the client accepts.
+    let initialize = sent
+        .iter()
+        .filter(|s| String::from_utf8_lossy(&s.body).contains("\"initialize\""))
+        .nth(1)
+        .expect("holdfast's initialize");
+    assert_eq!(initialize.header("accept-encoding"), Some("identity"));
+
+    // The DELETE goes to s-2, and its answer names s-2: the client sees s-1.
+    let delete = send(&holdfast, "DELETE", Some(&id), "").await;
+    assert_eq!(delete.header("mcp-session-id"), Some("s-1"), "{delete:?}");
+    let deleted = server.upstream.seen();
+    assert_eq!(
+        deleted.last().unwrap().header("mcp-session-id"),
+        Some("s-2")
+    );
+}
+
+#[tokio::test]
+async fn a_404_on_a_live_session_is_the_answer_not_a_reason_to_re_establish() {
+    let server = ForgetfulServer::start().await;
+    let holdfast = Holdfast::start(&server.upstream.url()).await;
+    let id = open_session(&holdfast).await;
+    // A server without a GET stream answers the client's GET 404, on a session it knows.
+    let host = holdfast.addr.to_string();
+    let get = format!(
+        "GET {MCP_PATH} HTTP/1.1\r\nhost: {host}\r\naccept: text/event-stream\r\n\
+         mcp-session-id: {id}\r\n\r\n"
+    );
+    let answer = within(raw_http(holdfast.addr, get.as_bytes()))
+        .await
+        .expect("raw GET");
+    assert_eq!(answer.status_line, "HTTP/1.1 404 Not Found");
+    assert_eq!(answer.body, b"Cannot GET /mcp");
+    // holdfast asked (a ping on the session, answered 200) and left the session alone.
+    let pinged = server
+        .upstream
+        .seen()
+        .iter()
+        .any(|s| String::from_utf8_lossy(&s.body).contains("\"ping\""));
+    assert!(pinged, "holdfast checked the session");
+    assert_eq!(server.opened(), 1, "nothing re-initialized");
+    assert_eq!(holdfast.metric(&resumes("resumed")).await, 0.0);
+    assert_eq!(holdfast.metric(&resumes("failed")).await, 0.0);
+    let call = send(&holdfast, "POST", Some(&id), &count_call(1)).await;
+    assert_eq!(result_text(&call), "1");
+    assert_eq!(server.opened(), 1);
 }
 
 #[tokio::test]

@@ -33,6 +33,9 @@ enum Script {
     Http10,
     /// A head promising a large body, a little of it, then nothing (the test cuts it off).
     Stalls,
+    /// `404` as soon as the request head is read, without waiting for the body (as an MCP SDK
+    /// answers a forgotten session), then reading on.
+    AnswersEarly,
 }
 
 impl Script {
@@ -46,6 +49,7 @@ impl Script {
             }
             Script::Http10 => b"HTTP/1.0 200 OK\r\ncontent-length: 2\r\n\r\nok",
             Script::Stalls => b"HTTP/1.1 200 OK\r\ncontent-length: 1000000\r\n\r\nfirst bytes",
+            Script::AnswersEarly => b"HTTP/1.1 404 Not Found\r\ncontent-length: 4\r\n\r\ngone",
         }
     }
 
@@ -132,7 +136,7 @@ async fn serve(
         if script.closes() {
             return;
         }
-        if script == Script::Stalls {
+        if matches!(script, Script::Stalls | Script::AnswersEarly) {
             // Hold the connection open, sending nothing more, until holdfast closes it.
             let _ = stream.read(&mut chunk).await;
             closed.send_modify(|n| *n += 1);
@@ -251,4 +255,40 @@ async fn a_client_expecting_100_continue_gets_its_body_through() {
         "the body reached the upstream and came back"
     );
     assert_eq!(upstream.seen().len(), 1);
+}
+
+#[tokio::test]
+async fn a_connection_still_uploading_a_slow_body_is_not_handed_to_the_next_request() {
+    let upstream = RawUpstream::start(Script::AnswersEarly).await;
+    let holdfast = Holdfast::start(&upstream.url()).await;
+    // A client that sends a tenth of its body and then nothing: the upstream answers at once.
+    let mut slow = TcpStream::connect(holdfast.addr).await.unwrap();
+    let head = format!(
+        "POST /mcp HTTP/1.1\r\nhost: {}\r\ncontent-type: application/json\r\n\
+         content-length: 100\r\n\r\n{{\"jsonrpc\"",
+        holdfast.addr
+    );
+    slow.write_all(head.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    let mut chunk = [0u8; 1024];
+    while !answer.ends_with(b"gone") {
+        let n = within(slow.read(&mut chunk)).await.unwrap();
+        assert!(
+            n > 0,
+            "holdfast closed: {}",
+            String::from_utf8_lossy(&answer)
+        );
+        answer.extend_from_slice(&chunk[..n]);
+    }
+    assert!(
+        answer.starts_with(b"HTTP/1.1 404"),
+        "{}",
+        String::from_utf8_lossy(&answer)
+    );
+    // The upstream connection is still receiving that upload: the next request must not wait
+    // behind it (it would until the slow client finished, or timed out), so it takes another.
+    let next = within(http::get(&holdfast.url("/mcp"))).await;
+    assert_eq!(next.status, 404);
+    assert_eq!(upstream.accepted.load(Ordering::SeqCst), 2);
+    drop(slow);
 }

@@ -1,7 +1,8 @@
 //! A scripted stateful MCP server (JSON answers) for what rmcp's server does not do: it names the
 //! session in `Mcp-Session-Id` on *every* answer, so a test can see which id a client gets back,
 //! and [`ForgetfulServer::forget`] drops its sessions without a restart, as a recreated container
-//! would have. A method named `unknown/...` gets the 2026-07-28 revision's method-not-found 404.
+//! would have. A method named `unknown/...` gets the 2026-07-28 revision's method-not-found 404,
+//! and a GET gets a framework's 404 (no GET stream), whatever the session.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -58,6 +59,11 @@ fn answer(known: &Mutex<Known>, seen: &Seen) -> http::Response<super::http::Test
     if !seen.uri.starts_with("/mcp") {
         // Like any web framework for a path it does not serve.
         return response(404, &[], "");
+    }
+    if seen.method == http::Method::GET {
+        // Like an Express app that routes only `app.post('/mcp')`: no GET stream, and a 404
+        // (not the 405 the transport asks for) whatever the session.
+        return response(404, &[("content-type", "text/html")], "Cannot GET /mcp");
     }
     let body: serde_json::Value = serde_json::from_slice(&seen.body).unwrap_or_default();
     let mut known = known.lock().unwrap();
