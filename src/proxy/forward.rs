@@ -222,14 +222,17 @@ impl Proxy {
     async fn hold_for(&self, missing: Missing, ex: &mut Exchange) -> Next {
         self.outages.missing(missing.reason);
         let (ticket, handle) = (&mut ex.ticket, &ex.handle);
+        // Stop the failed attempt's body first, if its connection still reads it: whatever
+        // comes next (a 503 that reads the rest of the body for its JSON-RPC id, or a hold) is
+        // the body's only reader, and the abandoned upstream connection closes now instead of
+        // waiting out its idle timer.
+        handle.supersede();
         // Replay only what provably never reached the application: a connection that failed
         // before the request was written, or a router that answered by itself. A router's
         // 502/504 may follow a request the backend did read.
         if !self.outages.enabled() || !missing.is_safe_to_replay() {
             return Next::Answer(self.unavailable(missing.reason, ticket, handle).await);
         }
-        // Stop the failed attempt's body if its connection still reads it.
-        handle.supersede();
         if !handle.is_replayable() {
             // The body outgrew hold.max_body_bytes while it was sent: no copy.
             self.outages.body_too_large();

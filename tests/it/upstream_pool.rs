@@ -36,6 +36,9 @@ enum Script {
     /// `404` as soon as the request head is read, without waiting for the body (as an MCP SDK
     /// answers a forgotten session), then reading on.
     AnswersEarly,
+    /// Traefik's own `502 Bad Gateway` as soon as the head is read (its dial failed), then
+    /// reading on.
+    Router502,
 }
 
 impl Script {
@@ -50,6 +53,9 @@ impl Script {
             Script::Http10 => b"HTTP/1.0 200 OK\r\ncontent-length: 2\r\n\r\nok",
             Script::Stalls => b"HTTP/1.1 200 OK\r\ncontent-length: 1000000\r\n\r\nfirst bytes",
             Script::AnswersEarly => b"HTTP/1.1 404 Not Found\r\ncontent-length: 4\r\n\r\ngone",
+            Script::Router502 => {
+                b"HTTP/1.1 502 Bad Gateway\r\ncontent-length: 11\r\n\r\nBad Gateway"
+            }
         }
     }
 
@@ -136,7 +142,10 @@ async fn serve(
         if script.closes() {
             return;
         }
-        if matches!(script, Script::Stalls | Script::AnswersEarly) {
+        if matches!(
+            script,
+            Script::Stalls | Script::AnswersEarly | Script::Router502
+        ) {
             // Hold the connection open, sending nothing more, until holdfast closes it.
             let _ = stream.read(&mut chunk).await;
             closed.send_modify(|n| *n += 1);
@@ -290,5 +299,41 @@ async fn a_connection_still_uploading_a_slow_body_is_not_handed_to_the_next_requ
     let next = within(http::get(&holdfast.url("/mcp"))).await;
     assert_eq!(next.status, 404);
     assert_eq!(upstream.accepted.load(Ordering::SeqCst), 2);
+    drop(slow);
+}
+
+#[tokio::test]
+async fn a_router_answer_during_a_slow_upload_closes_the_abandoned_upstream_connection() {
+    let upstream = RawUpstream::start(Script::Router502).await;
+    let holdfast = Holdfast::start(&upstream.url()).await;
+    // A client sends a tenth of its body and then nothing; the router answers 502 at once.
+    let mut slow = TcpStream::connect(holdfast.addr).await.unwrap();
+    let head = format!(
+        "POST /mcp HTTP/1.1\r\nhost: {}\r\ncontent-type: application/json\r\n\
+         content-length: 100\r\n\r\n{{\"jsonrpc\"",
+        holdfast.addr
+    );
+    slow.write_all(head.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    let mut chunk = [0u8; 1024];
+    while !answer.windows(4).any(|w| w == b"\r\n\r\n") {
+        let n = within(slow.read(&mut chunk)).await.unwrap();
+        assert!(
+            n > 0,
+            "holdfast closed: {}",
+            String::from_utf8_lossy(&answer)
+        );
+        answer.extend_from_slice(&chunk[..n]);
+    }
+    // A router's 502 may follow a request the backend read: a 503 at once, never held.
+    assert!(
+        answer.starts_with(b"HTTP/1.1 503"),
+        "{}",
+        String::from_utf8_lossy(&answer)
+    );
+    // The attempt that met the router was stopped: its upstream connection closes while the
+    // slow client is still there (it would wait out the 300 s body idle timeout otherwise).
+    let mut closed = upstream.peer_closed.clone();
+    within(closed.wait_for(|n| *n >= 1)).await.expect("watch");
     drop(slow);
 }
