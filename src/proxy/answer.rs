@@ -199,13 +199,13 @@ impl Drop for SseGuard {
 }
 
 /// The client went away while its request was held: nothing was sent, and nobody reads this.
-/// Not a 502 (no upstream failed), not counted as one.
+/// Not a 502 (no upstream failed), not counted as one, and counted as a 499, not a 400.
 pub(super) fn client_gone(version: Version) -> (Response<ProxyBody>, Note) {
     (
         respond::bad_request("the client went away while its request was held", version),
         Note {
             upstream_status: None,
-            action: "cancelled",
+            action: super::CANCELLED,
         },
     )
 }

@@ -83,6 +83,12 @@ pub struct Proxy {
     metrics: Arc<Metrics>,
 }
 
+/// The access-log action of a request whose client went away while it was held.
+const CANCELLED: &str = "cancelled";
+
+/// The status counted for it (nginx's "client closed request").
+const CLIENT_CLOSED_REQUEST: u16 = 499;
+
 /// What happened, for the access log.
 struct Note {
     upstream_status: Option<StatusCode>,
@@ -150,9 +156,14 @@ impl Proxy {
         let path = self.access_log.then(|| req.uri().path().to_owned());
         let (resp, note) = self.forward(req, peer).await;
         let elapsed = start.elapsed();
-        self.metrics
-            .requests
-            .inc((&method).into(), resp.status().as_u16());
+        // A client that went away while held got no answer at all: counted as nginx logs it,
+        // 499 "client closed request", not as the 400 its closed connection was handed.
+        let status = if note.action == CANCELLED {
+            CLIENT_CLOSED_REQUEST
+        } else {
+            resp.status().as_u16()
+        };
+        self.metrics.requests.inc((&method).into(), status);
         self.metrics.request_duration.observe(elapsed.as_secs_f64());
         if self.access_log {
             // Path only: a query may carry tokens. Never headers or bodies.
@@ -160,7 +171,7 @@ impl Proxy {
                 target: "holdfast::access",
                 method = %method,
                 path = path.as_deref().unwrap_or_default(),
-                status = resp.status().as_u16(),
+                status,
                 upstream_status = note.upstream_status.map(|s| s.as_u16()),
                 action = note.action,
                 duration_ms = elapsed.as_secs_f64() * 1000.0,

@@ -729,6 +729,18 @@ async fn a_client_that_leaves_mid_body_while_held_is_never_sent() {
                 "{size}: holds_total cancelled={cancelled} released={released}, expected 1 and 1"
             ));
         }
+        // Counted as what it is: a client that closed its request (499), not a 400.
+        let closed = hf
+            .metric_or_zero("holdfast_requests_total{method=\"POST\",status=\"499\"}")
+            .await;
+        let bad = hf
+            .metric_or_zero("holdfast_requests_total{method=\"POST\",status=\"400\"}")
+            .await;
+        if (closed, bad) != (1.0, 0.0) {
+            problems.push(format!(
+                "{size}: requests_total status 499={closed} 400={bad}, expected 1 and 0"
+            ));
+        }
         up.stop().await;
     }
     assert!(problems.is_empty(), "{problems:#?}");
