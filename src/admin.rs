@@ -3,6 +3,7 @@
 //! never reachable through the public route.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use http::{Method, Request, Response};
@@ -15,7 +16,22 @@ use tokio::net::TcpListener;
 
 use crate::proxy::body::ProxyBody;
 use crate::respond;
-use crate::server::Readiness;
+
+/// Whether the proxy listener is up and not draining (`/readyz`).
+#[derive(Debug, Default)]
+pub struct Readiness(AtomicBool);
+
+impl Readiness {
+    /// Marks ready or not.
+    pub fn set(&self, ready: bool) {
+        self.0.store(ready, Ordering::Release);
+    }
+
+    /// Whether ready.
+    pub fn get(&self) -> bool {
+        self.0.load(Ordering::Acquire)
+    }
+}
 
 /// OpenMetrics content type.
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";

@@ -21,7 +21,7 @@
 //! - [`respond`]: every synthetic response.
 //! - [`rlimit`]: raising the open-file limit at start.
 //! - [`metrics`]: Prometheus metrics, registered explicitly.
-//! - [`admin`]: `/metrics`, `/healthz`, `/readyz`.
+//! - [`admin`]: `/metrics`, `/healthz`, `/readyz`, and the readiness flag the server sets.
 //! - [`telemetry`]: logging setup.
 //! - [`demo`]: `holdfast demo`, a self-contained demonstration.
 

@@ -11,7 +11,6 @@
 
 use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -27,26 +26,11 @@ use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
 
 use crate::admin;
+use crate::admin::Readiness;
 use crate::config::{Config, UpstreamVerify};
 use crate::metrics::{HandshakeFailure, Metrics, TlsMetrics};
 use crate::proxy::Proxy;
 use crate::tls;
-
-/// Whether the proxy listener is up and not draining (`/readyz`).
-#[derive(Debug, Default)]
-pub struct Readiness(AtomicBool);
-
-impl Readiness {
-    /// Marks ready or not.
-    pub fn set(&self, ready: bool) {
-        self.0.store(ready, Ordering::Release);
-    }
-
-    /// Whether ready.
-    pub fn get(&self) -> bool {
-        self.0.load(Ordering::Acquire)
-    }
-}
 
 /// holdfast running on a task of the current runtime (the demo, tests and benchmarks run it so).
 pub struct Spawned {

@@ -1,7 +1,6 @@
 //! The attempt loop: send, classify, act on the verdict, perhaps send again.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 
 use http::header::{HeaderValue, HOST};
 use http::uri::PathAndQuery;
@@ -12,7 +11,7 @@ use tokio::time::Instant;
 use super::answer::{client_gone, Answer, Peeked};
 use super::body::ProxyBody;
 use super::resume::Gone;
-use super::{headers, Note, Proxy, Target, BODY_ID_WAIT};
+use super::{headers, Carried, Note, Proxy, Target, BODY_ID_WAIT};
 use crate::classify::{
     self, ErrorChain, FailReason, Missing, Outcome, PassReason, RewriteReason, Verdict,
 };
@@ -20,14 +19,7 @@ use crate::config::HostHeader;
 use crate::hold::{Released, Ticket};
 use crate::metrics::{Pass, PassLabel};
 use crate::replay::{BodyHandle, ReplayBody};
-use crate::session::{self, Recorded, Session};
-
-/// The session a request carries, when holdfast tracks it.
-pub(super) struct Carried {
-    pub(super) session: Arc<Session>,
-    /// The upstream id the last attempt sent: a resume is needed only while it is current.
-    pub(super) sent: http::HeaderValue,
-}
+use crate::session::{self, Recorded};
 
 /// One client request on its way through the attempt loop.
 struct Exchange {

@@ -104,6 +104,13 @@ struct Target {
     client: Uri,
 }
 
+/// The session a request carries, when holdfast tracks it.
+struct Carried {
+    session: Arc<crate::session::Session>,
+    /// The upstream id the last attempt sent: a resume is needed only while it is current.
+    sent: http::HeaderValue,
+}
+
 impl Proxy {
     /// Builds the proxy from validated configuration.
     pub fn new(cfg: &Config, metrics: Arc<Metrics>) -> Self {

@@ -22,8 +22,7 @@ use http_body_util::BodyExt;
 use tokio::time::Instant;
 
 use super::answer::Peeked;
-use super::forward::Carried;
-use super::{Proxy, Target};
+use super::{Carried, Proxy, Target};
 use crate::classify::{Missing, Verdict};
 use crate::metrics::ResumeOutcome;
 use crate::replay::BodyHandle;
