@@ -24,6 +24,7 @@ use figment::Figment;
 use http::Uri;
 use serde::{Deserialize, Serialize};
 
+pub use crate::signature::{RawHeaderMatch, RawSignature};
 use crate::tls::{self, Identity, TlsError};
 
 /// The documented defaults, one constant each.
@@ -303,38 +304,10 @@ pub struct RawRoutes {
     pub horizon_secs: f64,
     /// Most body bytes read to match a signature.
     pub max_peek_bytes: usize,
-    /// Built-in signatures to use (names from [`crate::classify::Preset`]).
+    /// Built-in signatures to use (names from [`crate::signature::Preset`]).
     pub presets: Vec<String>,
     /// User-defined signatures.
     pub signatures: Vec<RawSignature>,
-}
-
-/// One user-defined router signature (`[[routes.signatures]]`).
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct RawSignature {
-    /// Name used in logs.
-    pub name: String,
-    /// Status to match: 404 (route missing) or a 5xx (router unavailable).
-    pub status: u16,
-    /// Exact `Content-Type` value (case-insensitive); absent means any, `""` means none sent.
-    pub content_type: Option<String>,
-    /// The whole body, exactly.
-    pub body: Option<String>,
-    /// A substring of the body.
-    pub body_contains: Option<String>,
-    /// Headers that must be present (`value` absent) or equal (`value` set).
-    pub headers: Vec<RawHeaderMatch>,
-}
-
-/// A header condition of a signature.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct RawHeaderMatch {
-    /// Header name.
-    pub name: String,
-    /// Exact value, or any value when absent.
-    pub value: Option<String>,
 }
 
 /// `[limits]`: protection against misbehaving clients.
@@ -609,7 +582,7 @@ pub struct Routes {
     /// Most bytes peeked from a candidate body.
     pub max_peek_bytes: usize,
     /// Every active signature, presets first, in match order.
-    pub signatures: Vec<crate::classify::Signature>,
+    pub signatures: Vec<crate::signature::Signature>,
 }
 
 /// The upstream base URL, split into what the proxy needs per request.
@@ -994,14 +967,14 @@ impl Config {
         }
         let mut signatures = Vec::new();
         for (i, name) in raw.routes.presets.iter().enumerate() {
-            match crate::classify::Preset::from_name(name) {
+            match crate::signature::Preset::from_name(name) {
                 Some(p) => signatures.push(p.signature()),
                 None => {
                     v.fail::<()>(
                         &format!("routes.presets[{i}]"),
                         format!(
                             "unknown preset `{name}`; known: {}",
-                            crate::classify::Preset::names().join(", ")
+                            crate::signature::Preset::names().join(", ")
                         ),
                     );
                 }
@@ -1009,7 +982,7 @@ impl Config {
         }
         for (i, s) in raw.routes.signatures.iter().enumerate() {
             let key = format!("routes.signatures[{i}]");
-            match crate::classify::Signature::from_raw(s) {
+            match crate::signature::Signature::from_raw(s) {
                 Ok(sig) => {
                     if sig.body_len_needed() > raw.routes.max_peek_bytes {
                         v.fail::<()>(

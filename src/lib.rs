@@ -16,7 +16,8 @@
 //! - [`session`]: the MCP sessions carried across backend restarts, and the JSON-RPC they need.
 //! - [`replay`]: the request body, forwarded as it streams and kept (capped) for a replay.
 //! - [`upstream`]: connecting (TCP, then TLS; typed failures), our own HTTP/1 pool, sending.
-//! - [`classify`]: the one flat decision of what an upstream outcome means; router signatures.
+//! - [`classify`]: the one flat decision of what an upstream outcome means.
+//! - [`signature`]: router signatures (presets and user-defined), matched by [`classify`].
 //! - [`hold`]: outages, holding requests through them, probing, Retry-After from history.
 //! - [`respond`]: every synthetic response.
 //! - [`rlimit`]: raising the open-file limit at start.
@@ -38,6 +39,7 @@ pub mod respond;
 pub mod rlimit;
 pub mod server;
 pub mod session;
+pub mod signature;
 pub mod telemetry;
 pub mod tls;
 pub mod upstream;

@@ -37,7 +37,7 @@ use http::{Request, Response, StatusCode, Uri};
 use hyper::body::Incoming;
 use tokio::time::Instant;
 
-use crate::classify::{self, ExpectedRoutes};
+use crate::classify::ExpectedRoutes;
 use crate::config::{Config, HostHeader};
 use crate::hold::Outages;
 use crate::metrics::Metrics;
@@ -68,7 +68,7 @@ pub struct Proxy {
     horizon: Duration,
     max_peek_bytes: usize,
     access_log: bool,
-    signatures: Vec<classify::Signature>,
+    signatures: Vec<crate::signature::Signature>,
     routes: ExpectedRoutes,
     client: Client,
     /// `X-Forwarded-Proto`: what the client spoke to holdfast (`https` when the listener is TLS).
