@@ -14,9 +14,9 @@
 //!    failure after the request may have reached the application.
 //!
 //! # Layout
-//! - [`forward`](self::forward): the attempt loop and the one decision per verdict.
-//! - [`answer`](self::answer): what the client gets: passed through, 503, 502.
-//! - [`resume`](self::resume): re-establishing a session the upstream forgot.
+//! - `forward`: the attempt loop and the one decision per verdict.
+//! - `answer`: what the client gets: passed through, 503, 502.
+//! - `resume`: re-establishing a session the upstream forgot.
 //! - [`headers`]: hop-by-hop removal, Host, X-Forwarded-*.
 //! - [`body`]: streaming response bodies under idle timeouts.
 //!

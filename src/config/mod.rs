@@ -1,0 +1,355 @@
+//! Configuration in two phases.
+//!
+//! Phase one ([`RawConfig`]) is a plain serde struct that figment fills from, in rising order of
+//! precedence: built-in defaults, a TOML file (`--config FILE` or `HOLDFAST_CONFIG`), the
+//! environment (`HOLDFAST_` prefix, `__` between nested keys) and command-line flags. Phase two
+//! ([`Config::from_raw`]) checks every value, reports *every* problem at once, each naming its key
+//! and the layer it came from, and produces the validated [`Config`] that the rest of the crate
+//! uses. Nothing outside this module sees a raw value.
+//!
+//! Every default lives in [`defaults`] and is documented in `config/holdfast.toml`.
+//!
+//! # Layout
+//! - `raw`: phase one, what figment fills (and the flags layer), with the defaults.
+//! - `validate`: phase two, [`Config::from_raw`] and its checks.
+//! - here: the validated types and the layering.
+//!
+//! Validation reads the TLS files (certificates, keys, CA bundles, the system's roots for an
+//! `https://` upstream), so that `check-config` reports a certificate that does not load, and the
+//! proxy starts with what was checked.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use figment::providers::{Env, Format, Serialized, Toml};
+use figment::Figment;
+use http::Uri;
+
+use crate::tls::{self, Identity, TlsError};
+
+mod raw;
+mod validate;
+
+pub use raw::*;
+
+/// Phase two: the validated configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Proxy listen address.
+    pub listen: SocketAddr,
+    /// Admin listen address.
+    pub admin: SocketAddr,
+    /// Upstream base.
+    pub upstream: UpstreamUrl,
+    /// `Retry-After` on synthetic 503s.
+    pub retry_after: Duration,
+    /// Log output format.
+    pub log_format: LogFormat,
+    /// Whether to log one line per request.
+    pub access_log: bool,
+    /// Which Host header the upstream sees.
+    pub host_header: HostHeader,
+    /// TCP connect timeout.
+    pub connect_timeout: Duration,
+    /// Time from sending to response headers.
+    pub response_timeout: Duration,
+    /// Idle pooled connection lifetime.
+    pub pool_idle_timeout: Duration,
+    /// Idle timeout between body frames.
+    pub stream_idle_timeout: Duration,
+    /// Route-missing detection settings.
+    pub routes: Routes,
+    /// Largest request head.
+    pub max_header_bytes: usize,
+    /// Time to receive a request head.
+    pub header_read_timeout: Duration,
+    /// Concurrent client connections.
+    pub max_connections: usize,
+    /// Drain time on shutdown.
+    pub drain_timeout: Duration,
+    /// Hold and replay.
+    pub hold: Hold,
+    /// TLS on the proxy listener (`None`: plain HTTP).
+    pub tls: Option<InboundTls>,
+    /// TLS to an `https://` upstream (`None` for `http://`).
+    pub upstream_tls: Option<UpstreamTls>,
+    /// Session continuity.
+    pub sessions: Sessions,
+}
+
+/// Validated `[sessions]`.
+#[derive(Debug, Clone)]
+pub struct Sessions {
+    /// Re-establish a session the restarted server forgot.
+    pub resume: bool,
+    /// Most sessions tracked.
+    pub max_tracked: usize,
+    /// Largest `initialize` body recorded.
+    pub max_initialize_bytes: usize,
+    /// Most recorded bytes over all sessions.
+    pub max_recorded_bytes: usize,
+    /// Idle time after which a session is forgotten.
+    pub idle_timeout: Duration,
+    /// Longest a request waits for another request's resume of its session: the hold timeout,
+    /// the same bound as any other wait for the backend.
+    pub resume_wait: Duration,
+}
+
+/// Validated `[tls]`: the listener's certificate, as loaded, and where to reload it from.
+#[derive(Clone)]
+pub struct InboundTls {
+    /// Certificate chain file (`tls.cert`).
+    pub cert: PathBuf,
+    /// Private key file (`tls.key`).
+    pub key: PathBuf,
+    /// CA bundle for client certificates (`tls.client_ca`).
+    pub client_ca: Option<PathBuf>,
+    /// How often the files are checked for changes.
+    pub reload_interval: Duration,
+    /// The certificate and key as loaded during validation: served until the files change.
+    pub identity: Identity,
+    /// Verifies client certificates, when `client_ca` is set.
+    pub client_verifier: Option<Arc<dyn rustls::server::danger::ClientCertVerifier>>,
+}
+
+impl fmt::Debug for InboundTls {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("InboundTls")
+            .field("cert", &self.cert)
+            .field("key", &self.key)
+            .field("client_ca", &self.client_ca)
+            .field("reload_interval", &self.reload_interval)
+            .field("identity", &self.identity)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Validated TLS settings for an `https://` upstream (`client.ca`, `client.cert`, `client.key`,
+/// `client.insecure_skip_verify`).
+#[derive(Clone)]
+pub struct UpstreamTls {
+    /// What the connector uses: trust, client certificate, ALPN.
+    pub config: Arc<rustls::ClientConfig>,
+    /// Where trust comes from.
+    pub verify: UpstreamVerify,
+    /// The client certificate file, when one is sent.
+    pub client_cert: Option<PathBuf>,
+    /// Whether `h2` is offered by ALPN (only with `client.host_header = "upstream"`: see
+    /// `Validator::upstream_tls`).
+    pub offers_h2: bool,
+}
+
+impl fmt::Debug for UpstreamTls {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("UpstreamTls")
+            .field("verify", &self.verify)
+            .field("client_cert", &self.client_cert)
+            .field("offers_h2", &self.offers_h2)
+            .finish_non_exhaustive()
+    }
+}
+
+/// How an `https://` upstream's certificate is verified.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UpstreamVerify {
+    /// Against the operating system's roots.
+    SystemRoots,
+    /// Against the CA bundle in `client.ca`.
+    Ca(PathBuf),
+    /// Not at all (`client.insecure_skip_verify = true`).
+    InsecureSkipVerify,
+}
+
+/// Validated `[hold]`.
+#[derive(Debug, Clone)]
+pub struct Hold {
+    /// Hold requests (true) or answer 503 at once.
+    pub enabled: bool,
+    /// Longest hold of one request.
+    pub timeout: Duration,
+    /// Largest body kept for a replay.
+    pub max_body_bytes: usize,
+    /// Most held requests.
+    pub max_requests: usize,
+    /// Most body bytes held in all.
+    pub max_buffered_bytes: usize,
+    /// First probe delay.
+    pub backoff_initial: Duration,
+    /// Longest probe delay.
+    pub backoff_max: Duration,
+    /// How Retry-After is chosen.
+    pub retry_after: RetryAfter,
+    /// Bounds of an observed Retry-After.
+    pub retry_after_min: Duration,
+    /// Upper bound of an observed Retry-After.
+    pub retry_after_max: Duration,
+}
+
+/// How the Retry-After of a synthetic 503 is chosen while holding is on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RetryAfter {
+    /// From the outages seen so far, minus the time already waited, within bounds.
+    Observed,
+    /// Always `retry_after_secs`.
+    Fixed,
+}
+
+/// Validated `[routes]`.
+#[derive(Debug, Clone)]
+pub struct Routes {
+    /// Path prefixes (segment-aligned) where the route is expected.
+    pub endpoints: Vec<String>,
+    /// Learn expected paths from the application's answers.
+    pub learn: bool,
+    /// Lifetime of a learned path.
+    pub learn_ttl: Duration,
+    /// Horizon after which route-missing 404s pass through.
+    pub horizon: Duration,
+    /// Most bytes peeked from a candidate body.
+    pub max_peek_bytes: usize,
+    /// Every active signature, presets first, in match order.
+    pub signatures: Vec<crate::signature::Signature>,
+}
+
+/// The upstream base URL, split into what the proxy needs per request.
+#[derive(Debug, Clone)]
+pub struct UpstreamUrl {
+    /// The URL as configured (for logs).
+    pub original: String,
+    /// `host:port` of the upstream.
+    pub authority: http::uri::Authority,
+    /// Path prefix without a trailing slash (`""` when none).
+    pub path_prefix: String,
+    /// `https://`: connections are TLS.
+    pub tls: bool,
+}
+
+impl UpstreamUrl {
+    /// `http` or `https`.
+    pub fn scheme(&self) -> http::uri::Scheme {
+        if self.tls {
+            http::uri::Scheme::HTTPS
+        } else {
+            http::uri::Scheme::HTTP
+        }
+    }
+
+    /// `scheme://authority/`: where connections go (the TCP probe's target; the scheme gives the
+    /// default port).
+    pub fn base_uri(&self) -> Uri {
+        Uri::builder()
+            .scheme(self.scheme())
+            .authority(self.authority.clone())
+            .path_and_query("/")
+            .build()
+            .expect("scheme, authority and path are valid")
+    }
+}
+
+/// Which `Host` header the upstream sees.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HostHeader {
+    /// The client's Host (MCP SDK servers check it against their allowed hosts).
+    Preserve,
+    /// The upstream URL's authority.
+    Upstream,
+}
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// One problem found while loading or validating the configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    /// The dotted key at fault (`client.connect_timeout_secs`).
+    pub key: String,
+    /// Where the value came from (`default`, `file PATH`, `environment variable HOLDFAST_…`,
+    /// `command-line flag`, `not set`).
+    pub origin: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} (from {}): {}", self.key, self.origin, self.message)
+    }
+}
+
+/// Every problem found, reported together so a user fixes them in one round.
+#[derive(Debug, thiserror::Error)]
+#[error("invalid configuration:\n{}", .problems.iter().map(|p| format!("  - {p}")).collect::<Vec<_>>().join("\n"))]
+pub struct ConfigError {
+    /// The problems, in key order of discovery.
+    pub problems: Vec<Problem>,
+}
+
+/// Name of the environment variable that points at the config file.
+pub const CONFIG_ENV: &str = "HOLDFAST_CONFIG";
+/// Prefix of environment variables that set keys.
+pub const ENV_PREFIX: &str = "HOLDFAST_";
+
+/// Builds the layered figment: defaults < file < environment < flags.
+///
+/// `file` is the `--config` flag; when absent `HOLDFAST_CONFIG` is consulted. `flags` holds only
+/// the values the user actually passed on the command line.
+pub fn figment(file: Option<&Path>, flags: &RawFlags) -> Figment {
+    let file: Option<PathBuf> = file
+        .map(Path::to_path_buf)
+        .or_else(|| std::env::var_os(CONFIG_ENV).map(PathBuf::from));
+    let mut fig = Figment::from(Named(
+        Serialized::defaults(RawConfig::default()),
+        ORIGIN_DEFAULT,
+    ));
+    if let Some(path) = file {
+        // `file_exact`: a missing file is an error, not silently an empty layer.
+        fig = fig.merge(Toml::file_exact(path));
+    }
+    fig.merge(
+        Env::prefixed(ENV_PREFIX)
+            .split("__")
+            // HOLDFAST_CONFIG names the file; it is not a key.
+            .ignore(&["config"])
+            // Kubernetes injects service links for a Service named `holdfast` into every pod
+            // (HOLDFAST_PORT=tcp://…, HOLDFAST_SERVICE_HOST, HOLDFAST_PORT_8080_TCP_ADDR, …).
+            // They are not settings; without this filter they would be unknown keys.
+            .filter(|key| {
+                let key = key.as_str().to_ascii_lowercase();
+                !(key == "port" || key.starts_with("port_") || key.starts_with("service_"))
+            }),
+    )
+    .merge(Named(Serialized::defaults(flags), ORIGIN_FLAG))
+}
+
+const ORIGIN_DEFAULT: &str = "default";
+const ORIGIN_FLAG: &str = "command-line flag";
+
+/// A provider under a name of our choosing, so errors can say "default" or "command-line flag"
+/// instead of figment's generic name for both serialized layers.
+struct Named<P>(P, &'static str);
+
+impl<P: figment::Provider> figment::Provider for Named<P> {
+    fn metadata(&self) -> figment::Metadata {
+        figment::Metadata::named(self.1)
+    }
+
+    fn data(
+        &self,
+    ) -> Result<figment::value::Map<figment::Profile, figment::value::Dict>, figment::Error> {
+        self.0.data()
+    }
+}
+
+/// Loads and validates: the one entry point the binary uses.
+pub fn load(file: Option<&Path>, flags: &RawFlags) -> Result<Config, ConfigError> {
+    Config::from_figment(&figment(file, flags))
+}

@@ -1,0 +1,429 @@
+//! Phase one: what figment deserializes, layer by layer, and the defaults every layer starts
+//! from. Nothing here is checked; [`Config::from_raw`](super::Config::from_raw) does that.
+
+use serde::{Deserialize, Serialize};
+
+pub use crate::signature::{RawHeaderMatch, RawSignature};
+
+/// The documented defaults, one constant each.
+pub mod defaults {
+    /// Proxy listener.
+    pub const LISTEN: &str = "0.0.0.0:8080";
+    /// Admin listener (metrics, health). Loopback so metrics are not exposed by accident.
+    pub const ADMIN: &str = "127.0.0.1:9090";
+    /// `Retry-After` on synthetic 503s, in seconds. Short: a container recreation takes seconds.
+    pub const RETRY_AFTER_SECS: u64 = 2;
+    /// TCP connect timeout to the upstream. A missing container usually refuses at once; a
+    /// blackholed address (a stale IP after recreation) needs this bound.
+    pub const CONNECT_TIMEOUT_SECS: f64 = 2.0;
+    /// Time allowed from sending a request to the upstream's response headers. Generous because
+    /// an MCP tool call answered as JSON sends its headers only when the tool is done.
+    pub const RESPONSE_TIMEOUT_SECS: f64 = 300.0;
+    /// How long an idle pooled upstream connection is kept. Below the 5 s keep-alive of Node's
+    /// http server and uvicorn (the TypeScript and Python SDKs' servers): the server must not close
+    /// a connection just as holdfast sends a request on it (that request would get a 502).
+    pub const POOL_IDLE_TIMEOUT_SECS: f64 = 4.0;
+    /// Idle timeout between body frames (both directions). Reset by every frame; there is no
+    /// total deadline, so an SSE stream with regular events lives as long as it likes.
+    pub const STREAM_IDLE_TIMEOUT_SECS: f64 = 300.0;
+    /// Paths on which a router's 404 means "the backend is missing".
+    pub const ENDPOINTS: &[&str] = &["/mcp"];
+    /// Route-missing 404s later than this after the last healthy answer pass through.
+    pub const HORIZON_SECS: f64 = 120.0;
+    /// How long a path the application answered counts as "known to exist".
+    pub const LEARN_TTL_SECS: f64 = 3600.0;
+    /// Most body bytes read from an error response to decide whether a router sent it.
+    pub const MAX_PEEK_BYTES: usize = 4096;
+    /// Built-in router signatures that are on by default.
+    pub const PRESETS: &[&str] = &[
+        "traefik-404",
+        "traefik-503",
+        "traefik-502",
+        "traefik-504",
+        "nginx-404",
+        "ingress-gce-404",
+    ];
+    /// Largest request head accepted from a client.
+    pub const MAX_HEADER_BYTES: usize = 64 * 1024;
+    /// Time a client has to send a complete request head (slowloris guard).
+    pub const HEADER_READ_TIMEOUT_SECS: f64 = 120.0;
+    /// Concurrent client connections; past this, accepting pauses until one closes.
+    pub const MAX_CONNECTIONS: usize = 10_000;
+    /// Time in-flight requests get to finish after SIGTERM before streams are closed. Below
+    /// Kubernetes' default 30 s grace period, so holdfast closes streams itself before SIGKILL.
+    pub const DRAIN_TIMEOUT_SECS: f64 = 20.0;
+    /// Hold requests while the backend is missing and replay them once it is back.
+    pub const HOLD_ENABLED: bool = true;
+    /// Longest a request is held before it gets the 503. A container recreation usually takes a
+    /// few seconds; MCP clients' own request timeouts are typically 30 s or more.
+    pub const HOLD_TIMEOUT_SECS: f64 = 15.0;
+    /// Largest request body kept for a replay (MCP requests are small JSON documents).
+    pub const HOLD_MAX_BODY_BYTES: usize = 1024 * 1024;
+    /// Most requests held at once (Knative's activator queue is 10 000 deep too).
+    pub const HOLD_MAX_REQUESTS: usize = 10_000;
+    /// Most request-body bytes held at once, over all held requests.
+    pub const HOLD_MAX_BUFFERED_BYTES: usize = 64 * 1024 * 1024;
+    /// First probe delay of an outage (Envoy's retry backoff base).
+    pub const HOLD_BACKOFF_INITIAL_MS: u64 = 25;
+    /// Longest probe delay.
+    pub const HOLD_BACKOFF_MAX_MS: u64 = 250;
+    /// `observed` (from past outages) or `fixed` (`retry_after_secs`).
+    pub const HOLD_RETRY_AFTER: &str = "observed";
+    /// Bounds of an observed Retry-After.
+    pub const HOLD_RETRY_AFTER_MIN_SECS: u64 = 1;
+    /// Upper bound of an observed Retry-After.
+    pub const HOLD_RETRY_AFTER_MAX_SECS: u64 = 30;
+    /// Log format.
+    pub const LOG_FORMAT: &str = "text";
+    /// Per-request access log.
+    pub const ACCESS_LOG: bool = false;
+    /// Which Host the upstream sees.
+    pub const HOST_HEADER: &str = "preserve";
+    /// Learn expected paths from the application's answers.
+    pub const LEARN: bool = true;
+    /// How often the listener's certificate files are read to see whether they changed. Cheap
+    /// (two small files); Kubernetes takes up to a minute or so to update a mounted Secret anyway.
+    pub const TLS_RELOAD_INTERVAL_SECS: f64 = 5.0;
+    /// Verify the upstream's certificate (the switch that turns it off is loud on purpose).
+    pub const INSECURE_SKIP_VERIFY: bool = false;
+    /// Carry MCP sessions across backend restarts: what a spec-following client does anyway.
+    pub const SESSIONS_RESUME: bool = true;
+    /// Most sessions tracked; past it the least recently used are forgotten. About 1 KiB each
+    /// with a typical `initialize`.
+    pub const SESSIONS_MAX_TRACKED: usize = 100_000;
+    /// Largest `initialize` body recorded; a larger one is forwarded but its session not tracked.
+    pub const SESSIONS_MAX_INITIALIZE_BYTES: usize = 64 * 1024;
+    /// Most recorded bytes over all sessions (initialize bodies and subscription URIs).
+    pub const SESSIONS_MAX_RECORDED_BYTES: usize = 64 * 1024 * 1024;
+    /// A session without a request for this long is forgotten: a day, so an IDE left open
+    /// overnight keeps its session.
+    pub const SESSIONS_IDLE_TIMEOUT_SECS: f64 = 86_400.0;
+}
+
+/// Phase one: what figment deserializes. Every field optional-by-default so that each layer may
+/// set any subset; unknown keys are errors (a typo must not be silently ignored).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawConfig {
+    /// Proxy listen address.
+    pub listen: String,
+    /// Upstream base URL (`http[s]://host:port[/prefix]`).
+    pub upstream: String,
+    /// Admin listen address.
+    pub admin: String,
+    /// `Retry-After` seconds on synthetic 503s.
+    pub retry_after_secs: u64,
+    /// `text` or `json`.
+    pub log_format: String,
+    /// One log line per request (target `holdfast::access`).
+    pub access_log: bool,
+    /// Upstream connection settings.
+    pub client: RawClient,
+    /// Stream settings.
+    pub streams: RawStreams,
+    /// Route-missing detection.
+    pub routes: RawRoutes,
+    /// Inbound limits.
+    pub limits: RawLimits,
+    /// Shutdown behaviour.
+    pub shutdown: RawShutdown,
+    /// Hold and replay.
+    pub hold: RawHold,
+    /// TLS on the proxy listener.
+    pub tls: RawTls,
+    /// Session continuity.
+    pub sessions: RawSessions,
+}
+
+/// `[sessions]`: carrying MCP sessions across backend restarts.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawSessions {
+    /// Re-establish a session the restarted server forgot.
+    pub resume: bool,
+    /// Most sessions tracked.
+    pub max_tracked: usize,
+    /// Largest `initialize` body recorded.
+    pub max_initialize_bytes: usize,
+    /// Most recorded bytes over all sessions.
+    pub max_recorded_bytes: usize,
+    /// Idle time after which a session is forgotten.
+    pub idle_timeout_secs: f64,
+}
+
+impl Default for RawSessions {
+    fn default() -> Self {
+        Self {
+            resume: defaults::SESSIONS_RESUME,
+            max_tracked: defaults::SESSIONS_MAX_TRACKED,
+            max_initialize_bytes: defaults::SESSIONS_MAX_INITIALIZE_BYTES,
+            max_recorded_bytes: defaults::SESSIONS_MAX_RECORDED_BYTES,
+            idle_timeout_secs: defaults::SESSIONS_IDLE_TIMEOUT_SECS,
+        }
+    }
+}
+
+/// `[tls]`: TLS on the proxy listener. Off unless both `cert` and `key` are set.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawTls {
+    /// PEM certificate chain, leaf first.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cert: Option<String>,
+    /// PEM private key of the leaf certificate.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    /// PEM CA bundle; when set, clients must present a certificate it issued.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub client_ca: Option<String>,
+    /// How often the certificate and key files are checked for changes.
+    pub reload_interval_secs: f64,
+}
+
+impl Default for RawTls {
+    fn default() -> Self {
+        Self {
+            cert: None,
+            key: None,
+            client_ca: None,
+            reload_interval_secs: defaults::TLS_RELOAD_INTERVAL_SECS,
+        }
+    }
+}
+
+/// `[hold]`: holding requests while the backend is missing.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawHold {
+    /// Hold (true) or answer 503 at once (false).
+    pub enabled: bool,
+    /// Longest hold.
+    pub timeout_secs: f64,
+    /// Largest body kept for a replay.
+    pub max_body_bytes: usize,
+    /// Most held requests.
+    pub max_requests: usize,
+    /// Most body bytes held in all.
+    pub max_buffered_bytes: usize,
+    /// First probe delay.
+    pub backoff_initial_ms: u64,
+    /// Longest probe delay.
+    pub backoff_max_ms: u64,
+    /// `observed` or `fixed`.
+    pub retry_after: String,
+    /// Lower bound of an observed Retry-After.
+    pub retry_after_min_secs: u64,
+    /// Upper bound of an observed Retry-After.
+    pub retry_after_max_secs: u64,
+}
+
+impl Default for RawHold {
+    fn default() -> Self {
+        Self {
+            enabled: defaults::HOLD_ENABLED,
+            timeout_secs: defaults::HOLD_TIMEOUT_SECS,
+            max_body_bytes: defaults::HOLD_MAX_BODY_BYTES,
+            max_requests: defaults::HOLD_MAX_REQUESTS,
+            max_buffered_bytes: defaults::HOLD_MAX_BUFFERED_BYTES,
+            backoff_initial_ms: defaults::HOLD_BACKOFF_INITIAL_MS,
+            backoff_max_ms: defaults::HOLD_BACKOFF_MAX_MS,
+            retry_after: defaults::HOLD_RETRY_AFTER.into(),
+            retry_after_min_secs: defaults::HOLD_RETRY_AFTER_MIN_SECS,
+            retry_after_max_secs: defaults::HOLD_RETRY_AFTER_MAX_SECS,
+        }
+    }
+}
+
+/// `[client]`: how holdfast talks to the upstream.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawClient {
+    /// `preserve` (the client's Host) or `upstream` (the upstream URL's authority).
+    pub host_header: String,
+    /// TCP connect timeout.
+    pub connect_timeout_secs: f64,
+    /// Time from sending to response headers.
+    pub response_timeout_secs: f64,
+    /// Idle pooled connection lifetime.
+    pub pool_idle_timeout_secs: f64,
+    /// PEM CA bundle that an `https://` upstream's certificate must chain to (instead of the
+    /// system's roots).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ca: Option<String>,
+    /// PEM client certificate chain for an upstream that asks for one (mTLS).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cert: Option<String>,
+    /// PEM private key of `cert`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    /// Accept any certificate from an `https://` upstream. Insecure; logs a warning at start.
+    pub insecure_skip_verify: bool,
+}
+
+/// `[streams]`: body timeouts.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawStreams {
+    /// Idle timeout between body frames, both directions.
+    pub idle_timeout_secs: f64,
+}
+
+/// `[routes]`: when is a 404 the router's and not the application's.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawRoutes {
+    /// Path prefixes where the route is expected to exist.
+    pub endpoints: Vec<String>,
+    /// Also treat paths the application answered recently as expected.
+    pub learn: bool,
+    /// How long a learned path stays expected.
+    pub learn_ttl_secs: f64,
+    /// Route-missing answers later than this after the last healthy answer pass through.
+    pub horizon_secs: f64,
+    /// Most body bytes read to match a signature.
+    pub max_peek_bytes: usize,
+    /// Built-in signatures to use (names from [`crate::signature::Preset`]).
+    pub presets: Vec<String>,
+    /// User-defined signatures.
+    pub signatures: Vec<RawSignature>,
+}
+
+/// `[limits]`: protection against misbehaving clients.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawLimits {
+    /// Largest request head.
+    pub max_header_bytes: usize,
+    /// Time to receive a full request head.
+    pub header_read_timeout_secs: f64,
+    /// Concurrent client connections.
+    pub max_connections: usize,
+}
+
+/// `[shutdown]`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawShutdown {
+    /// Time in-flight requests get after SIGTERM.
+    pub drain_timeout_secs: f64,
+}
+
+impl Default for RawConfig {
+    fn default() -> Self {
+        Self {
+            listen: defaults::LISTEN.into(),
+            upstream: String::new(),
+            admin: defaults::ADMIN.into(),
+            retry_after_secs: defaults::RETRY_AFTER_SECS,
+            log_format: defaults::LOG_FORMAT.into(),
+            access_log: defaults::ACCESS_LOG,
+            client: RawClient::default(),
+            streams: RawStreams::default(),
+            routes: RawRoutes::default(),
+            limits: RawLimits::default(),
+            shutdown: RawShutdown::default(),
+            hold: RawHold::default(),
+            tls: RawTls::default(),
+            sessions: RawSessions::default(),
+        }
+    }
+}
+
+impl Default for RawClient {
+    fn default() -> Self {
+        Self {
+            host_header: defaults::HOST_HEADER.into(),
+            connect_timeout_secs: defaults::CONNECT_TIMEOUT_SECS,
+            response_timeout_secs: defaults::RESPONSE_TIMEOUT_SECS,
+            pool_idle_timeout_secs: defaults::POOL_IDLE_TIMEOUT_SECS,
+            ca: None,
+            cert: None,
+            key: None,
+            insecure_skip_verify: defaults::INSECURE_SKIP_VERIFY,
+        }
+    }
+}
+
+impl Default for RawStreams {
+    fn default() -> Self {
+        Self {
+            idle_timeout_secs: defaults::STREAM_IDLE_TIMEOUT_SECS,
+        }
+    }
+}
+
+impl Default for RawRoutes {
+    fn default() -> Self {
+        Self {
+            endpoints: defaults::ENDPOINTS.iter().map(|s| s.to_string()).collect(),
+            learn: defaults::LEARN,
+            learn_ttl_secs: defaults::LEARN_TTL_SECS,
+            horizon_secs: defaults::HORIZON_SECS,
+            max_peek_bytes: defaults::MAX_PEEK_BYTES,
+            presets: defaults::PRESETS.iter().map(|s| s.to_string()).collect(),
+            signatures: Vec::new(),
+        }
+    }
+}
+
+impl Default for RawLimits {
+    fn default() -> Self {
+        Self {
+            max_header_bytes: defaults::MAX_HEADER_BYTES,
+            header_read_timeout_secs: defaults::HEADER_READ_TIMEOUT_SECS,
+            max_connections: defaults::MAX_CONNECTIONS,
+        }
+    }
+}
+
+impl Default for RawShutdown {
+    fn default() -> Self {
+        Self {
+            drain_timeout_secs: defaults::DRAIN_TIMEOUT_SECS,
+        }
+    }
+}
+
+/// Values given as flags. `None` means "not given", so lower layers show through.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct RawFlags {
+    /// `--listen`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub listen: Option<String>,
+    /// `--upstream`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub upstream: Option<String>,
+    /// `--admin`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub admin: Option<String>,
+    /// `--retry-after`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retry_after_secs: Option<u64>,
+    /// `--log-format`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub log_format: Option<String>,
+    /// `--access-log`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub access_log: Option<bool>,
+    /// `--tls-cert`, `--tls-key`.
+    #[serde(skip_serializing_if = "RawTlsFlags::is_empty")]
+    pub tls: RawTlsFlags,
+}
+
+/// Flags of the `[tls]` section.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct RawTlsFlags {
+    /// `--tls-cert`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cert: Option<String>,
+    /// `--tls-key`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+}
+
+impl RawTlsFlags {
+    /// No TLS flag given.
+    pub fn is_empty(&self) -> bool {
+        self.cert.is_none() && self.key.is_none()
+    }
+}

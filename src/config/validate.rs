@@ -1,0 +1,601 @@
+//! Phase two: every raw value checked, every problem reported at once with its key and the layer
+//! it came from, and the validated [`Config`] built.
+
+use super::*;
+
+impl Config {
+    /// Extracts the raw layer from `fig` and validates it, naming origins from `fig`'s metadata.
+    ///
+    /// serde stops at the first unknown key or mistyped value, so extraction is repeated with
+    /// each offending key removed until it succeeds; validation then runs on the rest, and every
+    /// problem found on the way is reported together.
+    pub fn from_figment(fig: &Figment) -> Result<Config, ConfigError> {
+        let origin = |key: &str| describe_origin(key, fig.find_metadata(key));
+        // Reading the layers themselves (a missing file, TOML syntax) is fatal: there is nothing
+        // to validate.
+        let mut data: figment::value::Dict = fig.extract().map_err(|e| ConfigError {
+            problems: e
+                .into_iter()
+                .map(|e| Problem {
+                    key: "(configuration)".into(),
+                    origin: e
+                        .metadata
+                        .as_ref()
+                        .map(|md| describe_origin("", Some(md)))
+                        .unwrap_or_else(|| "configuration".into()),
+                    message: e.kind.to_string().trim().to_string(),
+                })
+                .collect(),
+        })?;
+        let mut problems = Vec::new();
+        let raw = loop {
+            match Figment::from(Serialized::defaults(&data)).extract::<RawConfig>() {
+                Ok(raw) => break raw,
+                Err(errors) => {
+                    let mut removed_any = false;
+                    for e in errors {
+                        let key = e.path.join(".");
+                        problems.push(Problem {
+                            origin: origin(&key),
+                            key: if key.is_empty() {
+                                "(top level)".into()
+                            } else {
+                                key
+                            },
+                            message: e.kind.to_string(),
+                        });
+                        removed_any |= remove_path(&mut data, &e.path);
+                    }
+                    if !removed_any {
+                        return Err(ConfigError { problems });
+                    }
+                }
+            }
+        };
+        match Config::from_raw(&raw, &origin) {
+            Ok(config) if problems.is_empty() => Ok(config),
+            Ok(_) => Err(ConfigError { problems }),
+            Err(e) => {
+                // A removed key falls back to its default, which may fail validation again
+                // (`upstream`): report each key once.
+                for p in e.problems {
+                    if !problems.iter().any(|q| q.key == p.key) {
+                        problems.push(p);
+                    }
+                }
+                Err(ConfigError { problems })
+            }
+        }
+    }
+
+    /// Validates `raw`. `origin(key)` names the layer a key came from, for error messages.
+    pub fn from_raw(
+        raw: &RawConfig,
+        origin: &dyn Fn(&str) -> String,
+    ) -> Result<Config, ConfigError> {
+        let mut v = Validator {
+            problems: Vec::new(),
+            origin,
+        };
+
+        let listen = v.socket_addr("listen", &raw.listen);
+        let admin = v.socket_addr("admin", &raw.admin);
+        let upstream = v.upstream("upstream", &raw.upstream);
+        let tls = v.inbound_tls(&raw.tls);
+        let log_format = match raw.log_format.as_str() {
+            "text" => Some(LogFormat::Text),
+            "json" => Some(LogFormat::Json),
+            other => v.fail(
+                "log_format",
+                format!("expected `text` or `json`, got `{other}`"),
+            ),
+        };
+        let host_header = match raw.client.host_header.as_str() {
+            "preserve" => Some(HostHeader::Preserve),
+            "upstream" => Some(HostHeader::Upstream),
+            other => v.fail(
+                "client.host_header",
+                format!("expected `preserve` or `upstream`, got `{other}`"),
+            ),
+        };
+        let upstream_tls = match &upstream {
+            Some(u) => v.upstream_tls(&raw.client, u, host_header),
+            None => None,
+        };
+        if raw.retry_after_secs == 0 {
+            v.fail::<()>("retry_after_secs", "must be at least 1".into());
+        }
+        let connect_timeout = v.secs(
+            "client.connect_timeout_secs",
+            raw.client.connect_timeout_secs,
+        );
+        let response_timeout = v.secs(
+            "client.response_timeout_secs",
+            raw.client.response_timeout_secs,
+        );
+        let pool_idle_timeout = v.secs(
+            "client.pool_idle_timeout_secs",
+            raw.client.pool_idle_timeout_secs,
+        );
+        let stream_idle_timeout =
+            v.secs("streams.idle_timeout_secs", raw.streams.idle_timeout_secs);
+        let learn_ttl = v.secs("routes.learn_ttl_secs", raw.routes.learn_ttl_secs);
+        let horizon = v.secs("routes.horizon_secs", raw.routes.horizon_secs);
+        let header_read_timeout = v.secs(
+            "limits.header_read_timeout_secs",
+            raw.limits.header_read_timeout_secs,
+        );
+        let drain_timeout = v.secs(
+            "shutdown.drain_timeout_secs",
+            raw.shutdown.drain_timeout_secs,
+        );
+        let hold_timeout = v.secs("hold.timeout_secs", raw.hold.timeout_secs);
+        let h = &raw.hold;
+        let retry_after_mode = match h.retry_after.as_str() {
+            "observed" => Some(RetryAfter::Observed),
+            "fixed" => Some(RetryAfter::Fixed),
+            other => v.fail(
+                "hold.retry_after",
+                format!("expected `observed` or `fixed`, got `{other}`"),
+            ),
+        };
+        if h.max_body_bytes > h.max_buffered_bytes {
+            v.fail::<()>(
+                "hold.max_body_bytes",
+                format!(
+                    "larger than hold.max_buffered_bytes ({}): no such body could ever be held",
+                    h.max_buffered_bytes
+                ),
+            );
+        }
+        if h.max_requests == 0 {
+            v.fail::<()>("hold.max_requests", "must be at least 1".into());
+        }
+        if h.backoff_initial_ms == 0 {
+            v.fail::<()>("hold.backoff_initial_ms", "must be at least 1".into());
+        }
+        if h.backoff_max_ms < h.backoff_initial_ms {
+            v.fail::<()>(
+                "hold.backoff_max_ms",
+                format!(
+                    "must not be below hold.backoff_initial_ms ({})",
+                    h.backoff_initial_ms
+                ),
+            );
+        }
+        if h.retry_after_min_secs == 0 {
+            v.fail::<()>("hold.retry_after_min_secs", "must be at least 1".into());
+        }
+        if h.retry_after_max_secs < h.retry_after_min_secs {
+            v.fail::<()>(
+                "hold.retry_after_max_secs",
+                format!(
+                    "must not be below hold.retry_after_min_secs ({})",
+                    h.retry_after_min_secs
+                ),
+            );
+        }
+
+        let mut endpoints = Vec::new();
+        for (i, e) in raw.routes.endpoints.iter().enumerate() {
+            if !e.starts_with('/') {
+                v.fail::<()>(
+                    &format!("routes.endpoints[{i}]"),
+                    format!("a path must start with `/`, got `{e}`"),
+                );
+            } else {
+                // Stored without a trailing slash; matching is segment-aligned (see classify).
+                let trimmed = e.trim_end_matches('/');
+                endpoints.push(if trimmed.is_empty() {
+                    "/".into()
+                } else {
+                    trimmed.into()
+                });
+            }
+        }
+        if raw.routes.max_peek_bytes == 0 || raw.routes.max_peek_bytes > 1 << 20 {
+            v.fail::<()>(
+                "routes.max_peek_bytes",
+                "must be between 1 and 1048576".into(),
+            );
+        }
+        let mut signatures = Vec::new();
+        for (i, name) in raw.routes.presets.iter().enumerate() {
+            match crate::signature::Preset::from_name(name) {
+                Some(p) => signatures.push(p.signature()),
+                None => {
+                    v.fail::<()>(
+                        &format!("routes.presets[{i}]"),
+                        format!(
+                            "unknown preset `{name}`; known: {}",
+                            crate::signature::Preset::names().join(", ")
+                        ),
+                    );
+                }
+            }
+        }
+        for (i, s) in raw.routes.signatures.iter().enumerate() {
+            let key = format!("routes.signatures[{i}]");
+            match crate::signature::Signature::from_raw(s) {
+                Ok(sig) => {
+                    if sig.body_len_needed() > raw.routes.max_peek_bytes {
+                        v.fail::<()>(
+                            &key,
+                            format!(
+                                "its body is longer than routes.max_peek_bytes ({}), so it could never match",
+                                raw.routes.max_peek_bytes
+                            ),
+                        );
+                    }
+                    signatures.push(sig);
+                }
+                Err(msg) => {
+                    v.fail::<()>(&key, msg);
+                }
+            }
+        }
+        let sessions_idle = v.secs("sessions.idle_timeout_secs", raw.sessions.idle_timeout_secs);
+        let se = &raw.sessions;
+        if se.max_tracked == 0 {
+            v.fail::<()>("sessions.max_tracked", "must be at least 1".into());
+        }
+        if se.max_initialize_bytes == 0 {
+            v.fail::<()>("sessions.max_initialize_bytes", "must be at least 1".into());
+        }
+        if se.max_recorded_bytes < se.max_initialize_bytes {
+            v.fail::<()>(
+                "sessions.max_recorded_bytes",
+                format!(
+                    "must not be below sessions.max_initialize_bytes ({}): no session could ever be tracked",
+                    se.max_initialize_bytes
+                ),
+            );
+        }
+        // hyper's HTTP/1 read buffer cannot be smaller than 8 KiB.
+        if raw.limits.max_header_bytes < 8192 {
+            v.fail::<()>("limits.max_header_bytes", "must be at least 8192".into());
+        }
+        if raw.limits.max_connections == 0 {
+            v.fail::<()>("limits.max_connections", "must be at least 1".into());
+        }
+
+        if !v.problems.is_empty() {
+            return Err(ConfigError {
+                problems: v.problems,
+            });
+        }
+        // Every Option below is Some: a None always recorded a problem above.
+        let ok = "validated above";
+        Ok(Config {
+            listen: listen.expect(ok),
+            admin: admin.expect(ok),
+            upstream: upstream.expect(ok),
+            retry_after: Duration::from_secs(raw.retry_after_secs),
+            log_format: log_format.expect(ok),
+            access_log: raw.access_log,
+            host_header: host_header.expect(ok),
+            connect_timeout: connect_timeout.expect(ok),
+            response_timeout: response_timeout.expect(ok),
+            pool_idle_timeout: pool_idle_timeout.expect(ok),
+            stream_idle_timeout: stream_idle_timeout.expect(ok),
+            routes: Routes {
+                endpoints,
+                learn: raw.routes.learn,
+                learn_ttl: learn_ttl.expect(ok),
+                horizon: horizon.expect(ok),
+                max_peek_bytes: raw.routes.max_peek_bytes,
+                signatures,
+            },
+            max_header_bytes: raw.limits.max_header_bytes,
+            header_read_timeout: header_read_timeout.expect(ok),
+            max_connections: raw.limits.max_connections,
+            drain_timeout: drain_timeout.expect(ok),
+            hold: Hold {
+                enabled: h.enabled,
+                timeout: hold_timeout.expect(ok),
+                max_body_bytes: h.max_body_bytes,
+                max_requests: h.max_requests,
+                max_buffered_bytes: h.max_buffered_bytes,
+                backoff_initial: Duration::from_millis(h.backoff_initial_ms),
+                backoff_max: Duration::from_millis(h.backoff_max_ms),
+                retry_after: retry_after_mode.expect(ok),
+                retry_after_min: Duration::from_secs(h.retry_after_min_secs),
+                retry_after_max: Duration::from_secs(h.retry_after_max_secs),
+            },
+            tls,
+            upstream_tls,
+            sessions: Sessions {
+                resume: se.resume,
+                max_tracked: se.max_tracked,
+                max_initialize_bytes: se.max_initialize_bytes,
+                max_recorded_bytes: se.max_recorded_bytes,
+                idle_timeout: sessions_idle.expect(ok),
+                resume_wait: hold_timeout.expect(ok),
+            },
+        })
+    }
+}
+
+/// Collects problems while validating.
+struct Validator<'a> {
+    problems: Vec<Problem>,
+    origin: &'a dyn Fn(&str) -> String,
+}
+
+impl Validator<'_> {
+    fn fail<T>(&mut self, key: &str, message: String) -> Option<T> {
+        // Array elements share their array's origin.
+        let base = key.split('[').next().unwrap_or(key);
+        self.problems.push(Problem {
+            key: key.into(),
+            origin: (self.origin)(base),
+            message,
+        });
+        None
+    }
+
+    fn socket_addr(&mut self, key: &str, value: &str) -> Option<SocketAddr> {
+        match value.parse() {
+            Ok(a) => Some(a),
+            Err(_) => self.fail(
+                key,
+                format!("expected an IP address and port such as `0.0.0.0:8080`, got `{value}`"),
+            ),
+        }
+    }
+
+    fn secs(&mut self, key: &str, value: f64) -> Option<Duration> {
+        if value.is_finite() && value > 0.0 && value < 1e9 {
+            Some(Duration::from_secs_f64(value))
+        } else {
+            self.fail(
+                key,
+                format!("must be a positive number of seconds, got {value}"),
+            )
+        }
+    }
+
+    fn upstream(&mut self, key: &str, value: &str) -> Option<UpstreamUrl> {
+        if value.is_empty() {
+            self.problems.push(Problem {
+                key: key.into(),
+                origin: "not set".into(),
+                message: "required: the MCP server's base URL, e.g. `--upstream \
+                          http://mcp-backend:8000` or HOLDFAST_UPSTREAM"
+                    .into(),
+            });
+            return None;
+        }
+        let uri: Uri = match value.parse() {
+            Ok(u) => u,
+            Err(e) => return self.fail(key, format!("not a URL ({e}): `{value}`")),
+        };
+        let tls = match uri.scheme_str() {
+            Some("http") => false,
+            Some("https") => true,
+            _ => {
+                return self.fail(
+                    key,
+                    format!("expected an http:// or https:// URL, got `{value}`"),
+                )
+            }
+        };
+        let Some(authority) = uri.authority().cloned() else {
+            return self.fail(key, format!("the URL has no host: `{value}`"));
+        };
+        if authority.as_str().contains('@') {
+            return self.fail(
+                key,
+                "credentials in the upstream URL are not supported".into(),
+            );
+        }
+        if uri.query().is_some() {
+            return self.fail(key, "the upstream URL must not have a query".into());
+        }
+        if tls {
+            // The certificate is verified for this name, and it is sent as SNI.
+            let host = authority
+                .host()
+                .trim_start_matches('[')
+                .trim_end_matches(']');
+            if let Err(e) = rustls::pki_types::ServerName::try_from(host) {
+                return self.fail(
+                    key,
+                    format!("`{host}` cannot be verified as a TLS server name ({e})"),
+                );
+            }
+        }
+        Some(UpstreamUrl {
+            original: value.into(),
+            authority,
+            path_prefix: uri.path().trim_end_matches('/').into(),
+            tls,
+        })
+    }
+
+    /// Records a problem with a certificate and key pair under the key of the file at fault:
+    /// `cert_key` for the certificate, `key_key` for the private key (which may share one file).
+    fn pair_fail<T>(
+        &mut self,
+        err: TlsError,
+        (cert_key, cert_path): (&str, &Path),
+        (key_key, key_path): (&str, &Path),
+    ) -> Option<T> {
+        let at = match &err {
+            TlsError::NoCertificate { .. } => cert_key,
+            TlsError::NoKey { .. } | TlsError::Key { .. } => key_key,
+            _ if err.file() == Some(key_path) && cert_path != key_path => key_key,
+            _ => cert_key,
+        };
+        self.fail(at, err.to_string())
+    }
+
+    /// A path setting; empty counts as unset (so an environment variable can clear a file's).
+    fn path(value: &Option<String>) -> Option<PathBuf> {
+        value
+            .as_deref()
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    }
+
+    /// `[tls]`: both files or neither; the files must load.
+    fn inbound_tls(&mut self, raw: &RawTls) -> Option<InboundTls> {
+        let reload_interval = self.secs("tls.reload_interval_secs", raw.reload_interval_secs);
+        let client_ca = Self::path(&raw.client_ca);
+        let (cert, key) = match (Self::path(&raw.cert), Self::path(&raw.key)) {
+            (Some(cert), Some(key)) => (cert, key),
+            (None, None) => {
+                if client_ca.is_some() {
+                    self.fail::<()>(
+                        "tls.client_ca",
+                        "client certificates need TLS: set tls.cert and tls.key too".into(),
+                    );
+                }
+                return None;
+            }
+            (Some(_), None) => {
+                return self.fail(
+                    "tls.key",
+                    "tls.cert is set, so the key is needed too".into(),
+                )
+            }
+            (None, Some(_)) => {
+                return self.fail(
+                    "tls.cert",
+                    "tls.key is set, so the certificate is needed too".into(),
+                )
+            }
+        };
+        let identity = match Identity::load(&cert, &key) {
+            Ok(identity) => Some(identity),
+            Err(e) => self.pair_fail(e, ("tls.cert", &cert), ("tls.key", &key)),
+        };
+        let client_verifier = match &client_ca {
+            Some(ca) => match tls::client_verifier(ca) {
+                Ok(verifier) => Some(Some(verifier)),
+                Err(e) => self.fail("tls.client_ca", e.to_string()),
+            },
+            None => Some(None),
+        };
+        Some(InboundTls {
+            cert,
+            key,
+            client_ca,
+            reload_interval: reload_interval?,
+            identity: identity?,
+            client_verifier: client_verifier?,
+        })
+    }
+
+    /// The `client.*` TLS keys: only for an `https://` upstream, whose trust (system roots, a
+    /// CA bundle, or none) and optional client certificate they set.
+    fn upstream_tls(
+        &mut self,
+        raw: &RawClient,
+        upstream: &UpstreamUrl,
+        host_header: Option<HostHeader>,
+    ) -> Option<UpstreamTls> {
+        let (ca, cert, key) = (
+            Self::path(&raw.ca),
+            Self::path(&raw.cert),
+            Self::path(&raw.key),
+        );
+        if !upstream.tls {
+            // A TLS setting for a plain upstream means the URL or the setting is a mistake.
+            for (k, set) in [
+                ("client.ca", ca.is_some()),
+                ("client.cert", cert.is_some()),
+                ("client.key", key.is_some()),
+                ("client.insecure_skip_verify", raw.insecure_skip_verify),
+            ] {
+                if set {
+                    self.fail::<()>(
+                        k,
+                        "applies only to an https:// upstream, and the upstream is http://".into(),
+                    );
+                }
+            }
+            return None;
+        }
+        let trust = match (&ca, raw.insecure_skip_verify) {
+            (Some(_), true) => self.fail(
+                "client.insecure_skip_verify",
+                "contradicts client.ca: either verify against the CA bundle or not at all".into(),
+            ),
+            (Some(ca), false) => match tls::load_roots(ca) {
+                Ok(roots) => Some((tls::Trust::Roots(roots), UpstreamVerify::Ca(ca.clone()))),
+                Err(e) => self.fail("client.ca", e.to_string()),
+            },
+            (None, true) => Some((
+                tls::Trust::InsecureSkipVerify,
+                UpstreamVerify::InsecureSkipVerify,
+            )),
+            (None, false) => match tls::system_roots() {
+                Ok(roots) => Some((tls::Trust::Roots(roots), UpstreamVerify::SystemRoots)),
+                Err(e) => self.fail("client.ca", e.to_string()),
+            },
+        };
+        let identity = match (&cert, &key) {
+            (Some(cert), Some(key)) => match Identity::load(cert, key) {
+                Ok(identity) => Some(Some(identity.certified_key())),
+                Err(e) => self.pair_fail(e, ("client.cert", cert), ("client.key", key)),
+            },
+            (None, None) => Some(None),
+            (Some(_), None) => self.fail(
+                "client.key",
+                "client.cert is set, so its key is needed too".into(),
+            ),
+            (None, Some(_)) => self.fail(
+                "client.cert",
+                "client.key is set, so the certificate is needed too".into(),
+            ),
+        };
+        let (trust, verify) = trust?;
+        // HTTP/2 carries the host in `:authority`, which hyper's pooled client takes from the
+        // URI it connects to: the upstream's authority. A preserved client Host would have to
+        // travel as a `Host` header that differs from `:authority`, which RFC 9113 §8.3.1
+        // forbids (and servers resolve either way). So h2 is offered only when the upstream is
+        // to see its own authority anyway; otherwise the connection stays HTTP/1.1, where Host
+        // is preserved exactly.
+        let offers_h2 = host_header == Some(HostHeader::Upstream);
+        Some(UpstreamTls {
+            config: tls::client_config(trust, identity?, offers_h2),
+            verify,
+            client_cert: cert,
+            offers_h2,
+        })
+    }
+}
+
+/// Names where `key`'s value came from in the terms a user knows.
+fn describe_origin(key: &str, md: Option<&figment::Metadata>) -> String {
+    let Some(md) = md else {
+        return ORIGIN_DEFAULT.into();
+    };
+    match &md.source {
+        Some(figment::Source::File(p)) => format!("file {}", p.display()),
+        _ if md.name.contains("environment") && !key.is_empty() => format!(
+            "environment variable {ENV_PREFIX}{}",
+            key.to_ascii_uppercase().replace('.', "__")
+        ),
+        _ if md.name.contains("environment") => "environment".into(),
+        _ => md.name.to_string(),
+    }
+}
+
+/// Removes the value at `path` from `data` (or the array that contains it). Returns whether
+/// something was removed.
+fn remove_path(data: &mut figment::value::Dict, path: &[String]) -> bool {
+    let Some((first, rest)) = path.split_first() else {
+        return false;
+    };
+    if rest.is_empty() {
+        return data.remove(first).is_some();
+    }
+    match data.get_mut(first) {
+        Some(figment::value::Value::Dict(_, inner)) => remove_path(inner, rest),
+        // Inside an array (or a scalar): drop the whole value.
+        Some(_) => data.remove(first).is_some(),
+        None => false,
+    }
+}
