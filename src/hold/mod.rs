@@ -16,6 +16,12 @@
 //! Held requests are bounded (count and buffered body bytes) and each waits at most
 //! `hold.timeout_secs`; whatever cannot be held gets the 503 + Retry-After at once. Every exit
 //! from the hold is counted in `holdfast_holds_total{outcome}`.
+//!
+//! # Layout
+//! - here: the outage state, opened by "missing" and closed by the application's answer.
+//! - `queue`: waiting in the hold, and every way out of it.
+//! - `prober`: probing the upstream during an outage.
+//! - `retry_after`: Retry-After from observed outages, and the horizon.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -32,8 +38,12 @@ use crate::metrics::{HoldOutcome, Metrics};
 use crate::replay::BodyHandle;
 use crate::upstream::Connector;
 
-/// Longest wait for a probe's verdict before the next held request is sent as the next probe.
-const PROBE_VERDICT_WAIT: Duration = Duration::from_secs(1);
+mod prober;
+mod queue;
+mod retry_after;
+
+pub use prober::backoff;
+pub use queue::{Released, Ticket};
 
 /// How many past outage durations inform an observed Retry-After.
 const OUTAGE_HISTORY: usize = 16;
@@ -99,52 +109,6 @@ enum Wake {
     Probe(oneshot::Sender<bool>),
     /// holdfast is shutting down: answer 503.
     Shutdown,
-}
-
-/// A request's place in the hold, kept across its attempts.
-#[derive(Default)]
-pub struct Ticket {
-    /// Arrival order, fixed at the first hold so a re-held request stays the oldest.
-    seq: Option<u64>,
-    /// When the request was first held.
-    first_held: Option<Instant>,
-    /// When it must stop waiting.
-    deadline: Option<Instant>,
-    /// Set while the request is out as the probe: report the outcome here.
-    probe: Option<oneshot::Sender<bool>>,
-}
-
-impl Ticket {
-    /// Reports a probe's outcome, if this request was sent as the probe.
-    pub fn report_probe(&mut self, application_answered: bool) {
-        if let Some(tx) = self.probe.take() {
-            let _ = tx.send(application_answered);
-        }
-    }
-
-    /// How long the request has been held in all.
-    pub fn waited(&self) -> Duration {
-        self.first_held
-            .map(|t| Instant::now().saturating_duration_since(t))
-            .unwrap_or_default()
-    }
-}
-
-/// How a wait in the hold ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Released {
-    /// Send the request (again).
-    Go,
-    /// No outage is open: send it, nothing was held.
-    NotHeld,
-    /// Answer 503: held too long.
-    TimedOut,
-    /// Answer 503: the hold is full.
-    QueueFull,
-    /// Answer 503: shutting down.
-    Shutdown,
-    /// The client went away mid-body: do not send it.
-    Cancelled,
 }
 
 impl Outages {
@@ -283,303 +247,11 @@ impl Outages {
         }
     }
 
-    /// Waits in the hold until the outage ends, this request is chosen as the probe, its
-    /// deadline passes, or holdfast shuts down. The body is read ahead meanwhile (bounded by the
-    /// replay cap), so hyper notices a client that hangs up, and the request is dropped unsent.
-    pub async fn wait(self: &Arc<Self>, ticket: &mut Ticket, body: &BodyHandle) -> Released {
-        let (rx, seq, deadline) = {
-            let mut st = self.lock();
-            if st.shutting_down {
-                self.refuse(&mut st, HoldOutcome::shutdown);
-                return Released::Shutdown;
-            }
-            if st.outage.is_none() {
-                return Released::NotHeld;
-            }
-            // Reserve what the body may grow to while read ahead, not only what is read now.
-            let bytes = body.expected_bytes(self.cfg.max_body_bytes);
-            if st.waiters.len() >= self.cfg.max_requests
-                || st.buffered + bytes > self.cfg.max_buffered_bytes
-            {
-                self.refuse(&mut st, HoldOutcome::queue_full);
-                return Released::QueueFull;
-            }
-            let now = Instant::now();
-            let first = ticket.first_held.is_none();
-            let deadline = *ticket.deadline.get_or_insert(now + self.cfg.timeout);
-            ticket.first_held.get_or_insert(now);
-            if deadline <= now {
-                self.refuse(&mut st, HoldOutcome::timed_out);
-                return Released::TimedOut;
-            }
-            // A probe that met the gap again goes to the back of the queue (keeping its
-            // deadline): if it is the one request the router will never route (a bogus Host, a
-            // path the application lacks), it must not be the only one ever probed while
-            // everyone else waits.
-            if ticket.probe.is_some() {
-                ticket.seq = None;
-            }
-            let seq = *ticket.seq.get_or_insert_with(|| {
-                st.next_seq += 1;
-                st.next_seq
-            });
-            if first {
-                if let Some(o) = st.outage.as_mut() {
-                    o.held += 1;
-                }
-            }
-            let (tx, rx) = oneshot::channel();
-            st.waiters.insert(
-                seq,
-                Waiter {
-                    wake: tx,
-                    bytes,
-                    since: now,
-                },
-            );
-            st.buffered += bytes;
-            self.metrics.held_requests.set(st.waiters.len() as i64);
-            // A probe that met the gap again reports only now, once it is back in the queue:
-            // the prober must not find the queue empty in between and stop.
-            ticket.report_probe(false);
-            if !st.prober_running {
-                st.prober_running = true;
-                tokio::spawn(self.clone().probe_loop());
-            }
-            (rx, seq, deadline)
-        };
-
-        // Removes the waiter if this future is dropped (the client went away) before a wake.
-        let mut guard = WaitGuard {
-            outages: self,
-            seq,
-            armed: true,
-        };
-        // Completes only if the client's body fails (the client went away mid-body): hyper
-        // keeps this future alive after a body error, so the hold must notice by itself.
-        let client_gone = async {
-            body.prefetch().await;
-            if !body.has_failed() {
-                std::future::pending::<()>().await
-            }
-        };
-        let mut rx = rx;
-        let wake = tokio::select! {
-            wake = &mut rx => wake.ok(),
-            () = tokio::time::sleep_until(deadline) => {
-                if self.leave(seq, HoldOutcome::timed_out) {
-                    None
-                } else {
-                    // Woken in the same instant: the wake wins (it was counted as such).
-                    rx.try_recv().ok()
-                }
-            }
-            () = client_gone => {
-                guard.armed = false;
-                if !self.leave(seq, HoldOutcome::cancelled) {
-                    // Woken in the same instant; a probe report is dropped with the wake
-                    // ("no answer"), and the truncated request is not sent.
-                    drop(rx.try_recv());
-                }
-                return Released::Cancelled;
-            }
-        };
-        guard.armed = false;
-        match wake {
-            Some(Wake::Release) => Released::Go,
-            Some(Wake::Probe(report)) => {
-                ticket.probe = Some(report);
-                Released::Go
-            }
-            Some(Wake::Shutdown) => Released::Shutdown,
-            None => Released::TimedOut,
-        }
-    }
-
-    /// Removes a waiter that stopped waiting on its own, counting `outcome`. False when it was
-    /// already gone (woken).
-    fn leave(&self, seq: u64, outcome: HoldOutcome) -> bool {
-        let mut st = self.lock();
-        self.remove_waiter(&mut st, seq, outcome).is_some()
-    }
-
-    /// Takes a waiter out of the queue, counting how it left.
-    fn remove_waiter(&self, st: &mut State, seq: u64, outcome: HoldOutcome) -> Option<Waiter> {
-        let waiter = st.waiters.remove(&seq)?;
-        st.buffered = st.buffered.saturating_sub(waiter.bytes);
-        self.metrics.held_requests.set(st.waiters.len() as i64);
-        // A waiter may leave after its outage closed: count it, with nothing to log it in.
-        let mut detached = Outage::detached();
-        let outage = st.outage.as_mut().unwrap_or(&mut detached);
-        self.record_exit(outage, &waiter, outcome);
-        Some(waiter)
-    }
-
-    /// Counts one exit from the hold.
-    fn record_exit(&self, outage: &mut Outage, waiter: &Waiter, outcome: HoldOutcome) {
-        self.metrics.holds.get_or_create(&outcome.into()).inc();
-        self.metrics.hold_duration.observe(
-            Instant::now()
-                .saturating_duration_since(waiter.since)
-                .as_secs_f64(),
-        );
-        outage.count(outcome);
-    }
-
-    /// Probes until the outage closes or nobody is held. One probe at a time.
-    async fn probe_loop(self: Arc<Self>) {
-        let mut attempt = 0u32;
-        loop {
-            tokio::time::sleep(backoff(
-                self.cfg.backoff_initial,
-                self.cfg.backoff_max,
-                attempt,
-                fastrand::f64(),
-            ))
-            .await;
-            attempt = attempt.saturating_add(1);
-            let reason = {
-                let mut st = self.lock();
-                match &st.outage {
-                    Some(o) if !st.waiters.is_empty() && !st.shutting_down => o.last_reason,
-                    _ => {
-                        st.prober_running = false;
-                        return;
-                    }
-                }
-            };
-            // Where the failure was a connection failure, a bare connect tells whether anything
-            // listens again, without spending a client's request on it.
-            if reason.is_connect_failure() {
-                use tower_service::Service;
-                if self
-                    .connector
-                    .clone()
-                    .call(self.probe_uri.clone())
-                    .await
-                    .is_err()
-                {
-                    continue;
-                }
-            }
-            // Send the oldest held request: only a real request can show that the application
-            // (not just a router or a listening socket) answers.
-            let (report, outcome) = oneshot::channel();
-            if !self.release_oldest_as_probe(report) {
-                continue;
-            }
-            // Wait for its verdict (the response head) before probing again, but not for long: a
-            // JSON tool call sends its head only when the tool is done, and a slow tool must not
-            // keep everyone else held. After PROBE_VERDICT_WAIT the next oldest goes out as the
-            // next probe. A dropped report (the client went away mid-probe) is "no answer".
-            let _ = tokio::time::timeout(PROBE_VERDICT_WAIT, outcome).await;
-        }
-    }
-
-    /// Wakes the oldest held request as the probe. False when there is none.
-    fn release_oldest_as_probe(&self, mut report: oneshot::Sender<bool>) -> bool {
-        let mut st = self.lock();
-        loop {
-            let Some(&oldest) = st.waiters.keys().next() else {
-                return false;
-            };
-            let waiter = self
-                .remove_waiter(&mut st, oldest, HoldOutcome::released)
-                .expect("the oldest waiter is in the queue");
-            match waiter.wake.send(Wake::Probe(report)) {
-                Ok(()) => return true,
-                // Its client went away between wake and pop: try the next one.
-                Err(Wake::Probe(r)) => report = r,
-                Err(_) => unreachable!("sent a probe wake"),
-            }
-        }
-    }
-
     /// holdfast is shutting down: every held request gets its 503 now, and none is held again.
     pub fn shutdown(&self) {
         let mut st = self.lock();
         st.shutting_down = true;
         self.wake_all(&mut st, HoldOutcome::shutdown, || Wake::Shutdown);
-    }
-
-    /// Wakes every held request with `wake`, counting `outcome` for each; the queue is empty
-    /// afterwards.
-    fn wake_all(&self, st: &mut State, outcome: HoldOutcome, wake: fn() -> Wake) {
-        let mut detached = Outage::detached();
-        for (_, waiter) in std::mem::take(&mut st.waiters) {
-            let outage = st.outage.as_mut().unwrap_or(&mut detached);
-            self.record_exit(outage, &waiter, outcome);
-            let _ = waiter.wake.send(wake());
-        }
-        st.buffered = 0;
-        self.metrics.held_requests.set(0);
-    }
-
-    /// How long since the application last answered (or since start).
-    fn since_healthy(&self) -> Duration {
-        let last = Duration::from_nanos(self.last_healthy_nanos.load(Ordering::Acquire));
-        Instant::now()
-            .saturating_duration_since(self.epoch)
-            .saturating_sub(last)
-    }
-
-    /// Retry-After for a 503 of a request that waited `waited`: from observed outages (their
-    /// median, minus the time already waited, within bounds) or the fixed value.
-    pub fn retry_after(&self, waited: Duration) -> Duration {
-        if !self.cfg.enabled || self.cfg.retry_after == RetryAfter::Fixed {
-            return self.retry_after;
-        }
-        let st = self.lock();
-        let typical = if st.history.is_empty() {
-            self.retry_after
-        } else {
-            let mut sorted: Vec<Duration> = st.history.iter().copied().collect();
-            sorted.sort();
-            sorted[sorted.len() / 2]
-        };
-        // Round up: "retry in 0.4 s" is "retry in 1 s" in whole seconds.
-        let remaining = typical.saturating_sub(waited);
-        let secs =
-            Duration::from_secs(remaining.as_secs() + u64::from(remaining.subsec_nanos() > 0));
-        secs.clamp(self.cfg.retry_after_min, self.cfg.retry_after_max)
-    }
-
-    /// Whether the last application answer is older than `horizon`.
-    pub fn beyond_horizon(&self, horizon: Duration) -> bool {
-        self.since_healthy() > horizon
-    }
-
-    /// A route-missing 404 passed through because of the horizon. Warns once (until the
-    /// application answers again) and releases every held request: past the horizon they are to
-    /// get the router's 404 at once, not wait for their turn as the probe.
-    pub fn horizon_exceeded(&self, horizon: Duration, upstream: &str) {
-        let mut st = self.lock();
-        // Still an outage for the metrics and alerts (`holdfast_upstream_up` 0).
-        self.open(&mut st, RewriteReason::RouteMissing404);
-        if !self.horizon_warned.swap(true, Ordering::Relaxed) {
-            tracing::warn!(
-                horizon_secs = horizon.as_secs_f64(),
-                upstream,
-                "the router has answered 404 for longer than the horizon; passing its 404s \
-                 through. Check the upstream URL and the router's configuration"
-            );
-        }
-        self.wake_all(&mut st, HoldOutcome::released, || Wake::Release);
-    }
-
-    /// Whether a new request should wait before being sent: an outage is open, and it is not a
-    /// route-missing one past the horizon (whose 404s pass straight through).
-    pub fn holds_before_dispatch(&self, horizon: Duration) -> bool {
-        if !self.in_outage() {
-            return false;
-        }
-        let past_horizon = self.beyond_horizon(horizon);
-        !(past_horizon
-            && self
-                .lock()
-                .outage
-                .as_ref()
-                .is_some_and(|o| o.last_reason == RewriteReason::RouteMissing404))
     }
 }
 
@@ -614,30 +286,6 @@ impl Outage {
     fn detached() -> Outage {
         Outage::new(RewriteReason::ConnectError)
     }
-}
-
-/// Removes a waiter whose request was dropped while held (its client went away).
-struct WaitGuard<'a> {
-    outages: &'a Outages,
-    seq: u64,
-    armed: bool,
-}
-
-impl Drop for WaitGuard<'_> {
-    fn drop(&mut self) {
-        if self.armed {
-            self.outages.leave(self.seq, HoldOutcome::cancelled);
-        }
-    }
-}
-
-/// The delay before probe `attempt` (0-based): `initial · 2^attempt`, capped at `max`, then
-/// "equal jitter": uniformly within [d/2, d], so probes from many holdfasts spread out.
-/// `jitter` is uniform in [0, 1).
-pub fn backoff(initial: Duration, max: Duration, attempt: u32, jitter: f64) -> Duration {
-    let factor = 2u32.saturating_pow(attempt.min(20));
-    let full = initial.saturating_mul(factor).min(max);
-    full / 2 + full.mul_f64(jitter.clamp(0.0, 1.0) / 2.0)
 }
 
 #[cfg(test)]
@@ -689,11 +337,16 @@ mod tests {
         })
     }
 
-    /// Yields until `n` requests are held (the spawned waiters have queued up).
+    /// Yields until `n` requests are held (the spawned waiters have queued up). Bounded: a
+    /// regression that never holds fails here instead of hanging the suite.
     async fn until_held(metrics: &Metrics, n: i64) {
-        while metrics.held_requests.get() < n {
+        for _ in 0..100_000 {
+            if metrics.held_requests.get() >= n {
+                return;
+            }
             tokio::task::yield_now().await;
         }
+        panic!("{} requests held, never {n}", metrics.held_requests.get());
     }
 
     fn holds(metrics: &Metrics, outcome: HoldOutcome) -> u64 {

@@ -1,0 +1,87 @@
+//! Probing during an outage: one probe at a time, with jittered exponential backoff; a TCP
+//! connect where that tells enough, then the oldest held request itself.
+
+use super::*;
+
+/// Longest wait for a probe's verdict before the next held request is sent as the next probe.
+pub(super) const PROBE_VERDICT_WAIT: Duration = Duration::from_secs(1);
+
+/// The delay before probe `attempt` (0-based): `initial · 2^attempt`, capped at `max`, then
+/// "equal jitter": uniformly within [d/2, d], so probes from many holdfasts spread out.
+/// `jitter` is uniform in [0, 1).
+pub fn backoff(initial: Duration, max: Duration, attempt: u32, jitter: f64) -> Duration {
+    let factor = 2u32.saturating_pow(attempt.min(20));
+    let full = initial.saturating_mul(factor).min(max);
+    full / 2 + full.mul_f64(jitter.clamp(0.0, 1.0) / 2.0)
+}
+
+impl Outages {
+    /// Probes until the outage closes or nobody is held. One probe at a time.
+    pub(super) async fn probe_loop(self: Arc<Self>) {
+        let mut attempt = 0u32;
+        loop {
+            tokio::time::sleep(backoff(
+                self.cfg.backoff_initial,
+                self.cfg.backoff_max,
+                attempt,
+                fastrand::f64(),
+            ))
+            .await;
+            attempt = attempt.saturating_add(1);
+            let reason = {
+                let mut st = self.lock();
+                match &st.outage {
+                    Some(o) if !st.waiters.is_empty() && !st.shutting_down => o.last_reason,
+                    _ => {
+                        st.prober_running = false;
+                        return;
+                    }
+                }
+            };
+            // Where the failure was a connection failure, a bare connect tells whether anything
+            // listens again, without spending a client's request on it.
+            if reason.is_connect_failure() {
+                use tower_service::Service;
+                if self
+                    .connector
+                    .clone()
+                    .call(self.probe_uri.clone())
+                    .await
+                    .is_err()
+                {
+                    continue;
+                }
+            }
+            // Send the oldest held request: only a real request can show that the application
+            // (not just a router or a listening socket) answers.
+            let (report, outcome) = oneshot::channel();
+            if !self.release_oldest_as_probe(report) {
+                continue;
+            }
+            // Wait for its verdict (the response head) before probing again, but not for long: a
+            // JSON tool call sends its head only when the tool is done, and a slow tool must not
+            // keep everyone else held. After PROBE_VERDICT_WAIT the next oldest goes out as the
+            // next probe. A dropped report (the client went away mid-probe) is "no answer".
+            let _ = tokio::time::timeout(PROBE_VERDICT_WAIT, outcome).await;
+        }
+    }
+
+    /// Wakes the oldest held request as the probe. False when there is none.
+    pub(super) fn release_oldest_as_probe(&self, mut report: oneshot::Sender<bool>) -> bool {
+        let mut st = self.lock();
+        loop {
+            let Some(&oldest) = st.waiters.keys().next() else {
+                return false;
+            };
+            let waiter = self
+                .remove_waiter(&mut st, oldest, HoldOutcome::released)
+                .expect("the oldest waiter is in the queue");
+            match waiter.wake.send(Wake::Probe(report)) {
+                Ok(()) => return true,
+                // Its client went away between wake and pop: try the next one.
+                Err(Wake::Probe(r)) => report = r,
+                Err(_) => unreachable!("sent a probe wake"),
+            }
+        }
+    }
+}

@@ -1,0 +1,73 @@
+//! Time-based answers: the Retry-After of a 503 (from the outages seen so far) and the horizon
+//! past which a router's 404 is no longer masked.
+
+use super::*;
+
+impl Outages {
+    /// How long since the application last answered (or since start).
+    pub(super) fn since_healthy(&self) -> Duration {
+        let last = Duration::from_nanos(self.last_healthy_nanos.load(Ordering::Acquire));
+        Instant::now()
+            .saturating_duration_since(self.epoch)
+            .saturating_sub(last)
+    }
+
+    /// Retry-After for a 503 of a request that waited `waited`: from observed outages (their
+    /// median, minus the time already waited, within bounds) or the fixed value.
+    pub fn retry_after(&self, waited: Duration) -> Duration {
+        if !self.cfg.enabled || self.cfg.retry_after == RetryAfter::Fixed {
+            return self.retry_after;
+        }
+        let st = self.lock();
+        let typical = if st.history.is_empty() {
+            self.retry_after
+        } else {
+            let mut sorted: Vec<Duration> = st.history.iter().copied().collect();
+            sorted.sort();
+            sorted[sorted.len() / 2]
+        };
+        // Round up: "retry in 0.4 s" is "retry in 1 s" in whole seconds.
+        let remaining = typical.saturating_sub(waited);
+        let secs =
+            Duration::from_secs(remaining.as_secs() + u64::from(remaining.subsec_nanos() > 0));
+        secs.clamp(self.cfg.retry_after_min, self.cfg.retry_after_max)
+    }
+
+    /// Whether the last application answer is older than `horizon`.
+    pub fn beyond_horizon(&self, horizon: Duration) -> bool {
+        self.since_healthy() > horizon
+    }
+
+    /// A route-missing 404 passed through because of the horizon. Warns once (until the
+    /// application answers again) and releases every held request: past the horizon they are to
+    /// get the router's 404 at once, not wait for their turn as the probe.
+    pub fn horizon_exceeded(&self, horizon: Duration, upstream: &str) {
+        let mut st = self.lock();
+        // Still an outage for the metrics and alerts (`holdfast_upstream_up` 0).
+        self.open(&mut st, RewriteReason::RouteMissing404);
+        if !self.horizon_warned.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                horizon_secs = horizon.as_secs_f64(),
+                upstream,
+                "the router has answered 404 for longer than the horizon; passing its 404s \
+                 through. Check the upstream URL and the router's configuration"
+            );
+        }
+        self.wake_all(&mut st, HoldOutcome::released, || Wake::Release);
+    }
+
+    /// Whether a new request should wait before being sent: an outage is open, and it is not a
+    /// route-missing one past the horizon (whose 404s pass straight through).
+    pub fn holds_before_dispatch(&self, horizon: Duration) -> bool {
+        if !self.in_outage() {
+            return false;
+        }
+        let past_horizon = self.beyond_horizon(horizon);
+        !(past_horizon
+            && self
+                .lock()
+                .outage
+                .as_ref()
+                .is_some_and(|o| o.last_reason == RewriteReason::RouteMissing404))
+    }
+}
