@@ -93,9 +93,6 @@ pub struct Sessions {
     pub max_recorded_bytes: usize,
     /// Idle time after which a session is forgotten.
     pub idle_timeout: Duration,
-    /// Longest a request waits for another request's resume of its session: the hold timeout,
-    /// the same bound as any other wait for the backend.
-    pub resume_wait: Duration,
 }
 
 /// Validated `[tls]`: the listener's certificate, as loaded, and where to reload it from.

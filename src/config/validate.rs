@@ -310,7 +310,6 @@ impl Config {
                 max_initialize_bytes: se.max_initialize_bytes,
                 max_recorded_bytes: se.max_recorded_bytes,
                 idle_timeout: sessions_idle.expect(ok),
-                resume_wait: hold_timeout.expect(ok),
             },
         })
     }

@@ -2,7 +2,7 @@
 //! for a failure after the request may have reached the application.
 
 use bytes::{Bytes, BytesMut};
-use http::header::{HeaderValue, CONTENT_LENGTH, CONTENT_TYPE};
+use http::header::{HeaderValue, CONTENT_LENGTH};
 use http::{Response, StatusCode, Version};
 use http_body::Body as _;
 use http_body_util::BodyExt;
@@ -94,15 +94,7 @@ impl Proxy {
         peek: Peeked,
     ) -> Response<ProxyBody> {
         headers::strip_hop_by_hop(&mut head.headers);
-        let is_sse = head
-            .headers
-            .get(CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|ct| {
-                ct.trim_start()
-                    .get(..17)
-                    .is_some_and(|p| p.eq_ignore_ascii_case("text/event-stream"))
-            });
+        let is_sse = headers::is_event_stream(&head.headers);
         let prefix = peek.complete.or(peek.prefix);
         let timed = Timed::new(prefix, peek.rest, self.stream_idle_timeout)
             .counting_aborts(&self.metrics.response_aborts);

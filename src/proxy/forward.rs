@@ -158,7 +158,6 @@ impl Proxy {
                 ex.carried.as_ref(),
                 &ex.handle,
                 &mut ex.resumes,
-                peek.complete.as_deref(),
             ))
             .await;
             match gone {

@@ -97,6 +97,19 @@ pub fn add_forwarded(
     }
 }
 
+/// Whether a response is an SSE stream (`Content-Type: text/event-stream`, any case, any
+/// parameters).
+pub fn is_event_stream(headers: &HeaderMap) -> bool {
+    headers
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|ct| {
+            ct.trim_start()
+                .get(..17)
+                .is_some_and(|p| p.eq_ignore_ascii_case("text/event-stream"))
+        })
+}
+
 /// Sets `Host`.
 pub fn set_host(headers: &mut HeaderMap, host: &str) {
     if let Ok(v) = HeaderValue::from_str(host) {

@@ -80,6 +80,8 @@ pub struct Proxy {
     outages: Arc<Outages>,
     /// MCP sessions carried across backend restarts.
     sessions: Sessions,
+    /// Longest a request waits for another request's re-establishment of its session.
+    resume_wait: Duration,
     metrics: Arc<Metrics>,
 }
 
@@ -132,6 +134,7 @@ impl Proxy {
                 cfg.routes.learn_ttl,
             ),
             client: Client::new(
+                cfg.upstream.base_uri(),
                 cfg.connect_timeout,
                 cfg.pool_idle_timeout,
                 cfg.upstream_tls.as_ref().map(|t| t.config.clone()),
@@ -151,6 +154,7 @@ impl Proxy {
                 metrics.clone(),
             )),
             sessions: Sessions::new(cfg.sessions.clone(), metrics.sessions_tracked.clone()),
+            resume_wait: cfg.hold.timeout,
             metrics,
         }
     }

@@ -79,7 +79,6 @@ impl Proxy {
         carried: Option<&Carried>,
         handle: &BodyHandle,
         resumes: &mut u32,
-        answer_body: Option<&[u8]>,
     ) -> Gone {
         // A DELETE's 404 is the answer the client asked for: the session is over either way.
         if target.method == Method::DELETE || !self.sessions.enabled() {
@@ -92,11 +91,8 @@ impl Proxy {
             return Gone::Pass;
         };
         // Only the session's own endpoint answers for the session: a 404 for another path is
-        // that path's, and a JSON-RPC method-not-found is the method's. Re-establishing on either
-        // would throw away a session the server still has.
-        if !carried.session.is_endpoint(&target.uri)
-            || answer_body.is_some_and(rpc::is_method_not_found)
-        {
+        // that path's (and the check below, sent to this path, would prove nothing).
+        if !carried.session.is_endpoint(&target.uri) {
             return Gone::Pass;
         }
         if *resumes >= MAX_RESUMES {
@@ -148,7 +144,8 @@ impl Proxy {
     async fn resume(&self, carried: &Carried, current: &Target) -> Resume {
         let session = &carried.session;
         let Ok(_turn) =
-            tokio::time::timeout(self.sessions.resume_wait(), session.lock_resume()).await
+            // The same bound as any other wait for the backend: the hold timeout.
+            tokio::time::timeout(self.resume_wait, session.lock_resume()).await
         else {
             return Resume::Failed(
                 "another request's re-establishment of this session did not finish within \
@@ -308,11 +305,7 @@ impl Proxy {
     /// Reads an answer until its JSON-RPC response is found, the body ends, or the bounds
     /// (`MAX_REPLY_BYTES`, the response timeout) are reached.
     async fn read_reply(&self, head: &http::response::Parts, peek: Peeked) -> Reply {
-        let is_sse = head
-            .headers
-            .get(CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|ct| ct.trim_start().starts_with("text/event-stream"));
+        let is_sse = super::headers::is_event_stream(&head.headers);
         if let Some(complete) = peek.complete {
             return rpc::reply(is_sse, &complete);
         }
@@ -401,10 +394,10 @@ mod tests {
             MCP_SESSION_ID,
             LAST_EVENT_ID,
             MCP_PROTOCOL_VERSION,
-            "content-length",
-            "mcp-method",
+            CONTENT_LENGTH,
+            http::HeaderName::from_static("mcp-method"),
         ] {
-            assert!(own.get(gone).is_none(), "{gone} kept");
+            assert!(own.get(&gone).is_none(), "{gone} kept");
         }
         assert_eq!(
             own.get(ACCEPT).unwrap(),

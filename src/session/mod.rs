@@ -23,11 +23,15 @@ mod store;
 
 pub use store::{Plan, Recorded, Session, Sessions};
 
+use http::HeaderName;
+
+// As `HeaderName`s: looked up on every request, so compared, not parsed and hashed as text.
+
 /// The session header of the Streamable HTTP transport.
-pub const MCP_SESSION_ID: &str = "mcp-session-id";
+pub const MCP_SESSION_ID: HeaderName = HeaderName::from_static("mcp-session-id");
 
 /// The protocol version header clients send after initialization (2025-06-18 on).
-pub const MCP_PROTOCOL_VERSION: &str = "mcp-protocol-version";
+pub const MCP_PROTOCOL_VERSION: HeaderName = HeaderName::from_static("mcp-protocol-version");
 
 /// The SSE resumption header of a GET stream.
-pub const LAST_EVENT_ID: &str = "last-event-id";
+pub const LAST_EVENT_ID: HeaderName = HeaderName::from_static("last-event-id");

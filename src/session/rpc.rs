@@ -88,15 +88,6 @@ fn mentions_state_method(body: &[u8]) -> bool {
     })
 }
 
-/// JSON-RPC's "method not found".
-const METHOD_NOT_FOUND: i64 = -32601;
-
-/// Whether an answer body is a JSON-RPC "method not found" error (the 2026-07-28 revision sends
-/// it with HTTP 404): the method is unknown, not the session.
-pub fn is_method_not_found(body: &[u8]) -> bool {
-    matches!(reply(false, body), Reply::Error(METHOD_NOT_FOUND, _))
-}
-
 /// A `ping`, which every server answers on a session it knows: holdfast's check that a 404 means
 /// the session is gone.
 pub fn ping_request() -> Bytes {
@@ -270,20 +261,6 @@ mod tests {
             Reply::Nothing
         );
         assert_eq!(reply(false, b"not json"), Reply::Nothing);
-    }
-
-    #[test]
-    fn method_not_found_is_not_a_forgotten_session() {
-        assert!(is_method_not_found(
-            br#"{"jsonrpc":"2.0","id":3,"error":{"code":-32601,"message":"Method not found"}}"#
-        ));
-        for session_gone in [
-            &br#"{"jsonrpc":"2.0","id":null,"error":{"code":-32001,"message":"Session not found"}}"#[..],
-            b"Not Found: Session not found",
-            b"",
-        ] {
-            assert!(!is_method_not_found(session_gone));
-        }
     }
 
     #[test]

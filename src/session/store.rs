@@ -123,11 +123,6 @@ impl Sessions {
         self.settings.max_initialize_bytes
     }
 
-    /// Longest wait for another request's resume of the same session.
-    pub fn resume_wait(&self) -> Duration {
-        self.settings.resume_wait
-    }
-
     fn lock(&self) -> MutexGuard<'_, Inner> {
         self.inner.lock().expect("sessions lock")
     }
@@ -419,7 +414,6 @@ mod tests {
             max_initialize_bytes: 100,
             max_recorded_bytes: 1000,
             idle_timeout: Duration::from_secs(60),
-            resume_wait: Duration::from_secs(15),
         }
     }
 

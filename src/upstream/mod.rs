@@ -57,6 +57,8 @@ pub struct Client {
 enum Inner {
     /// `http://`: our own HTTP/1 pool.
     Http1 {
+        /// The upstream's base URI: where every connection goes (one upstream per holdfast).
+        base: Uri,
         connector: UpstreamConnector,
         pool: Arc<Pool>,
     },
@@ -66,16 +68,18 @@ enum Inner {
 }
 
 impl Client {
-    /// A client whose connections are made within `connect_timeout` and closed after
-    /// `pool_idle` idle. With `tls` (an `https://` upstream) connections are TLS and may speak
+    /// A client for the upstream at `base` whose connections are made within `connect_timeout`
+    /// and closed after `pool_idle` idle. With `tls` (an `https://` upstream) connections are TLS and may speak
     /// HTTP/2; plain ones speak HTTP/1.1.
     pub fn new(
+        base: Uri,
         connect_timeout: Duration,
         pool_idle: Duration,
         tls: Option<Arc<rustls::ClientConfig>>,
     ) -> Client {
         let inner = match tls {
             None => Inner::Http1 {
+                base,
                 connector: UpstreamConnector::new(connect_timeout, None),
                 pool: Pool::new(pool_idle),
             },
@@ -100,7 +104,11 @@ impl Client {
         req: Request<ReplayBody>,
     ) -> Result<Response<UpstreamBody>, SendError> {
         match &self.inner {
-            Inner::Http1 { connector, pool } => send_http1(connector, pool, req).await,
+            Inner::Http1 {
+                base,
+                connector,
+                pool,
+            } => send_http1(base, connector, pool, req).await,
             Inner::Pooled(client) => client
                 .request(req)
                 .await
@@ -122,12 +130,11 @@ impl Client {
 /// was written hands it back, and the next one (eventually a new one) takes it: it never reached
 /// the application.
 async fn send_http1(
+    base: &Uri,
     connector: &UpstreamConnector,
     pool: &Arc<Pool>,
     mut req: Request<ReplayBody>,
 ) -> Result<Response<UpstreamBody>, SendError> {
-    // The connector needs the authority; the request line carries the path and query only.
-    let target = req.uri().clone();
     origin_form(req.uri_mut());
     // A connection may take the next request only once this one's body is written too: an
     // upstream may answer before reading it all (a 404 for a forgotten session does), and the
@@ -137,7 +144,7 @@ async fn send_http1(
         let (mut sender, pooled) = match pool.checkout() {
             Some(sender) => (sender, true),
             // Boxed: a new connection is the rare case, and its future is large.
-            None => (Box::pin(connect(connector, &target)).await?, false),
+            None => (Box::pin(connect(connector, base)).await?, false),
         };
         // A pooled connection became idle when its last response ended; hyper may still be
         // finishing that exchange, so wait until it takes a new request (or turns out closed).

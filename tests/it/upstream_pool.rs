@@ -154,6 +154,30 @@ async fn serve(
     }
 }
 
+/// A client that sends the head of a 100-byte POST and a tenth of its body, then nothing. Returns
+/// its open connection and what holdfast answered, read until `until` appears.
+async fn slow_upload(holdfast: &Holdfast, until: &[u8]) -> (TcpStream, Vec<u8>) {
+    let mut slow = TcpStream::connect(holdfast.addr).await.unwrap();
+    let head = format!(
+        "POST /mcp HTTP/1.1\r\nhost: {}\r\ncontent-type: application/json\r\n\
+         content-length: 100\r\n\r\n{{\"jsonrpc\"",
+        holdfast.addr
+    );
+    slow.write_all(head.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    let mut chunk = [0u8; 1024];
+    while !answer.windows(until.len()).any(|w| w == until) {
+        let n = within(slow.read(&mut chunk)).await.unwrap();
+        assert!(
+            n > 0,
+            "holdfast closed: {}",
+            String::from_utf8_lossy(&answer)
+        );
+        answer.extend_from_slice(&chunk[..n]);
+    }
+    (slow, answer)
+}
+
 /// `holdfast_upstream_failures_total`, all reasons.
 async fn failures(holdfast: &Holdfast) -> f64 {
     let text = holdfast.metrics().await;
@@ -215,13 +239,18 @@ async fn a_body_the_client_abandons_takes_its_connection_with_it() {
     drop(response);
     let mut closed = upstream.peer_closed.clone();
     within(closed.wait_for(|n| *n >= 1)).await.expect("watch");
-    let _next = within(http::send(
+    let next = within(http::send(
         ::http::Request::get(holdfast.url("/mcp"))
             .header("host", holdfast.addr.to_string())
             .body(http_body_util::Full::default())
             .unwrap(),
     ))
     .await;
+    assert_eq!(
+        next.status(),
+        200,
+        "the next request is served on a new connection"
+    );
     assert_eq!(upstream.accepted.load(Ordering::SeqCst), 2);
 }
 
@@ -271,24 +300,7 @@ async fn a_connection_still_uploading_a_slow_body_is_not_handed_to_the_next_requ
     let upstream = RawUpstream::start(Script::AnswersEarly).await;
     let holdfast = Holdfast::start(&upstream.url()).await;
     // A client that sends a tenth of its body and then nothing: the upstream answers at once.
-    let mut slow = TcpStream::connect(holdfast.addr).await.unwrap();
-    let head = format!(
-        "POST /mcp HTTP/1.1\r\nhost: {}\r\ncontent-type: application/json\r\n\
-         content-length: 100\r\n\r\n{{\"jsonrpc\"",
-        holdfast.addr
-    );
-    slow.write_all(head.as_bytes()).await.unwrap();
-    let mut answer = Vec::new();
-    let mut chunk = [0u8; 1024];
-    while !answer.ends_with(b"gone") {
-        let n = within(slow.read(&mut chunk)).await.unwrap();
-        assert!(
-            n > 0,
-            "holdfast closed: {}",
-            String::from_utf8_lossy(&answer)
-        );
-        answer.extend_from_slice(&chunk[..n]);
-    }
+    let (slow, answer) = slow_upload(&holdfast, b"gone").await;
     assert!(
         answer.starts_with(b"HTTP/1.1 404"),
         "{}",
@@ -307,24 +319,7 @@ async fn a_router_answer_during_a_slow_upload_closes_the_abandoned_upstream_conn
     let upstream = RawUpstream::start(Script::Router502).await;
     let holdfast = Holdfast::start(&upstream.url()).await;
     // A client sends a tenth of its body and then nothing; the router answers 502 at once.
-    let mut slow = TcpStream::connect(holdfast.addr).await.unwrap();
-    let head = format!(
-        "POST /mcp HTTP/1.1\r\nhost: {}\r\ncontent-type: application/json\r\n\
-         content-length: 100\r\n\r\n{{\"jsonrpc\"",
-        holdfast.addr
-    );
-    slow.write_all(head.as_bytes()).await.unwrap();
-    let mut answer = Vec::new();
-    let mut chunk = [0u8; 1024];
-    while !answer.windows(4).any(|w| w == b"\r\n\r\n") {
-        let n = within(slow.read(&mut chunk)).await.unwrap();
-        assert!(
-            n > 0,
-            "holdfast closed: {}",
-            String::from_utf8_lossy(&answer)
-        );
-        answer.extend_from_slice(&chunk[..n]);
-    }
+    let (slow, answer) = slow_upload(&holdfast, b"\r\n\r\n").await;
     // A router's 502 may follow a request the backend read: a 503 at once, never held.
     assert!(
         answer.starts_with(b"HTTP/1.1 503"),

@@ -141,12 +141,7 @@ impl Script {
 
     /// Sends SIGTERM (what `docker stop` sends) and waits, bounded, for the process to exit.
     async fn terminate(mut self) {
-        let pid = self.child.0.id().to_string();
-        let sent = Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .expect("run kill");
-        assert!(sent.success(), "kill -TERM {pid} failed");
+        super::process::sigterm(&self.child.0);
         self.wait_exit().await;
     }
 

@@ -26,6 +26,16 @@ pub fn holdfast(args: &[&str]) -> Command {
     cmd
 }
 
+/// Sends SIGTERM (what `docker stop` and systemd send) to `child`.
+pub fn sigterm(child: &Child) {
+    let pid = child.id().to_string();
+    let sent = Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .expect("run kill");
+    assert!(sent.success(), "kill -TERM {pid} failed");
+}
+
 /// What a finished command printed.
 pub struct Finished {
     pub status: ExitStatus,
@@ -163,12 +173,7 @@ impl Running {
     /// Sends SIGTERM (what `docker stop` and systemd send) and waits (bounded) for the process
     /// to close stderr and exit; returns its status and every stderr line.
     pub fn terminate(mut self) -> (ExitStatus, Vec<String>) {
-        let pid = self.child.0.id().to_string();
-        let sent = Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .expect("run kill");
-        assert!(sent.success(), "kill -TERM {pid} failed");
+        sigterm(&self.child.0);
         let deadline = Instant::now() + PATIENCE;
         loop {
             match self
