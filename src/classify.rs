@@ -23,7 +23,7 @@ use http::header::HeaderMap;
 use http::StatusCode;
 
 use crate::signature::Signature;
-use crate::upstream::{ConnectError, ConnectErrorKind};
+use crate::upstream::{ConnectError, ConnectErrorKind, NeverRead};
 
 /// What one attempt at the upstream means for the client.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,6 +77,10 @@ pub enum RewriteReason {
     Unreachable,
     /// Any other failure while connecting, before a byte of the request was sent.
     ConnectError,
+    /// The connection closed before the upstream read any byte of the request: a pooled
+    /// connection that a stopped (or killed) backend had closed, or a port that accepted and
+    /// closed at once.
+    ConnectionClosed,
     /// A router said "no route" with a known 404 signature.
     RouteMissing404,
     /// A router said "no server" / could not dial with a known 5xx signature.
@@ -85,12 +89,13 @@ pub enum RewriteReason {
 
 impl RewriteReason {
     /// Every reason, for pre-registering metrics and for docs.
-    pub const ALL: [RewriteReason; 7] = [
+    pub const ALL: [RewriteReason; 8] = [
         RewriteReason::ConnectRefused,
         RewriteReason::ConnectTimeout,
         RewriteReason::Dns,
         RewriteReason::Unreachable,
         RewriteReason::ConnectError,
+        RewriteReason::ConnectionClosed,
         RewriteReason::RouteMissing404,
         RewriteReason::RouterUnavailable,
     ];
@@ -111,6 +116,7 @@ impl RewriteReason {
             RewriteReason::Dns => "dns",
             RewriteReason::Unreachable => "unreachable",
             RewriteReason::ConnectError => "connect_error",
+            RewriteReason::ConnectionClosed => "connection_closed",
             RewriteReason::RouteMissing404 => "route_missing_404",
             RewriteReason::RouterUnavailable => "router_unavailable",
         }
@@ -204,6 +210,16 @@ pub fn classify(outcome: &Outcome<'_>, cx: &Context<'_>) -> Verdict {
                     ConnectErrorKind::Other => RewriteReason::ConnectError,
                     ConnectErrorKind::Tls => unreachable!("row 1a"),
                 },
+                never_reached_app: true,
+            })
+        }
+
+        // 1b. The connection closed before the upstream read any byte of the request, as the
+        //     kernel shows (hyper handed it back unwritten, or the upstream's TCP acknowledged
+        //     none of it): the backend stopped or is starting, and the request never reached it.
+        Outcome::Error(err) if find_cause::<NeverRead>(*err).is_some() => {
+            Verdict::Missing(Missing {
+                reason: RewriteReason::ConnectionClosed,
                 never_reached_app: true,
             })
         }

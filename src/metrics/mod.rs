@@ -14,6 +14,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 use crate::classify::{FailReason, RewriteReason};
+use crate::upstream::ClosedCounters;
 
 mod atomic;
 pub use atomic::{AtomicHistogram, RequestCounters};
@@ -64,6 +65,28 @@ pub struct Metrics {
     /// `holdfast_session_resumes_total{outcome}`: the application's session 404s, by what
     /// holdfast made of them.
     pub session_resumes: Family<ResumeLabel, Counter>,
+    /// `holdfast_upstream_closed_connections_total{when}`: upstream connections found closed
+    /// before the upstream read a request on them (plain `http://` upstreams).
+    pub upstream_closed: ClosedCounters,
+}
+
+/// Label set of `holdfast_upstream_closed_connections_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ClosedLabel {
+    /// When the close was found.
+    pub when: ClosedWhen,
+}
+
+/// Bounded values of `when`.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)]
+pub enum ClosedWhen {
+    /// A pooled connection, before it carried the request: the request took another one.
+    idle,
+    /// A new connection closed before the request was written: held (or answered 503).
+    before_request,
+    /// Written, none of it acknowledged by the upstream's TCP: held (or answered 503).
+    unacknowledged,
 }
 
 /// Label set of `holdfast_session_resumes_total`.
@@ -173,6 +196,8 @@ pub enum Reason {
     unreachable,
     /// Other connect failure.
     connect_error,
+    /// The connection closed before the upstream read the request.
+    connection_closed,
     /// A router's route-missing 404.
     route_missing_404,
     /// A router's own 5xx.
@@ -187,6 +212,7 @@ impl From<RewriteReason> for ReasonLabel {
             RewriteReason::Dns => Reason::dns,
             RewriteReason::Unreachable => Reason::unreachable,
             RewriteReason::ConnectError => Reason::connect_error,
+            RewriteReason::ConnectionClosed => Reason::connection_closed,
             RewriteReason::RouteMissing404 => Reason::route_missing_404,
             RewriteReason::RouterUnavailable => Reason::router_unavailable,
         };
@@ -328,6 +354,7 @@ impl Metrics {
             replays: Counter::default(),
             sessions_tracked: Gauge::default(),
             session_resumes: Family::default(),
+            upstream_closed: ClosedCounters::default(),
         };
         // Start "up": holdfast has no evidence of an outage until a request meets one.
         m.upstream_up.set(1);
@@ -369,7 +396,22 @@ impl Metrics {
         ] {
             let _ = m.session_resumes.get_or_create(&outcome.into());
         }
+        let closed = Family::<ClosedLabel, Counter>::default();
+        let when = |when| closed.get_or_create(&ClosedLabel { when }).clone();
+        let m = Metrics {
+            upstream_closed: ClosedCounters {
+                idle: when(ClosedWhen::idle),
+                before_request: when(ClosedWhen::before_request),
+                unacknowledged: when(ClosedWhen::unacknowledged),
+            },
+            ..m
+        };
         let r = registry.sub_registry_with_prefix("holdfast");
+        r.register(
+            "upstream_closed_connections",
+            "Upstream connections found closed before the upstream read a request on them",
+            closed,
+        );
         r.register(
             "rewrites",
             "Answers rewritten to 503 + Retry-After because the backend was missing",

@@ -138,6 +138,7 @@ impl Proxy {
                 cfg.connect_timeout,
                 cfg.pool_idle_timeout,
                 cfg.upstream_tls.as_ref().map(|t| t.config.clone()),
+                metrics.upstream_closed.clone(),
             ),
             client_proto: if cfg.tls.is_some() { "https" } else { "http" },
             replay_cap: if cfg.hold.enabled {

@@ -33,6 +33,8 @@ use rustls::pki_types::ServerName;
 use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
 
+use super::tcp::{SharedTcp, TcpHandle};
+
 /// Why a connection to the upstream could not be made.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ConnectErrorKind {
@@ -166,7 +168,7 @@ impl tower_service::Service<Uri> for UpstreamConnector {
             within(timeout, async move {
                 let tcp = connect(&host, port).await?;
                 let Some(tls) = tls else {
-                    return Ok(UpstreamIo::Plain(TokioIo::new(tcp)));
+                    return Ok(UpstreamIo::Plain(SharedTcp::new(tcp)));
                 };
                 // SNI and certificate verification use the upstream URL's host, never anything a
                 // client sent (the Host header is the client's to choose).
@@ -217,10 +219,20 @@ impl ConnectError {
 /// A connection to the upstream, plain or TLS.
 #[derive(Debug)]
 pub enum UpstreamIo {
-    /// `http://`.
-    Plain(TokioIo<TcpStream>),
+    /// `http://`: shared with the pool, which asks the kernel about it (see [`super::tcp`]).
+    Plain(SharedTcp),
     /// `https://` (boxed: a TLS session is large and the plain variant is common).
     Tls(Box<TokioIo<TlsStream<TcpStream>>>),
+}
+
+impl UpstreamIo {
+    /// The pool's view of a plain connection (`None` for TLS).
+    pub fn tcp_handle(&self) -> Option<TcpHandle> {
+        match self {
+            UpstreamIo::Plain(tcp) => Some(tcp.handle()),
+            UpstreamIo::Tls(_) => None,
+        }
+    }
 }
 
 impl Connection for UpstreamIo {

@@ -12,9 +12,17 @@
 //! its response body ends, with no task spawned per response to wait for that. An `https://`
 //! upstream keeps hyper-util's pooled client, which also speaks HTTP/2 when the upstream picks
 //! `h2` by ALPN.
+//!
+//! On that HTTP/1 path the kernel is asked, twice, what it knows that hyper does not ([`tcp`]):
+//! whether a pooled connection was closed by the upstream before it carries a request (then it
+//! is not used), and, when an exchange fails, whether the upstream's TCP acknowledged any byte of
+//! the request. A request none of whose bytes were acknowledged, or that hyper handed back
+//! unwritten from a new connection, fails with [`NeverRead`]: it provably never reached the
+//! application, so it may be held and sent again.
 
 pub mod connector;
 pub mod pool;
+pub mod tcp;
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -25,12 +33,13 @@ use bytes::Bytes;
 use http::{Request, Response, Uri};
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
-use hyper::client::conn::http1::{self, SendRequest};
+use hyper::client::conn::http1;
 use hyper_util::client::legacy::Client as HyperClient;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
+use prometheus_client::metrics::counter::Counter;
 
 pub use connector::{ConnectError, ConnectErrorKind, Connector, UpstreamConnector, UpstreamIo};
-use pool::Pool;
+use pool::{Conn, Pool};
 
 use crate::replay::{Completion, ReplayBody};
 
@@ -47,6 +56,51 @@ pub enum SendError {
     /// hyper-util's client (an `https://` upstream) failed.
     #[error("the upstream request failed")]
     Pooled(#[source] hyper_util::client::legacy::Error),
+    /// The connection closed before the upstream read any byte of the request.
+    #[error("the upstream exchange failed before the request was read")]
+    NeverRead(#[source] NeverRead),
+}
+
+/// The upstream's connection closed before it read any byte of the request, as the kernel
+/// shows: the application cannot have seen it.
+#[derive(Debug, thiserror::Error)]
+#[error("the upstream connection closed before the upstream read the request ({})", when.as_str())]
+pub struct NeverRead {
+    /// How it is known.
+    pub when: Unread,
+    #[source]
+    source: hyper::Error,
+}
+
+/// How a request is known to have never been read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unread {
+    /// A new connection closed before hyper wrote anything on it (an accept-then-close port).
+    BeforeRequest,
+    /// Written, but the upstream's TCP acknowledged none of it: it had closed, or was killed,
+    /// before the request arrived, and answered it with a reset.
+    Unacknowledged,
+}
+
+impl Unread {
+    /// For logs and the `when` label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Unread::BeforeRequest => "before_request",
+            Unread::Unacknowledged => "unacknowledged",
+        }
+    }
+}
+
+/// `holdfast_upstream_closed_connections_total{when}`, one counter per value, resolved once.
+#[derive(Debug, Clone, Default)]
+pub struct ClosedCounters {
+    /// A pooled connection was closed by the upstream: the request took another one.
+    pub idle: Counter,
+    /// [`Unread::BeforeRequest`].
+    pub before_request: Counter,
+    /// [`Unread::Unacknowledged`].
+    pub unacknowledged: Counter,
 }
 
 /// The client the proxy sends through.
@@ -61,6 +115,7 @@ enum Inner {
         base: Uri,
         connector: UpstreamConnector,
         pool: Arc<Pool>,
+        closed: ClosedCounters,
     },
     /// `https://`: hyper-util's client (HTTP/1.1, or HTTP/2 by ALPN). Boxed: it is large, and
     /// the plain variant is the common one.
@@ -69,19 +124,22 @@ enum Inner {
 
 impl Client {
     /// A client for the upstream at `base` whose connections are made within `connect_timeout`
-    /// and closed after `pool_idle` idle. With `tls` (an `https://` upstream) connections are TLS and may speak
-    /// HTTP/2; plain ones speak HTTP/1.1.
+    /// and closed after `pool_idle` idle. With `tls` (an `https://` upstream) connections are
+    /// TLS and may speak HTTP/2; plain ones speak HTTP/1.1, and `closed` counts the ones found
+    /// closed before they carried a request.
     pub fn new(
         base: Uri,
         connect_timeout: Duration,
         pool_idle: Duration,
         tls: Option<Arc<rustls::ClientConfig>>,
+        closed: ClosedCounters,
     ) -> Client {
         let inner = match tls {
             None => Inner::Http1 {
                 base,
                 connector: UpstreamConnector::new(connect_timeout, None),
-                pool: Pool::new(pool_idle),
+                pool: Pool::new(pool_idle, closed.idle.clone()),
+                closed,
             },
             Some(tls) => Inner::Pooled(Box::new(
                 HyperClient::builder(TokioExecutor::new())
@@ -108,7 +166,8 @@ impl Client {
                 base,
                 connector,
                 pool,
-            } => send_http1(base, connector, pool, req).await,
+                closed,
+            } => send_http1(base, connector, pool, closed, req).await,
             Inner::Pooled(client) => client
                 .request(req)
                 .await
@@ -133,6 +192,7 @@ async fn send_http1(
     base: &Uri,
     connector: &UpstreamConnector,
     pool: &Arc<Pool>,
+    closed: &ClosedCounters,
     mut req: Request<ReplayBody>,
 ) -> Result<Response<UpstreamBody>, SendError> {
     origin_form(req.uri_mut());
@@ -141,43 +201,101 @@ async fn send_http1(
     // next request must not wait behind a slow client's upload.
     let uploaded = req.body().completion();
     loop {
-        let (mut sender, pooled) = match pool.checkout() {
-            Some(sender) => (sender, true),
+        let (mut conn, pooled) = match pool.checkout() {
+            Some(conn) => (conn, true),
             // Boxed: a new connection is the rare case, and its future is large.
             None => (Box::pin(connect(connector, base)).await?, false),
         };
         // A pooled connection became idle when its last response ended; hyper may still be
         // finishing that exchange, so wait until it takes a new request (or turns out closed).
-        if pooled && sender.ready().await.is_err() {
+        if pooled && conn.sender.ready().await.is_err() {
+            pool.found_closed();
             continue;
         }
-        match sender.try_send_request(req).await {
-            Ok(resp) => {
+        match send_on(conn, pooled, closed, req).await {
+            Ok((resp, conn)) => {
                 let (head, body) = resp.into_parts();
                 return Ok(Response::from_parts(
                     head,
-                    UpstreamBody::pooled(body, sender, pool, uploaded),
+                    UpstreamBody::pooled(body, conn, pool, uploaded),
                 ));
             }
-            Err(mut failed) => match failed.take_message() {
-                Some(back) if pooled => req = back,
-                _ => return Err(SendError::Exchange(failed.into_error())),
-            },
+            Err(Failed::Back(back)) => {
+                pool.found_closed();
+                req = *back;
+            }
+            Err(Failed::Error(err)) => return Err(err),
         }
     }
 }
 
+/// Why one connection did not carry a request.
+enum Failed {
+    /// A pooled connection closed before hyper wrote the request: here it is, untouched (boxed:
+    /// the rare case should not make every result large).
+    Back(Box<Request<ReplayBody>>),
+    /// The request failed (perhaps proven unread: [`SendError::NeverRead`]).
+    Error(SendError),
+}
+
+/// Sends `req` on one connection, and tells what the kernel knows when that fails.
+async fn send_on(
+    mut conn: Conn,
+    pooled: bool,
+    closed: &ClosedCounters,
+    req: Request<ReplayBody>,
+) -> Result<(Response<Incoming>, Conn), Failed> {
+    let mark = conn.tcp.written();
+    match conn.sender.try_send_request(req).await {
+        Ok(resp) => Ok((resp, conn)),
+        Err(mut failed) => match failed.take_message() {
+            Some(back) if pooled => Err(Failed::Back(Box::new(back))),
+            // Unwritten, from a connection that closed as soon as it opened: a port that
+            // accepts before anything serves it. Never read; the caller decides what next.
+            Some(_) => {
+                closed.before_request.inc();
+                Err(Failed::Error(never_read(
+                    Unread::BeforeRequest,
+                    failed.into_error(),
+                )))
+            }
+            None => {
+                let err = failed.into_error();
+                Err(Failed::Error(if unacknowledged(&err, &conn, mark) {
+                    closed.unacknowledged.inc();
+                    never_read(Unread::Unacknowledged, err)
+                } else {
+                    SendError::Exchange(err)
+                }))
+            }
+        },
+    }
+}
+
+fn never_read(when: Unread, source: hyper::Error) -> SendError {
+    SendError::NeverRead(NeverRead { when, source })
+}
+
+/// Whether a written request that failed is proven unread: the connection broke (not a parse
+/// error, not the client's own body failing), and the upstream's TCP acknowledged none of the
+/// bytes written for it. A peer that had closed or died answers new data with a reset and
+/// acknowledges none of it; a peer that read a byte of it acknowledged at least that byte.
+fn unacknowledged(err: &hyper::Error, conn: &Conn, mark: u64) -> bool {
+    let broke = !err.is_parse() && !err.is_user() && !err.is_timeout();
+    broke && conn.tcp.acknowledged_since(mark) == Some(false)
+}
+
 /// A new HTTP/1 connection, driven by its own task.
-async fn connect(
-    connector: &UpstreamConnector,
-    uri: &Uri,
-) -> Result<SendRequest<ReplayBody>, SendError> {
+async fn connect(connector: &UpstreamConnector, uri: &Uri) -> Result<Conn, SendError> {
     use tower_service::Service;
     let io = connector
         .clone()
         .call(uri.clone())
         .await
         .map_err(SendError::Connect)?;
+    let tcp = io
+        .tcp_handle()
+        .expect("the HTTP/1 path connects to http:// upstreams only");
     let (sender, conn) = http1::Builder::new()
         .handshake(io)
         .await
@@ -187,7 +305,7 @@ async fn connect(
             tracing::debug!(%error, "upstream connection ended with an error");
         }
     });
-    Ok(sender)
+    Ok(Conn { sender, tcp })
 }
 
 /// The request line's target: `/path?query`, as HTTP/1.1 sends it to an origin server.
@@ -210,7 +328,7 @@ pin_project_lite::pin_project! {
 }
 
 struct Checkin {
-    sender: SendRequest<ReplayBody>,
+    conn: Conn,
     pool: Arc<Pool>,
     /// Whether the request's body has been read to its end.
     uploaded: Completion,
@@ -221,14 +339,9 @@ impl UpstreamBody {
         UpstreamBody { inner, back: None }
     }
 
-    fn pooled(
-        inner: Incoming,
-        sender: SendRequest<ReplayBody>,
-        pool: &Arc<Pool>,
-        uploaded: Completion,
-    ) -> Self {
+    fn pooled(inner: Incoming, conn: Conn, pool: &Arc<Pool>, uploaded: Completion) -> Self {
         let mut back = Some(Checkin {
-            sender,
+            conn,
             pool: pool.clone(),
             uploaded,
         });
@@ -273,13 +386,16 @@ impl Body for UpstreamBody {
 /// dropped, and hyper closes it once the upload is over.
 fn check_in(back: &mut Option<Checkin>) {
     if let Some(Checkin {
-        sender,
+        conn,
         pool,
         uploaded,
     }) = back.take()
     {
         if uploaded.is_complete() {
-            pool.checkin(sender);
+            pool.checkin(conn);
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

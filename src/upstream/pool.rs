@@ -6,13 +6,20 @@
 //! once. Idle ones older than `client.pool_idle_timeout_secs` are closed by a reaper, so holdfast
 //! closes them before the upstream's own keep-alive timeout does (Node's and uvicorn's are 5 s):
 //! a request is never written onto a connection the server is closing.
+//!
+//! Before a connection leaves the pool the kernel is asked whether the upstream closed it
+//! ([`TcpHandle::check`]): a FIN or RST that arrived while the connection's task had not run yet
+//! would otherwise turn into a request written into a dead connection, a failure that looks
+//! like "sent, then reset".
 
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use hyper::client::conn::http1::SendRequest;
+use prometheus_client::metrics::counter::Counter;
 use tokio::time::Instant;
 
+use super::tcp::{Idle as Liveness, TcpHandle};
 use crate::replay::ReplayBody;
 
 /// Most idle connections kept; more are closed when they come back.
@@ -23,22 +30,35 @@ const MAX_IDLE: usize = 1024;
 pub struct Pool {
     idle: Mutex<Vec<Idle>>,
     timeout: Duration,
+    /// Idle connections found closed by the upstream when they were about to be used.
+    closed_idle: Counter,
     /// Whether the reaper runs (started with the first connection that comes back).
     reaping: std::sync::atomic::AtomicBool,
 }
 
+/// One HTTP/1 connection: hyper's handle to send on it, and the pool's view of its socket.
+#[derive(Debug)]
+pub struct Conn {
+    /// Sends a request on it.
+    pub sender: SendRequest<ReplayBody>,
+    /// Asks the kernel about it.
+    pub tcp: TcpHandle,
+}
+
 #[derive(Debug)]
 struct Idle {
-    sender: SendRequest<ReplayBody>,
+    conn: Conn,
     since: Instant,
 }
 
 impl Pool {
-    /// An empty pool whose connections close after `timeout` idle.
-    pub fn new(timeout: Duration) -> Arc<Pool> {
+    /// An empty pool whose connections close after `timeout` idle; `closed_idle` counts the
+    /// ones the upstream had closed when they were about to be used.
+    pub fn new(timeout: Duration, closed_idle: Counter) -> Arc<Pool> {
         Arc::new(Pool {
             idle: Mutex::new(Vec::new()),
             timeout,
+            closed_idle,
             reaping: std::sync::atomic::AtomicBool::new(false),
         })
     }
@@ -48,20 +68,33 @@ impl Pool {
     }
 
     /// The most recently used idle connection that is still open and not expired.
-    pub fn checkout(&self) -> Option<SendRequest<ReplayBody>> {
-        let mut idle = self.lock();
-        while let Some(conn) = idle.pop() {
-            if conn.sender.is_closed() || conn.since.elapsed() >= self.timeout {
+    pub fn checkout(&self) -> Option<Conn> {
+        loop {
+            // The lock is not held across the kernel check: one syscall, but other requests
+            // need not wait for it.
+            let idle = self.lock().pop()?;
+            if idle.conn.sender.is_closed() || idle.since.elapsed() >= self.timeout {
                 continue;
             }
-            return Some(conn.sender);
+            if idle.conn.tcp.check() == Liveness::Closed {
+                self.closed_idle.inc();
+                tracing::debug!(
+                    "a pooled upstream connection was closed by the upstream; not used"
+                );
+                continue;
+            }
+            return Some(idle.conn);
         }
-        None
+    }
+
+    /// Counts a pooled connection that hyper found closed before it wrote a request on it.
+    pub fn found_closed(&self) {
+        self.closed_idle.inc();
     }
 
     /// Takes a connection back after its response ended.
-    pub fn checkin(self: &Arc<Self>, sender: SendRequest<ReplayBody>) {
-        if sender.is_closed() {
+    pub fn checkin(self: &Arc<Self>, conn: Conn) {
+        if conn.sender.is_closed() {
             return;
         }
         {
@@ -70,7 +103,7 @@ impl Pool {
                 return;
             }
             idle.push(Idle {
-                sender,
+                conn,
                 since: Instant::now(),
             });
         }
@@ -88,7 +121,7 @@ impl Pool {
     fn evict(&self) {
         let timeout = self.timeout;
         self.lock()
-            .retain(|c| !c.sender.is_closed() && c.since.elapsed() < timeout);
+            .retain(|c| !c.conn.sender.is_closed() && c.since.elapsed() < timeout);
     }
 }
 

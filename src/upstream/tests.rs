@@ -1,0 +1,199 @@
+//! The HTTP/1 path against connections the upstream closes, with the runtime held still so
+//! that hyper's connection task has not yet seen what the kernel already knows.
+
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::Request;
+
+use super::pool::Pool;
+use super::tcp::{Idle, TcpHandle};
+use super::*;
+use crate::replay::BodyHandle;
+
+/// Blocks the thread (and so the test's single-threaded runtime: no task runs meanwhile) until
+/// the kernel reports the upstream's close of `tcp`, bounded.
+fn block_until_closed(tcp: &TcpHandle) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while tcp.check() == Idle::Open {
+        assert!(
+            Instant::now() < deadline,
+            "the upstream's close never arrived"
+        );
+        std::thread::yield_now();
+    }
+}
+
+/// Reads one request head (the tests send bodiless requests).
+fn read_head(stream: &mut std::net::TcpStream) {
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        assert_eq!(stream.read(&mut byte).unwrap(), 1, "a whole request head");
+        head.push(byte[0]);
+    }
+}
+
+fn request(uri: &str) -> Request<ReplayBody> {
+    let body = BodyHandle::from_bytes(Bytes::new()).attempt().unwrap();
+    Request::builder()
+        .uri(uri)
+        .header("host", "upstream")
+        .body(body)
+        .unwrap()
+}
+
+fn connector() -> UpstreamConnector {
+    UpstreamConnector::new(Duration::from_secs(5), None)
+}
+
+#[tokio::test]
+async fn a_pooled_connection_the_upstream_closed_is_not_used_even_before_hyper_notices() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let base: Uri = format!("http://{}/", listener.local_addr().unwrap())
+        .parse()
+        .unwrap();
+    let (close, closing) = mpsc::channel::<()>();
+    let server = std::thread::spawn(move || {
+        let (stream, _) = listener.accept().unwrap();
+        closing.recv().unwrap();
+        drop(stream);
+    });
+    let conn = connect(&connector(), &base).await.unwrap();
+    let tcp = conn.tcp.clone();
+    let counted = Counter::default();
+    let pool = Pool::new(Duration::from_secs(60), counted.clone());
+    pool.checkin(conn);
+
+    close.send(()).unwrap();
+    server.join().unwrap();
+    block_until_closed(&tcp);
+    // hyper's connection task has not run since the close (nothing was awaited): only the
+    // kernel knows, and the pool asks it.
+    assert!(
+        pool.checkout().is_none(),
+        "a closed connection was handed out"
+    );
+    assert_eq!(counted.get(), 1);
+    assert_eq!(pool.idle(), 0);
+}
+
+#[tokio::test]
+async fn a_request_written_into_a_closed_connection_is_proven_unread() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let base: Uri = format!("http://{}/", listener.local_addr().unwrap())
+        .parse()
+        .unwrap();
+    let server = std::thread::spawn(move || {
+        // Accepts, then closes at once: the backend died as the request was on its way.
+        drop(listener.accept().unwrap());
+    });
+    let conn = connect(&connector(), &base).await.unwrap();
+    server.join().unwrap();
+    block_until_closed(&conn.tcp);
+
+    let closed = ClosedCounters::default();
+    let result = send_on(conn, false, &closed, request("/mcp")).await;
+    let Err(Failed::Error(err)) = result else {
+        panic!("expected a failure");
+    };
+    let SendError::NeverRead(never) = &err else {
+        panic!("expected a never-read failure, got {err:?}");
+    };
+    // hyper either saw the close first and handed the request back unwritten, or wrote it and
+    // met the upstream's reset: the kernel proves it unread either way.
+    let counted = closed.before_request.get() + closed.unacknowledged.get();
+    assert_eq!(counted, 1);
+    match never.when {
+        Unread::BeforeRequest => assert_eq!(closed.before_request.get(), 1),
+        Unread::Unacknowledged => assert_eq!(closed.unacknowledged.get(), 1),
+    }
+    // The classifier's row 1b: the backend is missing, and the request may be sent again.
+    let cx = crate::classify::Context {
+        signatures: &[],
+        route_expected: true,
+        beyond_horizon: false,
+    };
+    assert_eq!(
+        crate::classify::classify(&crate::classify::Outcome::Error(&err), &cx),
+        crate::classify::Verdict::Missing(crate::classify::Missing {
+            reason: crate::classify::RewriteReason::ConnectionClosed,
+            never_reached_app: true,
+        })
+    );
+}
+
+#[tokio::test]
+async fn a_request_the_upstream_read_before_closing_may_have_run() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let base: Uri = format!("http://{}/", listener.local_addr().unwrap())
+        .parse()
+        .unwrap();
+    let server = std::thread::spawn(move || {
+        // Reads the whole request, then dies without answering: it may have executed it.
+        let (mut stream, _) = listener.accept().unwrap();
+        read_head(&mut stream);
+        drop(stream);
+    });
+    let conn = connect(&connector(), &base).await.unwrap();
+    let closed = ClosedCounters::default();
+    let result = send_on(conn, false, &closed, request("/mcp")).await;
+    server.join().unwrap();
+    assert!(
+        matches!(result, Err(Failed::Error(SendError::Exchange(_)))),
+        "a request the upstream read is not proven unread"
+    );
+    assert_eq!(closed.before_request.get() + closed.unacknowledged.get(), 0);
+}
+
+#[tokio::test]
+async fn an_answered_request_returns_its_connection_to_the_pool() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let base: Uri = format!("http://{}/", listener.local_addr().unwrap())
+        .parse()
+        .unwrap();
+    let (done, finished) = mpsc::channel::<()>();
+    let server = std::thread::spawn(move || {
+        let (mut stream, _) = listener.accept().unwrap();
+        // Both requests on this one connection, or the second read fails the test.
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        for _ in 0..2 {
+            read_head(&mut stream);
+            stream
+                .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                .unwrap();
+        }
+        // Open until the test has looked at the pool.
+        finished.recv().unwrap();
+    });
+    let closed = ClosedCounters::default();
+    let client = Client::new(
+        base,
+        Duration::from_secs(5),
+        Duration::from_secs(60),
+        None,
+        closed.clone(),
+    );
+    for _ in 0..2 {
+        let resp = client
+            .request(request("http://upstream/mcp"))
+            .await
+            .unwrap();
+        let body = http_body_util::BodyExt::collect(resp.into_body())
+            .await
+            .unwrap()
+            .to_bytes();
+        assert_eq!(&body[..], b"ok");
+    }
+    // One accepted connection served both (the live one passed the kernel check), and it is
+    // idle again.
+    assert_eq!(client.idle_connections(), 1);
+    assert_eq!(closed.idle.get(), 0);
+    done.send(()).unwrap();
+    server.join().unwrap();
+}
