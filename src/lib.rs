@@ -19,6 +19,7 @@
 //! - [`classify`]: the one flat decision of what an upstream outcome means.
 //! - [`signature`]: router signatures (presets and user-defined), matched by [`classify`].
 //! - [`hold`]: outages, holding requests through them, probing, Retry-After from history.
+//! - [`idempotent`]: which MCP requests are safe to send twice (read-only methods, annotated tools).
 //! - [`respond`]: every synthetic response.
 //! - [`rlimit`]: raising the open-file limit at start.
 //! - [`metrics`]: Prometheus metrics, registered explicitly.
@@ -32,6 +33,7 @@ pub mod cli;
 pub mod config;
 pub mod demo;
 pub mod hold;
+pub mod idempotent;
 pub mod metrics;
 pub mod proxy;
 pub mod replay;

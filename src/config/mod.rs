@@ -31,6 +31,7 @@ use http::Uri;
 use crate::tls::{self, Identity, TlsError};
 
 mod raw;
+mod retry;
 mod validate;
 
 pub use raw::*;
@@ -78,6 +79,21 @@ pub struct Config {
     pub upstream_tls: Option<UpstreamTls>,
     /// Session continuity.
     pub sessions: Sessions,
+    /// `[retry]`.
+    pub retry: Retry,
+}
+
+/// Validated `[retry]` (see [`crate::idempotent`]).
+#[derive(Debug, Clone, Default)]
+pub struct Retry {
+    /// Send a safe request once more after an ambiguous failure.
+    pub enabled: bool,
+    /// Learn safe tools from `tools/list` annotations.
+    pub learn_annotations: bool,
+    /// Tools safe to call twice (added to what the server announces).
+    pub idempotent_tools: Vec<String>,
+    /// Tools never called twice (they win over everything else).
+    pub never_tools: Vec<String>,
 }
 
 /// Validated `[sessions]`.

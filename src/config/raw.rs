@@ -98,6 +98,11 @@ pub mod defaults {
     /// A session without a request for this long is forgotten: a day, so an IDE left open
     /// overnight keeps its session.
     pub const SESSIONS_IDLE_TIMEOUT_SECS: f64 = 86_400.0;
+    /// Send a request that may have reached the application once more after an ambiguous
+    /// failure, when repeating it is safe (read-only methods, idempotent tools).
+    pub const RETRY_ENABLED: bool = true;
+    /// Learn which tools are safe from the annotations in `tools/list` answers.
+    pub const RETRY_LEARN_ANNOTATIONS: bool = true;
 }
 
 /// Phase one: what figment deserializes. Every field optional-by-default so that each layer may
@@ -133,6 +138,34 @@ pub struct RawConfig {
     pub tls: RawTls,
     /// Session continuity.
     pub sessions: RawSessions,
+    /// `[retry]`.
+    pub retry: RawRetry,
+}
+
+/// `[retry]`: sending a request that may have reached the application once more, when doing so
+/// is safe.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawRetry {
+    /// On or off.
+    pub enabled: bool,
+    /// Learn safe tools from `tools/list` annotations.
+    pub learn_annotations: bool,
+    /// Tools that are safe to call twice, whatever the server announces.
+    pub idempotent_tools: Vec<String>,
+    /// Tools never called twice, whatever the server announces.
+    pub never_tools: Vec<String>,
+}
+
+impl Default for RawRetry {
+    fn default() -> Self {
+        Self {
+            enabled: defaults::RETRY_ENABLED,
+            learn_annotations: defaults::RETRY_LEARN_ANNOTATIONS,
+            idempotent_tools: Vec::new(),
+            never_tools: Vec::new(),
+        }
+    }
 }
 
 /// `[sessions]`: carrying MCP sessions across backend restarts.
@@ -325,6 +358,7 @@ impl Default for RawConfig {
             hold: RawHold::default(),
             tls: RawTls::default(),
             sessions: RawSessions::default(),
+            retry: RawRetry::default(),
         }
     }
 }

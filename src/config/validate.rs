@@ -251,6 +251,7 @@ impl Config {
                 ),
             );
         }
+        let retry = v.retry(&raw.retry);
         // hyper's HTTP/1 read buffer cannot be smaller than 8 KiB.
         if raw.limits.max_header_bytes < 8192 {
             v.fail::<()>("limits.max_header_bytes", "must be at least 8192".into());
@@ -311,18 +312,19 @@ impl Config {
                 max_recorded_bytes: se.max_recorded_bytes,
                 idle_timeout: sessions_idle.expect(ok),
             },
+            retry: retry.expect(ok),
         })
     }
 }
 
 /// Collects problems while validating.
-struct Validator<'a> {
+pub(super) struct Validator<'a> {
     problems: Vec<Problem>,
     origin: &'a dyn Fn(&str) -> String,
 }
 
 impl Validator<'_> {
-    fn fail<T>(&mut self, key: &str, message: String) -> Option<T> {
+    pub(super) fn fail<T>(&mut self, key: &str, message: String) -> Option<T> {
         // Array elements share their array's origin.
         let base = key.split('[').next().unwrap_or(key);
         self.problems.push(Problem {

@@ -14,6 +14,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 use crate::classify::{FailReason, RewriteReason};
+use crate::idempotent::SafeKind;
 use crate::upstream::ClosedCounters;
 
 mod atomic;
@@ -65,9 +66,42 @@ pub struct Metrics {
     /// `holdfast_session_resumes_total{outcome}`: the application's session 404s, by what
     /// holdfast made of them.
     pub session_resumes: Family<ResumeLabel, Counter>,
+    /// `holdfast_safe_retries_total{kind}`: requests sent once more after an ambiguous failure,
+    /// because running them twice is safe.
+    pub safe_retries: Family<RetryLabel, Counter>,
     /// `holdfast_upstream_closed_connections_total{when}`: upstream connections found closed
     /// before the upstream read a request on them (plain `http://` upstreams).
     pub upstream_closed: ClosedCounters,
+}
+
+/// Label set of `holdfast_safe_retries_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RetryLabel {
+    /// Why running it twice is safe.
+    pub kind: RetryKind,
+}
+
+/// Bounded values of `kind` (mirrors [`SafeKind`]).
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)]
+pub enum RetryKind {
+    /// A read-only JSON-RPC method.
+    read_only_method,
+    /// A tool the server announced read-only or idempotent.
+    annotated_tool,
+    /// A tool in `retry.idempotent_tools`.
+    configured_tool,
+}
+
+impl From<SafeKind> for RetryLabel {
+    fn from(kind: SafeKind) -> Self {
+        let kind = match kind {
+            SafeKind::ReadOnlyMethod => RetryKind::read_only_method,
+            SafeKind::AnnotatedTool => RetryKind::annotated_tool,
+            SafeKind::ConfiguredTool => RetryKind::configured_tool,
+        };
+        RetryLabel { kind }
+    }
 }
 
 /// Label set of `holdfast_upstream_closed_connections_total`.
@@ -354,6 +388,7 @@ impl Metrics {
             replays: Counter::default(),
             sessions_tracked: Gauge::default(),
             session_resumes: Family::default(),
+            safe_retries: Family::default(),
             upstream_closed: ClosedCounters::default(),
         };
         // Start "up": holdfast has no evidence of an outage until a request meets one.
@@ -396,6 +431,13 @@ impl Metrics {
         ] {
             let _ = m.session_resumes.get_or_create(&outcome.into());
         }
+        for kind in [
+            SafeKind::ReadOnlyMethod,
+            SafeKind::AnnotatedTool,
+            SafeKind::ConfiguredTool,
+        ] {
+            let _ = m.safe_retries.get_or_create(&kind.into());
+        }
         let closed = Family::<ClosedLabel, Counter>::default();
         let when = |when| closed.get_or_create(&ClosedLabel { when }).clone();
         let m = Metrics {
@@ -407,6 +449,12 @@ impl Metrics {
             ..m
         };
         let r = registry.sub_registry_with_prefix("holdfast");
+        r.register(
+            "safe_retries",
+            "Requests sent once more after the upstream failed once they may have reached it, \
+             because running them twice is safe (read-only methods, idempotent tools)",
+            m.safe_retries.clone(),
+        );
         r.register(
             "upstream_closed_connections",
             "Upstream connections found closed before the upstream read a request on them",

@@ -87,11 +87,13 @@ impl Proxy {
     }
 
     /// Passes an upstream response through: hop-by-hop headers removed, body streamed under the
-    /// idle timeout, SSE marked unbuffered and counted while it lives.
+    /// idle timeout, SSE marked unbuffered and counted while it lives; a `tools/list` answer
+    /// (`learn`) read for tool annotations on its way.
     pub(super) fn pass(
         &self,
         head: &mut http::response::Parts,
         peek: Peeked,
+        learn: bool,
     ) -> Response<ProxyBody> {
         headers::strip_hop_by_hop(&mut head.headers);
         let is_sse = headers::is_event_stream(&head.headers);
@@ -107,6 +109,11 @@ impl Proxy {
                 .boxed_unsync()
         } else {
             timed.boxed_unsync()
+        };
+        let body = if learn {
+            super::body::Learn::new(body, is_sse, self.idempotency.clone()).boxed_unsync()
+        } else {
+            body
         };
         let mut resp = Response::new(body);
         *resp.status_mut() = head.status;

@@ -143,3 +143,85 @@ fn count_abort(family: &Option<Family<AbortLabel, Counter>>, reason: Abort) {
         f.get_or_create(&AbortLabel { reason }).inc();
     }
 }
+
+/// Largest `tools/list` answer read for annotations; a larger one streams through unread.
+pub const MAX_LEARN_BYTES: usize = 1024 * 1024;
+
+pin_project_lite::pin_project! {
+    /// A `tools/list` answer on its way to the client: forwarded frame by frame as ever, with a
+    /// copy (at most [`MAX_LEARN_BYTES`]) read for tool annotations once it has ended.
+    pub struct Learn {
+        #[pin]
+        inner: ProxyBody,
+        copy: Option<bytes::BytesMut>,
+        is_sse: bool,
+        idempotency: std::sync::Arc<crate::idempotent::Idempotency>,
+    }
+}
+
+impl Learn {
+    /// Reads `inner` (an SSE stream when `is_sse`) for what it teaches `idempotency`.
+    pub fn new(
+        inner: ProxyBody,
+        is_sse: bool,
+        idempotency: std::sync::Arc<crate::idempotent::Idempotency>,
+    ) -> Self {
+        Self {
+            inner,
+            copy: Some(bytes::BytesMut::new()),
+            is_sse,
+            idempotency,
+        }
+    }
+}
+
+impl Body for Learn {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = self.project();
+        let mut inner = this.inner;
+        let frame = ready!(inner.as_mut().poll_frame(cx));
+        match &frame {
+            Some(Ok(frame)) => {
+                if let (Some(copy), Some(data)) = (this.copy.as_mut(), frame.data_ref()) {
+                    if copy.len() + data.len() > MAX_LEARN_BYTES {
+                        tracing::debug!(
+                            limit = MAX_LEARN_BYTES,
+                            "a tools/list answer is too large to read for annotations"
+                        );
+                        *this.copy = None;
+                    } else {
+                        copy.extend_from_slice(data);
+                    }
+                }
+                // hyper may not poll again once the body says it has ended.
+                if inner.is_end_stream() {
+                    if let Some(copy) = this.copy.take() {
+                        this.idempotency.learn_from(*this.is_sse, &copy);
+                    }
+                }
+            }
+            // A broken answer teaches nothing.
+            Some(Err(_)) => *this.copy = None,
+            None => {
+                if let Some(copy) = this.copy.take() {
+                    this.idempotency.learn_from(*this.is_sse, &copy);
+                }
+            }
+        }
+        Poll::Ready(frame)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}

@@ -37,6 +37,8 @@ struct Exchange {
     resumes: u32,
     /// The next attempt is a replay after a hold.
     replay: bool,
+    /// Sent once more after an ambiguous failure, as safe to run twice: never again.
+    sent_again: bool,
 }
 
 /// What the attempt loop does after one attempt.
@@ -82,6 +84,7 @@ impl Proxy {
             version,
             resumes: 0,
             replay: false,
+            sent_again: false,
         };
 
         // Hold before dispatch while an outage is known: nothing is sent into a known gap, and
@@ -121,6 +124,13 @@ impl Proxy {
                 (Verdict::Application, Some(answer)) => self.application(&mut ex, answer).await,
                 (Verdict::RouterPassthrough(reason), Some(answer)) => {
                     Next::Answer(self.router_passed(reason, answer))
+                }
+                // Sent, then broken before any answer: the application may have run it. Safe to
+                // run twice (read-only, or an idempotent tool): once more, at most.
+                (Verdict::Failed(FailReason::UpstreamReset), None)
+                    if self.may_send_again(&mut ex) =>
+                {
+                    Next::Again
                 }
                 (Verdict::Failed(reason), answer) => {
                     // A TLS failure is the upstream answering (with a certificate holdfast does
@@ -174,7 +184,8 @@ impl Proxy {
             upstream_status: Some(head.status),
             action: if ex.resumes > 0 { "resumed" } else { "passed" },
         };
-        Next::Answer((self.pass(&mut head, peek), note))
+        let learn = head.status.is_success() && self.answers_tools_list(ex);
+        Next::Answer((self.pass(&mut head, peek, learn), note))
     }
 
     /// A router answered by itself with something the client must see as it is.
@@ -196,7 +207,7 @@ impl Proxy {
             upstream_status: Some(head.status),
             action: "router_passed",
         };
-        (self.pass(&mut head, peek), note)
+        (self.pass(&mut head, peek, false), note)
     }
 
     /// The 503 for a request that could not be sent (again): the outage's reason, if one is open.
@@ -239,6 +250,44 @@ impl Proxy {
                 Next::Answer(self.unavailable(missing.reason, ticket, handle).await)
             }
         }
+    }
+
+    /// Whether a request that failed after it may have reached the application goes once more:
+    /// it is safe to run twice, it has not been sent again for this reason yet, and its body
+    /// was kept whole. The failed attempt's body is stopped first.
+    fn may_send_again(&self, ex: &mut Exchange) -> bool {
+        if ex.sent_again || !self.idempotency.enabled() || !ex.handle.is_replayable() {
+            return false;
+        }
+        let headers = &ex.target.headers;
+        let kind = ex
+            .handle
+            .with_complete_body(|body| self.idempotency.judge(headers, Some(body)))
+            .unwrap_or_else(|| self.idempotency.judge(headers, None));
+        let Some(kind) = kind else {
+            return false;
+        };
+        ex.sent_again = true;
+        ex.handle.supersede();
+        self.metrics.safe_retries.get_or_create(&kind.into()).inc();
+        tracing::info!(
+            kind = kind.as_str(),
+            "the upstream failed after the request may have reached it; it is safe to run \
+             twice, so it goes once more"
+        );
+        true
+    }
+
+    /// Whether this request is a `tools/list`, whose answer teaches which tools are safe to
+    /// call twice.
+    fn answers_tools_list(&self, ex: &Exchange) -> bool {
+        if ex.target.method != Method::POST {
+            return false;
+        }
+        let headers = &ex.target.headers;
+        ex.handle
+            .with_complete_body(|body| self.idempotency.is_tools_list(headers, Some(body)))
+            .unwrap_or_else(|| self.idempotency.is_tools_list(headers, None))
     }
 
     /// The tracked session a request names, if any.

@@ -82,6 +82,8 @@ pub struct Proxy {
     sessions: Sessions,
     /// Longest a request waits for another request's re-establishment of its session.
     resume_wait: Duration,
+    /// Which requests are safe to send twice.
+    idempotency: Arc<crate::idempotent::Idempotency>,
     metrics: Arc<Metrics>,
 }
 
@@ -156,6 +158,7 @@ impl Proxy {
             )),
             sessions: Sessions::new(cfg.sessions.clone(), metrics.sessions_tracked.clone()),
             resume_wait: cfg.hold.timeout,
+            idempotency: Arc::new(crate::idempotent::Idempotency::new(&cfg.retry)),
             metrics,
         }
     }

@@ -732,6 +732,35 @@ fn endpoints_lose_their_trailing_slash_and_must_be_absolute() {
 }
 
 #[test]
+fn retry_tool_names_are_checked_and_said_once() {
+    let mut raw = raw_with_upstream("http://b:1");
+    raw.retry.idempotent_tools = vec!["lookup".into()];
+    raw.retry.never_tools = vec!["charge".into()];
+    let c = validate(&raw).unwrap();
+    assert_eq!(c.retry.idempotent_tools, ["lookup"]);
+    assert_eq!(c.retry.never_tools, ["charge"]);
+    assert!(c.retry.enabled && c.retry.learn_annotations);
+
+    raw.retry.idempotent_tools = vec!["lookup".into(), String::new()];
+    raw.retry.never_tools = vec!["lookup".into(), "x".repeat(129)];
+    let err = validate(&raw).unwrap_err();
+    assert_problem(
+        &err,
+        "retry.idempotent_tools[1]",
+        "test",
+        "1 to 128 characters",
+    );
+    assert_problem(&err, "retry.never_tools[1]", "test", "1 to 128 characters");
+    assert_problem(
+        &err,
+        "retry.never_tools",
+        "test",
+        "\"lookup\" is also in retry.idempotent_tools",
+    );
+    assert_eq!(err.problems.len(), 3, "{err}");
+}
+
+#[test]
 fn user_signatures_follow_the_presets_and_are_validated() {
     let sig = |status, body_contains: Option<&str>| RawSignature {
         status,

@@ -13,6 +13,7 @@ mod hold_e2e;
 mod limits;
 mod logs;
 mod mcp_e2e;
+mod retry;
 mod rmcp_smoke;
 mod rows;
 mod session;
