@@ -10,7 +10,7 @@
 //!   through holdfast. Both behave like the official TypeScript SDK client, the one most desktop
 //!   tools use: they open one session and never re-initialize, so a 404 fails the call.
 //!
-//! A line per second shows each path's successful and failed calls and holdfast's rewrites,
+//! A line per second shows each path's successful and failed calls and holdfast's interceptions,
 //! holds and re-established sessions (read from its own `/metrics`), and a summary closes the
 //! run: straight to the backend every call after the first restart fails; through holdfast the
 //! one session lives through every restart.
@@ -169,7 +169,7 @@ pub async fn run(opts: DemoOptions) -> std::io::Result<Tally> {
         if now >= next_tick {
             let m = scrape(admin_addr).await;
             println!(
-                "t={:>3}s  backend {:<10}  direct: {:>4} ok {:>4} failed   via holdfast: {:>4} ok {:>4} failed   rewrites {:>3}  held now {:>2}  released {:>4}  sessions resumed {:>2}",
+                "t={:>3}s  backend {:<10}  direct: {:>4} ok {:>4} failed   via holdfast: {:>4} ok {:>4} failed   masked {:>3}  held now {:>2}  released {:>4}  sessions resumed {:>2}",
                 (now - start).as_secs(),
                 backend.phase().label(),
                 direct.ok.load(Ordering::Relaxed),
@@ -518,6 +518,7 @@ async fn client_loop(url: String, counts: Arc<Counts>, stop: Arc<AtomicBool>) {
 
 #[derive(Default)]
 struct Scraped {
+    /// Backend-missing answers kept from the clients (held or answered 503).
     rewrites: f64,
     held: f64,
     released: f64,

@@ -30,7 +30,8 @@ pub const DURATION_BUCKETS: [f64; 16] = [
 /// All of holdfast's metrics.
 #[derive(Debug)]
 pub struct Metrics {
-    /// `holdfast_rewrites_total{reason}`: answers turned into 503 + Retry-After.
+    /// `holdfast_rewrites_total{reason,action}`: every "backend missing" kept from the client
+    /// (a route-missing 404, a router's 5xx, a failed connection), answered 503 or held.
     pub rewrites: Family<ReasonLabel, Counter>,
     /// `holdfast_requests_total{method,status}`: every answer, by the status the client saw.
     pub requests: RequestCounters,
@@ -212,8 +213,25 @@ pub enum Abort {
 /// Label set of `holdfast_rewrites_total`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReasonLabel {
-    /// Why the answer was rewritten.
+    /// Why the backend counted as missing.
     pub reason: Reason,
+    /// What the client got instead of the upstream's answer.
+    pub action: RewriteAction,
+}
+
+/// What holdfast did instead of passing a "backend missing" to the client. Bounded.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)]
+pub enum RewriteAction {
+    /// The client was answered 503 + Retry-After.
+    answered_503,
+    /// The request was held, to be sent again once the backend is back.
+    held,
+}
+
+impl RewriteAction {
+    /// Every value, for pre-creating the series.
+    pub const ALL: [RewriteAction; 2] = [RewriteAction::answered_503, RewriteAction::held];
 }
 
 /// Bounded rewrite reasons (mirrors [`RewriteReason`]).
@@ -238,8 +256,9 @@ pub enum Reason {
     router_unavailable,
 }
 
-impl From<RewriteReason> for ReasonLabel {
-    fn from(r: RewriteReason) -> Self {
+impl ReasonLabel {
+    /// The series for `reason` and `action`.
+    pub fn new(r: RewriteReason, action: RewriteAction) -> Self {
         let reason = match r {
             RewriteReason::ConnectRefused => Reason::connect_refused,
             RewriteReason::ConnectTimeout => Reason::connect_timeout,
@@ -250,7 +269,7 @@ impl From<RewriteReason> for ReasonLabel {
             RewriteReason::RouteMissing404 => Reason::route_missing_404,
             RewriteReason::RouterUnavailable => Reason::router_unavailable,
         };
-        ReasonLabel { reason }
+        ReasonLabel { reason, action }
     }
 }
 
@@ -395,7 +414,9 @@ impl Metrics {
         m.upstream_up.set(1);
         // Pre-create every reason so dashboards show zeros instead of gaps.
         for r in RewriteReason::ALL {
-            let _ = m.rewrites.get_or_create(&r.into());
+            for action in RewriteAction::ALL {
+                let _ = m.rewrites.get_or_create(&ReasonLabel::new(r, action));
+            }
         }
         for o in [
             HoldOutcome::released,
@@ -462,7 +483,7 @@ impl Metrics {
         );
         r.register(
             "rewrites",
-            "Answers rewritten to 503 + Retry-After because the backend was missing",
+            "Backend-missing answers kept from the client, by reason and by what it got instead (a 503, or a hold)",
             m.rewrites.clone(),
         );
         r.register(

@@ -13,6 +13,7 @@ use super::body::{ProxyBody, Timed};
 use super::{headers, Note, Proxy, BODY_ID_WAIT};
 use crate::classify::{FailReason, RewriteReason};
 use crate::hold::Ticket;
+use crate::metrics::{ReasonLabel, RewriteAction};
 use crate::replay::BodyHandle;
 use crate::respond;
 use crate::upstream::UpstreamBody;
@@ -42,7 +43,10 @@ impl Proxy {
         ticket: &Ticket,
         handle: &BodyHandle,
     ) -> (Response<ProxyBody>, Note) {
-        self.metrics.rewrites.get_or_create(&reason.into()).inc();
+        self.metrics
+            .rewrites
+            .get_or_create(&ReasonLabel::new(reason, RewriteAction::answered_503))
+            .inc();
         self.outages.answering_503();
         let retry_after = self.outages.retry_after(ticket.waited());
         let body = handle.read_whole(BODY_ID_WAIT).await;

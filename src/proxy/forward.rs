@@ -17,7 +17,7 @@ use crate::classify::{
 };
 use crate::config::HostHeader;
 use crate::hold::{Released, Ticket};
-use crate::metrics::{Pass, PassLabel};
+use crate::metrics::{Pass, PassLabel, ReasonLabel, RewriteAction};
 use crate::replay::{BodyHandle, ReplayBody};
 use crate::session::{self, Recorded};
 
@@ -240,6 +240,11 @@ impl Proxy {
             self.outages.body_too_large();
             return Next::Answer(self.unavailable(missing.reason, ticket, handle).await);
         }
+        // The upstream's "missing" is kept from the client: counted as intercepted and held.
+        self.metrics
+            .rewrites
+            .get_or_create(&ReasonLabel::new(missing.reason, RewriteAction::held))
+            .inc();
         match self.outages.wait(ticket, handle).await {
             Released::Go | Released::NotHeld => {
                 ex.replay = true;

@@ -187,7 +187,7 @@ async fn refused_request_is_held_and_replayed_once_the_upstream_is_back() {
     );
     assert_eq!(hf.metric("holdfast_hold_duration_seconds_count").await, 1.0);
     assert_eq!(
-        hf.metric("holdfast_rewrites_total{reason=\"connect_refused\"}")
+        hf.metric("holdfast_rewrites_total{reason=\"connect_refused\",action=\"answered_503\"}")
             .await,
         0.0,
         "nothing was rewritten: the client got the application's answer"
@@ -250,7 +250,7 @@ async fn router_502_answers_503_at_once_and_the_next_request_waits_for_the_app()
     assert_eq!(holds(&hf, "released").await, 1.0);
     assert_eq!(hf.metric(REPLAYS).await, 0.0);
     assert_eq!(
-        hf.metric("holdfast_rewrites_total{reason=\"router_unavailable\"}")
+        hf.metric("holdfast_rewrites_total{reason=\"router_unavailable\",action=\"answered_503\"}")
             .await,
         1.0
     );
@@ -317,7 +317,7 @@ async fn route_missing_body_is_replayed_byte_identical_to_the_app() {
     assert_eq!(hf.metric(OUTAGES).await, 1.0);
     assert_eq!(hf.metric("holdfast_upstream_up").await, 1.0);
     assert_eq!(
-        hf.metric("holdfast_rewrites_total{reason=\"route_missing_404\"}")
+        hf.metric("holdfast_rewrites_total{reason=\"route_missing_404\",action=\"answered_503\"}")
             .await,
         0.0
     );
@@ -471,8 +471,10 @@ async fn a_hold_that_outlives_its_timeout_gets_503_with_retry_after() {
         assert_eq!(holds(&hf, "released").await, 0.0, "{mode}");
         assert_eq!(hf.metric(HELD).await, 0.0, "{mode}");
         assert_eq!(
-            hf.metric("holdfast_rewrites_total{reason=\"connect_refused\"}")
-                .await,
+            hf.metric(
+                "holdfast_rewrites_total{reason=\"connect_refused\",action=\"answered_503\"}"
+            )
+            .await,
             1.0,
             "{mode}"
         );

@@ -287,7 +287,7 @@ async fn with_resume_off_the_servers_own_404_reaches_the_client_and_rmcp_reiniti
     );
     assert_eq!(
         holdfast
-            .metric("holdfast_rewrites_total{reason=\"route_missing_404\"}")
+            .metric("holdfast_rewrites_total{reason=\"route_missing_404\",action=\"answered_503\"}")
             .await,
         0.0
     );
@@ -383,7 +383,7 @@ async fn a_stopped_server_is_a_503_and_the_same_client_goes_on_after_restart() {
     assert_eq!(server.calls(), 1, "nothing ran while the server was down");
     assert!(
         holdfast
-            .metric("holdfast_rewrites_total{reason=\"connect_refused\"}")
+            .metric("holdfast_rewrites_total{reason=\"connect_refused\",action=\"answered_503\"}")
             .await
             >= 3.0,
         "two POSTs and at least one GET"
@@ -420,7 +420,7 @@ async fn a_stopped_server_is_a_503_and_the_same_client_goes_on_after_restart() {
     assert_eq!(holdfast.metric("holdfast_passthrough_404_total").await, 0.0);
     assert_eq!(
         holdfast
-            .metric("holdfast_rewrites_total{reason=\"route_missing_404\"}")
+            .metric("holdfast_rewrites_total{reason=\"route_missing_404\",action=\"answered_503\"}")
             .await,
         0.0
     );
@@ -519,7 +519,7 @@ async fn a_raw_jsonrpc_request_while_stopped_gets_a_jsonrpc_503_with_its_id() {
     assert!(server.seen().is_empty());
     assert_eq!(
         holdfast
-            .metric("holdfast_rewrites_total{reason=\"connect_refused\"}")
+            .metric("holdfast_rewrites_total{reason=\"connect_refused\",action=\"answered_503\"}")
             .await,
         4.0
     );
@@ -552,7 +552,7 @@ async fn initialize_while_the_server_is_down_fails_then_connects_once_back() {
     );
     assert_eq!(
         holdfast
-            .metric("holdfast_rewrites_total{reason=\"connect_refused\"}")
+            .metric("holdfast_rewrites_total{reason=\"connect_refused\",action=\"answered_503\"}")
             .await,
         1.0
     );

@@ -45,7 +45,7 @@ async fn refused_is_503_with_retry_after_and_jsonrpc_id() {
     assert_eq!(v["jsonrpc"], "2.0");
     assert_eq!(v["error"]["code"], -32000);
     assert_eq!(
-        hf.metric("holdfast_rewrites_total{reason=\"connect_refused\"}")
+        hf.metric("holdfast_rewrites_total{reason=\"connect_refused\",action=\"answered_503\"}")
             .await,
         1.0
     );
@@ -94,7 +94,7 @@ async fn traefik_404_is_rewritten_with_the_callers_id() {
         "the request body reached the router and was still echoed"
     );
     assert_eq!(
-        hf.metric("holdfast_rewrites_total{reason=\"route_missing_404\"}")
+        hf.metric("holdfast_rewrites_total{reason=\"route_missing_404\",action=\"answered_503\"}")
             .await,
         1.0
     );
@@ -117,7 +117,7 @@ async fn route_missing_on_a_path_the_app_does_not_serve_is_a_real_404() {
         1.0
     );
     assert_eq!(
-        hf.metric("holdfast_rewrites_total{reason=\"route_missing_404\"}")
+        hf.metric("holdfast_rewrites_total{reason=\"route_missing_404\",action=\"answered_503\"}")
             .await,
         0.0
     );
@@ -219,8 +219,10 @@ async fn servers_own_404s_pass_byte_identical() {
         }
         assert_eq!(hf.metric("holdfast_passthrough_404_total").await, 1.0);
         assert_eq!(
-            hf.metric("holdfast_rewrites_total{reason=\"route_missing_404\"}")
-                .await,
+            hf.metric(
+                "holdfast_rewrites_total{reason=\"route_missing_404\",action=\"answered_503\"}"
+            )
+            .await,
             0.0
         );
     }
@@ -273,8 +275,10 @@ async fn router_unavailable_5xx_becomes_503_with_retry_after() {
         assert_eq!(got.header("retry-after"), Some("2"));
         assert_eq!(got.header("holdfast-reason"), Some("router_unavailable"));
         assert_eq!(
-            hf.metric("holdfast_rewrites_total{reason=\"router_unavailable\"}")
-                .await,
+            hf.metric(
+                "holdfast_rewrites_total{reason=\"router_unavailable\",action=\"answered_503\"}"
+            )
+            .await,
             1.0
         );
     }
@@ -385,8 +389,10 @@ async fn reset_after_send_is_502_and_never_503() {
             1.0
         );
         assert_eq!(
-            hf.metric("holdfast_rewrites_total{reason=\"connect_refused\"}")
-                .await,
+            hf.metric(
+                "holdfast_rewrites_total{reason=\"connect_refused\",action=\"answered_503\"}"
+            )
+            .await,
             0.0
         );
     }
