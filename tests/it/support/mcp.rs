@@ -157,6 +157,11 @@ struct Shared {
     seen: watch::Sender<Vec<SeenRequest>>,
     /// Answers to inject, one per POST, before rmcp sees the request.
     faults: Mutex<VecDeque<Fault>>,
+    /// Every run of `record`, `lookup` and `put`, as `tool:id`, in order, across restarts.
+    ledger: Arc<Mutex<Vec<String>>>,
+    /// Armed by [`McpServer::die_on_next`]: the next POST whose body contains the text is read
+    /// whole, reported, and never answered (the test then stops the server).
+    die_on: Mutex<Option<(String, oneshot::Sender<()>)>>,
 }
 
 type RmcpService = StreamableHttpService<Tools, LocalSessionManager>;
@@ -209,6 +214,8 @@ impl McpServer {
             levels: Arc::new(Mutex::new(Vec::new())),
             seen: watch::Sender::new(Vec::new()),
             faults: Mutex::new(VecDeque::new()),
+            ledger: Arc::new(Mutex::new(Vec::new())),
+            die_on: Mutex::new(None),
         });
         let listener = TcpListener::bind(options.addr)
             .await
@@ -296,6 +303,20 @@ impl McpServer {
         }));
     }
 
+    /// Every run of `record`, `lookup` and `put` (`tool:id`), across restarts, in order.
+    pub fn ledger(&self) -> Vec<String> {
+        self.shared.ledger.lock().expect("ledger lock").clone()
+    }
+
+    /// The next POST whose body contains `needle` is read whole and then never answered, as if
+    /// the process died the instant it read it; the receiver hears when that happened (then the
+    /// test stops the server, which closes the connection).
+    pub fn die_on_next(&self, needle: &str) -> oneshot::Receiver<()> {
+        let (tx, rx) = oneshot::channel();
+        *self.shared.die_on.lock().expect("die_on lock") = Some((needle.to_owned(), tx));
+        rx
+    }
+
     /// Lets `count` pending and future `wait` calls return.
     pub fn release_waits(&self, count: usize) {
         self.shared.gate.add_permits(count);
@@ -366,13 +387,21 @@ fn spawn(listener: TcpListener, options: &Options, shared: &Arc<Shared>) -> Runn
         // the list, which rmcp reads as "allow any Host". Origin checks are off by default.
         config = config.disable_allowed_hosts();
     }
-    let (calls, gate, levels) = (
+    let (calls, gate, levels, ledger) = (
         shared.calls.clone(),
         shared.gate.clone(),
         shared.levels.clone(),
+        shared.ledger.clone(),
     );
     let service = Arc::new(StreamableHttpService::new(
-        move || Ok(Tools::new(calls.clone(), gate.clone(), levels.clone())),
+        move || {
+            Ok(Tools::new(
+                calls.clone(),
+                gate.clone(),
+                levels.clone(),
+                ledger.clone(),
+            ))
+        },
         sessions.clone(),
         config,
     ));
@@ -454,6 +483,20 @@ async fn respond(
         injected: false,
     };
 
+    let dies = (parts.method == Method::POST)
+        .then(|| {
+            let mut armed = shared.die_on.lock().expect("die_on lock");
+            let hit = armed.as_ref().is_some_and(|(needle, _)| {
+                body.windows(needle.len()).any(|w| w == needle.as_bytes())
+            });
+            hit.then(|| armed.take()).flatten()
+        })
+        .flatten();
+    if let Some((_, told)) = dies {
+        let _ = told.send(());
+        // Read, never run, never answered: the test stops the server under this request.
+        return std::future::pending().await;
+    }
     let fault = (parts.method == Method::POST)
         .then(|| shared.faults.lock().expect("faults lock").pop_front())
         .flatten();
@@ -497,6 +540,14 @@ pub struct Tools {
     calls: Arc<AtomicU64>,
     gate: Arc<Semaphore>,
     levels: Arc<Mutex<Vec<String>>>,
+    ledger: Arc<Mutex<Vec<String>>>,
+}
+
+/// Arguments of the ledger tools (`record`, `lookup`, `put`).
+#[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
+pub struct IdArgs {
+    /// The caller's id for this call, written to the ledger.
+    pub id: String,
 }
 
 /// Arguments of the `echo` tool.
@@ -508,12 +559,44 @@ pub struct EchoArgs {
 
 #[tool_router]
 impl Tools {
-    fn new(calls: Arc<AtomicU64>, gate: Arc<Semaphore>, levels: Arc<Mutex<Vec<String>>>) -> Self {
+    fn new(
+        calls: Arc<AtomicU64>,
+        gate: Arc<Semaphore>,
+        levels: Arc<Mutex<Vec<String>>>,
+        ledger: Arc<Mutex<Vec<String>>>,
+    ) -> Self {
         Self {
             calls,
             gate,
             levels,
+            ledger,
         }
+    }
+
+    fn write(&self, tool: &str, id: String) -> String {
+        self.ledger
+            .lock()
+            .expect("ledger lock")
+            .push(format!("{tool}:{id}"));
+        id
+    }
+
+    /// Records one run of `id` in the ledger; no annotations, so never safe to run twice.
+    #[tool(description = "Record a call in the ledger")]
+    fn record(&self, Parameters(IdArgs { id }): Parameters<IdArgs>) -> String {
+        self.write("record", id)
+    }
+
+    /// Announced read-only (it writes the ledger only so the test can count its runs).
+    #[tool(description = "Look something up", annotations(read_only_hint = true))]
+    fn lookup(&self, Parameters(IdArgs { id }): Parameters<IdArgs>) -> String {
+        self.write("lookup", id)
+    }
+
+    /// Announced idempotent.
+    #[tool(description = "Set a value", annotations(idempotent_hint = true))]
+    fn put(&self, Parameters(IdArgs { id }): Parameters<IdArgs>) -> String {
+        self.write("put", id)
     }
 
     /// Increments the shared counter and returns its new value as text.
@@ -593,6 +676,21 @@ pub async fn call_count(client: &Peer<RoleClient>) -> Result<u64, ServiceError> 
 /// Calls `wait`, which returns once the server releases it.
 pub async fn call_wait(client: &Peer<RoleClient>) -> Result<String, ServiceError> {
     call_text(client, CallToolRequestParams::new("wait")).await
+}
+
+/// Calls one of the ledger tools (`record`, `lookup`, `put`) with `id`.
+pub async fn call_ledger(
+    client: &Peer<RoleClient>,
+    tool: &'static str,
+    id: &str,
+) -> Result<String, ServiceError> {
+    let arguments = serde_json::json!({ "id": id });
+    let arguments = arguments.as_object().expect("an object").clone();
+    call_text(
+        client,
+        CallToolRequestParams::new(tool).with_arguments(arguments),
+    )
+    .await
 }
 
 /// Calls `echo` with `text` and returns what came back.
