@@ -25,6 +25,11 @@ pub struct RawSignature {
     pub body_contains: Option<String>,
     /// Headers that must be present (`value` absent) or equal (`value` set).
     pub headers: Vec<RawHeaderMatch>,
+    /// Whether a request answered this way provably never reached the application, so it may
+    /// be held and sent again. Default: yes for a 404 (the router found no route), no for a 5xx
+    /// (routers send those after the backend read the request too).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replay_safe: Option<bool>,
 }
 
 /// A header condition of a signature.
@@ -154,9 +159,10 @@ impl Signature {
             content_type: raw.content_type.clone(),
             body,
             headers,
-            // A user signature says "the router answered by itself"; the user asserts that.
-            replay_safe: status == StatusCode::NOT_FOUND
-                || status == StatusCode::SERVICE_UNAVAILABLE,
+            // A route-missing 404 is the router answering by itself. A 5xx may follow a request
+            // the backend read (a router's 502 after a reset, a 503 from a backend's own load
+            // shedding behind it): replayed only when the user says it never is.
+            replay_safe: raw.replay_safe.unwrap_or(status == StatusCode::NOT_FOUND),
         })
     }
 }

@@ -510,6 +510,26 @@ mod tests {
         assert_eq!(metrics.upstream_up.get(), 1);
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn past_the_horizon_an_outage_that_began_refused_stops_holding_new_requests() {
+        let (o, _metrics) = outages(Duration::from_secs(60));
+        let horizon = Duration::from_secs(120);
+        // The container went away (refused), then the router dropped its route: 404s since.
+        o.missing(RewriteReason::ConnectRefused);
+        assert!(o.holds_before_dispatch(horizon));
+        tokio::time::advance(Duration::from_secs(121)).await;
+        assert!(
+            o.holds_before_dispatch(horizon),
+            "a refused connection past the horizon is still worth holding for"
+        );
+        o.horizon_exceeded(horizon, "http://x");
+        assert_eq!(o.current_reason(), Some(RewriteReason::RouteMissing404));
+        assert!(
+            !o.holds_before_dispatch(horizon),
+            "the router's 404s pass straight through now"
+        );
+    }
+
     #[test]
     fn backoff_doubles_to_the_cap_with_equal_jitter() {
         let (i, m) = (Duration::from_millis(25), Duration::from_millis(250));

@@ -43,8 +43,10 @@ impl Outages {
     /// get the router's 404 at once, not wait for their turn as the probe.
     pub fn horizon_exceeded(&self, horizon: Duration, upstream: &str) {
         let mut st = self.lock();
-        // Still an outage for the metrics and alerts (`holdfast_upstream_up` 0).
-        self.open(&mut st, RewriteReason::RouteMissing404);
+        // Still an outage for the metrics and alerts (`holdfast_upstream_up` 0), and now a
+        // route-missing one, whatever it started as: new requests are no longer held for it.
+        self.open(&mut st, RewriteReason::RouteMissing404)
+            .last_reason = RewriteReason::RouteMissing404;
         if !self.horizon_warned.swap(true, Ordering::Relaxed) {
             tracing::warn!(
                 horizon_secs = horizon.as_secs_f64(),

@@ -116,12 +116,20 @@ impl Proxy {
                 c.sent = c.session.apply(&mut ex.target.headers, is_get);
             }
             let (verdict, response) = self.attempt(&ex.target, body).await;
+            // A HEAD's answer has no body, so no body signature could be checked: a router's 404
+            // to it looks like the application's. It passes, but proves nothing.
+            let proves = verdict == Verdict::Application
+                && !response
+                    .as_ref()
+                    .is_some_and(|(head, _)| self.unprovable_head(&ex.target, head.status));
             // A probe that met the gap again reports from the hold, once it is queued again.
             if !matches!(verdict, Verdict::Missing(_)) {
-                ex.ticket.report_probe(verdict == Verdict::Application);
+                ex.ticket.report_probe(proves);
             }
             let next = match (verdict, response) {
-                (Verdict::Application, Some(answer)) => self.application(&mut ex, answer).await,
+                (Verdict::Application, Some(answer)) => {
+                    self.application(&mut ex, answer, proves).await
+                }
                 (Verdict::RouterPassthrough(reason), Some(answer)) => {
                     Next::Answer(self.router_passed(reason, answer))
                 }
@@ -155,10 +163,24 @@ impl Proxy {
         }
     }
 
-    /// The application answered. Its answer passes, unless it is the 404 of a session the
-    /// server forgot: then the session is re-established and the request goes again.
-    async fn application(&self, ex: &mut Exchange, answer: Answer) -> Next {
+    /// Whether `status` to a HEAD could be a router's answer that only its (absent) body would
+    /// tell apart: some signature matches that status.
+    fn unprovable_head(&self, target: &Target, status: StatusCode) -> bool {
+        target.method == Method::HEAD && self.signatures.iter().any(|s| s.status == status)
+    }
+
+    /// The application answered (`proves`: and the answer shows it is there). Its answer
+    /// passes, unless it is the 404 of a session the server forgot: then the session is
+    /// re-established and the request goes again.
+    async fn application(&self, ex: &mut Exchange, answer: Answer, proves: bool) -> Next {
         let (mut head, peek) = answer;
+        if !proves {
+            let note = Note {
+                upstream_status: Some(head.status),
+                action: "passed",
+            };
+            return Next::Answer((self.pass(&mut head, peek, false), note));
+        }
         self.outages.answered();
         if head.status == StatusCode::NOT_FOUND {
             // The server did not run a request it answered with a session 404, so it may go

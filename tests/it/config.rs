@@ -269,6 +269,7 @@ fn sample_file_mentions_every_key_its_env_var_and_its_flag() {
             name: "h".into(),
             value: Some("v".into()),
         }],
+        replay_safe: Some(true),
     };
     let full = toml::Value::try_from(&full).unwrap();
     let examples = lookup(&with_examples, "routes.signatures")
@@ -332,8 +333,36 @@ fn sample_signature_examples_are_valid_and_match_what_they_describe() {
             &HeaderMap::new(),
             Some(page)
         ));
+        assert!(
+            gateway.replay_safe && haproxy.replay_safe,
+            "as the examples say"
+        );
         Ok(())
     });
+}
+
+#[test]
+fn a_user_5xx_signature_is_held_only_when_it_says_so() {
+    let sig = |status, replay_safe| RawSignature {
+        status,
+        body_contains: Some("no server".into()),
+        replay_safe,
+        ..RawSignature::default()
+    };
+    let mut raw = raw_with_upstream("http://b:1");
+    raw.routes.signatures = vec![
+        sig(503, None),
+        sig(503, Some(true)),
+        sig(404, None),
+        sig(404, Some(false)),
+        sig(502, None),
+    ];
+    let c = validate(&raw).unwrap();
+    let safe: Vec<bool> = c.routes.signatures[DEFAULT_PRESETS..]
+        .iter()
+        .map(|s| s.replay_safe)
+        .collect();
+    assert_eq!(safe, [false, true, true, false, false]);
 }
 
 #[test]

@@ -30,7 +30,7 @@ async fn initialize_list_tools_and_count() {
         .map(|tool| tool.name.into_owned())
         .collect();
     tools.sort();
-    assert_eq!(tools, ["count", "echo", "wait"]);
+    assert_eq!(tools, ["count", "echo", "lookup", "put", "record", "wait"]);
 
     assert_eq!(within(call_count(&client)).await.expect("count"), 1);
     assert_eq!(within(call_count(&client)).await.expect("count"), 2);

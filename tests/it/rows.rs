@@ -514,3 +514,27 @@ async fn a_request_target_that_cannot_be_forwarded_is_400() {
     assert!(text.starts_with("HTTP/1.1 400"), "{text}");
     assert!(up.seen().is_empty());
 }
+
+/// A HEAD's answer has no body, so a router's route-missing 404 to it cannot be told from the
+/// application's: it passes, but it does not end the outage (issue 10).
+#[tokio::test]
+async fn a_head_answered_404_does_not_end_an_outage() {
+    let up = traefik_gone().await;
+    let hf = Holdfast::start_with(immediate(&up.url())).await;
+    assert_eq!(post_json(&hf.url("/mcp"), CALL).await.status, 503);
+    assert_eq!(hf.metric("holdfast_upstream_up").await, 0.0);
+    let head = http::call(
+        ::http::Request::head(hf.url("/mcp"))
+            .header("host", http::host_of(&hf.url("/mcp")))
+            .body(http_body_util::Full::new(bytes::Bytes::new()))
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(head.status, 404, "passed as it came");
+    assert_eq!(
+        hf.metric("holdfast_upstream_up").await,
+        0.0,
+        "the router is still answering for a missing backend"
+    );
+    assert_eq!(post_json(&hf.url("/mcp"), CALL).await.status, 503);
+}

@@ -1,6 +1,6 @@
 //! Real rmcp peers: an MCP server on a real socket and an rmcp client.
 //!
-//! [`McpServer`] (tools `count`, `echo`, `wait`) is rmcp's own Streamable HTTP server
+//! [`McpServer`] (tools `count`, `echo`, `wait`, and the ledger tools) is rmcp's own Streamable HTTP server
 //! (`StreamableHttpService` with a `LocalSessionManager`), served by hyper-util straight from a
 //! tokio `TcpListener`, so the bytes a proxy sees are exactly what an rmcp backend sends. Around
 //! rmcp sits one thin layer that routes only `/mcp`, records every request it saw, and can answer
@@ -178,7 +178,8 @@ struct Running {
     accept: JoinHandle<()>,
 }
 
-/// An rmcp Streamable HTTP server on a real socket, with tools `count`, `echo` and `wait`.
+/// An rmcp Streamable HTTP server on a real socket, with tools `count`, `echo` and `wait`, and
+/// the ledger tools `record`, `lookup` (announced read-only) and `put` (announced idempotent).
 pub struct McpServer {
     /// The address actually bound (the port is fixed after the first start).
     addr: SocketAddr,
