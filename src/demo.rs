@@ -102,13 +102,15 @@ pub async fn run(opts: DemoOptions) -> std::io::Result<Tally> {
     let backend_addr = listener.local_addr()?;
     let mut serving = Some(tokio::spawn(serve_backend(listener, backend.clone())));
 
-    // holdfast with its defaults, in front of the backend.
-    let raw = RawConfig {
+    // holdfast with its defaults, in front of the backend, which plays a router too (its
+    // route-missing phase answers Traefik's 404): said so, since it listens on loopback.
+    let mut raw = RawConfig {
         upstream: format!("http://{backend_addr}"),
         listen: "127.0.0.1:0".into(),
         admin: "127.0.0.1:0".into(),
         ..RawConfig::default()
     };
+    raw.routes.behind_router = Some(true);
     let config = Config::from_raw(&raw, &|_| "demo".into()).map_err(std::io::Error::other)?;
     let holdfast = crate::server::spawn(config).await?;
     let (proxy_addr, admin_addr) = (holdfast.addr, holdfast.admin);

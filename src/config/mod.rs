@@ -223,6 +223,11 @@ pub struct Routes {
     pub horizon: Duration,
     /// Most bytes peeked from a candidate body.
     pub max_peek_bytes: usize,
+    /// Whether a router sits between holdfast and the MCP server.
+    pub behind_router: bool,
+    /// Whether the configuration said so (else it is the default, and a loopback upstream
+    /// gets a warning).
+    pub behind_router_said: bool,
     /// Every active signature, presets first, in match order.
     pub signatures: Vec<crate::signature::Signature>,
 }

@@ -34,6 +34,9 @@ pub mod defaults {
     pub const LEARN_TTL_SECS: f64 = 3600.0;
     /// Most body bytes read from an error response to decide whether a router sent it.
     pub const MAX_PEEK_BYTES: usize = 4096;
+    /// A router (Traefik, nginx, an ingress) sits between holdfast and the MCP server: the seed
+    /// case, holdfast in front of Traefik's Docker provider.
+    pub const BEHIND_ROUTER: bool = true;
     /// Built-in router signatures that are on by default.
     pub const PRESETS: &[&str] = &[
         "traefik-404",
@@ -305,6 +308,10 @@ pub struct RawStreams {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RawRoutes {
+    /// Whether a router sits between holdfast and the MCP server (signatures apply only then).
+    /// Unset means yes, with a warning when the upstream is on this host.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub behind_router: Option<bool>,
     /// Path prefixes where the route is expected to exist.
     pub endpoints: Vec<String>,
     /// Also treat paths the application answered recently as expected.
@@ -389,6 +396,7 @@ impl Default for RawStreams {
 impl Default for RawRoutes {
     fn default() -> Self {
         Self {
+            behind_router: None,
             endpoints: defaults::ENDPOINTS.iter().map(|s| s.to_string()).collect(),
             learn: defaults::LEARN,
             learn_ttl_secs: defaults::LEARN_TTL_SECS,

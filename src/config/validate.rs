@@ -200,6 +200,16 @@ impl Config {
             );
         }
         let mut signatures = Vec::new();
+        let behind_router = raw.routes.behind_router.unwrap_or(defaults::BEHIND_ROUTER);
+        if !behind_router && !raw.routes.signatures.is_empty() {
+            v.fail::<()>(
+                "routes.signatures",
+                "signatures recognise a router's own answers, and routes.behind_router = false \
+                 says no router sits in front of the MCP server: remove them, or set \
+                 routes.behind_router = true"
+                    .into(),
+            );
+        }
         for (i, name) in raw.routes.presets.iter().enumerate() {
             match crate::signature::Preset::from_name(name) {
                 Some(p) => signatures.push(p.signature()),
@@ -285,7 +295,15 @@ impl Config {
                 learn_ttl: learn_ttl.expect(ok),
                 horizon: horizon.expect(ok),
                 max_peek_bytes: raw.routes.max_peek_bytes,
-                signatures,
+                behind_router,
+                behind_router_said: raw.routes.behind_router.is_some(),
+                // No router, no router's answers: every answer is the application's own (a Go
+                // server's `http.NotFound` is byte for byte Traefik's route-missing 404).
+                signatures: if behind_router {
+                    signatures
+                } else {
+                    Vec::new()
+                },
             },
             max_header_bytes: raw.limits.max_header_bytes,
             header_read_timeout: header_read_timeout.expect(ok),

@@ -87,6 +87,15 @@ pub struct Proxy {
     metrics: Arc<Metrics>,
 }
 
+/// Whether `host` names this machine: `localhost`, or a loopback address.
+fn is_loopback(host: &str) -> bool {
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    bare.eq_ignore_ascii_case("localhost")
+        || bare
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
 /// The access-log action of a request whose client went away while it was held.
 const CANCELLED: &str = "cancelled";
 
@@ -118,6 +127,16 @@ struct Carried {
 impl Proxy {
     /// Builds the proxy from validated configuration.
     pub fn new(cfg: &Config, metrics: Arc<Metrics>) -> Self {
+        let unsaid = cfg.routes.behind_router && !cfg.routes.behind_router_said;
+        if unsaid && is_loopback(cfg.upstream.authority.host()) {
+            tracing::warn!(
+                upstream = %cfg.upstream.original,
+                "the upstream is on this host, as a sidecar's MCP server is, and routes.behind_router \
+                 is not set, so an answer that looks like a router's (a Go server's own 404 is byte \
+                 for byte Traefik's) is masked. Set routes.behind_router = false when nothing \
+                 sits in between, true to keep this and silence the warning"
+            );
+        }
         Self {
             upstream: cfg.upstream.clone(),
             upstream_scheme: cfg.upstream.scheme(),

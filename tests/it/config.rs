@@ -342,6 +342,29 @@ fn sample_signature_examples_are_valid_and_match_what_they_describe() {
 }
 
 #[test]
+fn with_no_router_in_between_no_signature_applies() {
+    let mut raw = raw_with_upstream("http://b:1");
+    assert!(validate(&raw).unwrap().routes.behind_router, "the default");
+    raw.routes.behind_router = Some(false);
+    let c = validate(&raw).unwrap();
+    assert!(!c.routes.behind_router);
+    assert!(c.routes.signatures.is_empty(), "presets do not apply");
+    raw.routes.signatures = vec![RawSignature {
+        status: 404,
+        body_contains: Some("no route".into()),
+        ..RawSignature::default()
+    }];
+    let err = validate(&raw).unwrap_err();
+    assert_problem(
+        &err,
+        "routes.signatures",
+        "test",
+        "routes.behind_router = false",
+    );
+    assert_eq!(err.problems.len(), 1, "{err}");
+}
+
+#[test]
 fn a_user_5xx_signature_is_held_only_when_it_says_so() {
     let sig = |status, replay_safe| RawSignature {
         status,

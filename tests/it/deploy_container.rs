@@ -540,9 +540,11 @@ fn traefik_compose_routes_to_holdfast_which_reaches_the_backend_by_service_name(
     let env = check_compose_holdfast(rel, holdfast);
     assert_eq!(
         env.len(),
-        1,
-        "{rel}: HOLDFAST_UPSTREAM is all the image needs: {env:?}"
+        2,
+        "{rel}: the upstream and the topology are all the image needs: {env:?}"
     );
+    // holdfast reaches the server directly: no router's answer can come back to it.
+    assert_eq!(env["HOLDFAST_ROUTES__BEHIND_ROUTER"], "false", "{rel}");
     let (host, port) = host_port(&env["HOLDFAST_UPSTREAM"]);
     assert_eq!(host, "mcp", "{rel}: the backend's service name");
     assert!(
@@ -586,6 +588,13 @@ fn traefik_compose_with_holdfast_in_front_forwards_to_traefik_with_the_host_kept
         env.get("HOLDFAST_CLIENT__HOST_HEADER").map(String::as_str),
         Some("upstream"),
         "{rel}: Traefik routes by the client's Host"
+    );
+    // Traefik sits between holdfast and the server: its route-missing 404 must be recognised.
+    assert_eq!(
+        env.get("HOLDFAST_ROUTES__BEHIND_ROUTER")
+            .map(String::as_str),
+        Some("true"),
+        "{rel}"
     );
 
     // The backend's labels make the route that vanishes with it.
@@ -828,6 +837,12 @@ fn configmap_is_accepted_by_check_config(file: &str) {
         printed["admin"].as_str(),
         Some("0.0.0.0:9090"),
         "probes and Prometheus reach the admin listener"
+    );
+    // No router sits between holdfast and a sidecar's (or a Service's) server.
+    assert_eq!(
+        printed["routes"]["behind_router"].as_bool(),
+        Some(false),
+        "{file}"
     );
 }
 

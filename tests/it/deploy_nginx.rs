@@ -422,6 +422,12 @@ fn the_nginx_site_is_configured_for_streams_and_keep_alive() {
         holdfast.listen, SITE_HOLDFAST,
         "{UNIT_CONFIG} must make holdfast listen where nginx sends requests"
     );
+    // nginx is in front of holdfast; holdfast reaches the server directly.
+    assert_eq!(
+        holdfast.routes.behind_router,
+        Some(false),
+        "{UNIT_CONFIG}: no router sits between holdfast and the server"
+    );
     let keepalive: usize = site.one("upstream", "keepalive").parse().unwrap();
     assert!(keepalive > 0);
     // nginx must drop an idle connection before holdfast closes it, or it may send a request on

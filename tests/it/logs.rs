@@ -150,3 +150,35 @@ async fn a_resumed_request_is_logged_as_resumed_and_nothing_recorded_is() {
     assert_eq!(access[1]["action"], "resumed");
     assert_eq!(access[1]["status"], 200);
 }
+
+/// An upstream on this host is a sidecar's usual address, where no router sits in between:
+/// unless the configuration says which, the start warns that router lookalikes are masked.
+#[tokio::test]
+async fn a_loopback_upstream_without_a_stated_topology_is_warned_about() {
+    let start = |behind: Option<&str>| {
+        let mut cmd = holdfast(&[
+            "--upstream",
+            "http://127.0.0.1:8000",
+            "--listen",
+            "127.0.0.1:0",
+            "--admin",
+            "127.0.0.1:0",
+            "--log-format",
+            "json",
+        ]);
+        if let Some(behind) = behind {
+            cmd.env("HOLDFAST_ROUTES__BEHIND_ROUTER", behind);
+        }
+        let mut proxy = Running::start(&mut cmd);
+        proxy.wait_for_line("holdfast proxying");
+        let (_, lines) = proxy.terminate();
+        json_lines(&lines).into_iter().any(|l| {
+            l["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("routes.behind_router"))
+        })
+    };
+    assert!(start(None), "unset: warned");
+    assert!(!start(Some("false")), "said: no warning");
+    assert!(!start(Some("true")), "said: no warning");
+}

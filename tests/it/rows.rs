@@ -538,3 +538,23 @@ async fn a_head_answered_404_does_not_end_an_outage() {
     );
     assert_eq!(post_json(&hf.url("/mcp"), CALL).await.status, 503);
 }
+
+/// A Go MCP server's own 404 for an unknown path is `http.NotFound`, byte for byte Traefik's
+/// route-missing answer. With no router in between (`routes.behind_router = false`, a sidecar),
+/// it is the server's own answer and passes, and nothing counts as an outage (issue 10).
+#[tokio::test]
+async fn with_no_router_in_between_a_traefik_lookalike_404_is_the_servers_own() {
+    let up = traefik_gone().await;
+    let mut raw = raw_config(&up.url());
+    raw.routes.behind_router = Some(false);
+    let hf = Holdfast::start_with(raw).await;
+    let got = post_json(&hf.url("/mcp"), CALL).await;
+    assert_eq!(got.status, 404);
+    assert_eq!(got.body, "404 page not found\n");
+    assert_eq!(hf.metric("holdfast_upstream_up").await, 1.0);
+    assert_eq!(hf.metric("holdfast_outages_total").await, 0.0);
+    assert_eq!(hf.metric("holdfast_passthrough_404_total").await, 1.0);
+    // The control: behind a router (the default), the same answer is masked.
+    let behind = Holdfast::start_with(immediate(&up.url())).await;
+    assert_eq!(post_json(&behind.url("/mcp"), CALL).await.status, 503);
+}
