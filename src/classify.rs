@@ -355,6 +355,12 @@ impl ExpectedRoutes {
                 .is_some_and(|seen| now.saturating_duration_since(*seen) <= self.ttl)
     }
 
+    /// The index of the configured endpoint `path` falls under, if any (the first that
+    /// matches): with the Host, the route a request takes.
+    pub fn endpoint_of(&self, path: &str) -> Option<usize> {
+        self.endpoints.iter().position(|e| prefix_matches(e, path))
+    }
+
     /// Records that the application answered `path` with something other than a 404.
     pub fn learn(&self, path: &str, now: Instant) {
         if !self.learn || self.endpoints.iter().any(|e| prefix_matches(e, path)) {

@@ -1,7 +1,10 @@
 //! Outages of the upstream, and the requests held through them.
 //!
 //! An outage opens with the first "backend missing" verdict and closes with the first answer
-//! from the application. While one is open:
+//! from the application. Outages are kept **per route** (the Host sent upstream, and the
+//! configured endpoint the path falls under; [`Hold`]): behind a router, one request for a route
+//! the router does not know (a bogus Host) gets the router's 404 and is held, but nobody else's
+//! requests are. While one is open:
 //!
 //! - new requests wait here *before* being sent (nothing is sent into a known gap, and their
 //!   bodies need no buffering for a replay);
@@ -13,18 +16,20 @@
 //!   application answers any request, the outage closes and every held request is released at
 //!   once.
 //!
-//! Held requests are bounded (count and buffered body bytes) and each waits at most
+//! Held requests are bounded (count and buffered body bytes, over all routes together) and each waits at most
 //! `hold.timeout_secs`; whatever cannot be held gets the 503 + Retry-After at once. Every exit
 //! from the hold is counted in `holdfast_holds_total{outcome}`.
 //!
 //! # Layout
-//! - here: the outage state, opened by "missing" and closed by the application's answer.
+//! - here: one route's outage state, opened by "missing" and closed by the application's
+//!   answer, and what every route shares.
+//! - `routes`: the routes, bounded, each with its own outage.
 //! - `queue`: waiting in the hold, and every way out of it.
 //! - `prober`: probing the upstream during an outage.
 //! - `retry_after`: Retry-After from observed outages, and the horizon.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -41,16 +46,84 @@ use crate::upstream::Connector;
 mod prober;
 mod queue;
 mod retry_after;
+mod routes;
 
 pub use prober::backoff;
 pub use queue::{Released, Ticket};
+pub use routes::Hold;
 
 /// How many past outage durations inform an observed Retry-After.
 const OUTAGE_HISTORY: usize = 16;
 
-/// The upstream's outage state and the held requests.
+/// What every route's outage shares: the hold's caps, shutdown, the Retry-After history and the
+/// upstream-wide `holdfast_upstream_up`.
+pub(super) struct Shared {
+    /// Requests held now, over all routes.
+    held: AtomicUsize,
+    /// Body bytes reserved by held requests, over all routes.
+    buffered: AtomicUsize,
+    /// Routes with an open outage: `holdfast_upstream_up` is 1 only while there are none. A
+    /// lock, not an atomic, so the gauge follows the count in order.
+    open: Mutex<usize>,
+    shutting_down: AtomicBool,
+    /// Durations of the last outages, newest last.
+    history: Mutex<VecDeque<Duration>>,
+}
+
+impl Shared {
+    pub(super) fn new() -> Arc<Shared> {
+        Arc::new(Shared {
+            held: AtomicUsize::new(0),
+            buffered: AtomicUsize::new(0),
+            open: Mutex::new(0),
+            shutting_down: AtomicBool::new(false),
+            history: Mutex::new(VecDeque::new()),
+        })
+    }
+
+    /// Takes one place and `bytes` in the hold, if both caps allow.
+    fn reserve(&self, bytes: usize, cfg: &HoldConfig) -> bool {
+        if self.held.fetch_add(1, Ordering::AcqRel) >= cfg.max_requests {
+            self.held.fetch_sub(1, Ordering::AcqRel);
+            return false;
+        }
+        if self.buffered.fetch_add(bytes, Ordering::AcqRel) + bytes > cfg.max_buffered_bytes {
+            self.buffered.fetch_sub(bytes, Ordering::AcqRel);
+            self.held.fetch_sub(1, Ordering::AcqRel);
+            return false;
+        }
+        true
+    }
+
+    /// Gives back `count` places and `bytes`.
+    fn release(&self, count: usize, bytes: usize) {
+        self.held.fetch_sub(count, Ordering::AcqRel);
+        self.buffered.fetch_sub(bytes, Ordering::AcqRel);
+    }
+
+    fn held(&self) -> i64 {
+        self.held.load(Ordering::Acquire) as i64
+    }
+
+    /// One more (`opened`) or one fewer route in an outage.
+    fn outage_count(&self, opened: bool, up: &prometheus_client::metrics::gauge::Gauge) {
+        let mut open = self.open.lock().expect("open outages lock");
+        if opened {
+            *open += 1;
+        } else {
+            *open = open.saturating_sub(1);
+        }
+        up.set(i64::from(*open == 0));
+    }
+}
+
+/// One route's outage state and the requests held for it.
 pub struct Outages {
     cfg: HoldConfig,
+    /// What every route shares.
+    shared: Arc<Shared>,
+    /// The route, for logs (`host endpoint`).
+    route: String,
     /// `retry_after_secs`: the fixed Retry-After, and the observed one's fallback.
     retry_after: Duration,
     /// Where the bare TCP probe connects.
@@ -74,12 +147,7 @@ struct State {
     /// Held requests by arrival order: the first is the oldest, the next probe.
     waiters: BTreeMap<u64, Waiter>,
     next_seq: u64,
-    /// Body bytes reserved by held requests.
-    buffered: usize,
-    shutting_down: bool,
     prober_running: bool,
-    /// Durations of the last outages, newest last.
-    history: VecDeque<Duration>,
 }
 
 struct Outage {
@@ -113,15 +181,19 @@ enum Wake {
 
 impl Outages {
     /// Starts healthy: the horizon counts from now.
-    pub fn new(
+    pub(super) fn new(
         cfg: HoldConfig,
         retry_after: Duration,
         probe_uri: Uri,
         connector: Connector,
         metrics: Arc<Metrics>,
+        shared: Arc<Shared>,
+        route: String,
     ) -> Self {
         Self {
             cfg,
+            shared,
+            route,
             retry_after,
             probe_uri,
             connector,
@@ -134,10 +206,7 @@ impl Outages {
                 outage: None,
                 waiters: BTreeMap::new(),
                 next_seq: 0,
-                buffered: 0,
-                shutting_down: false,
                 prober_running: false,
-                history: VecDeque::new(),
             }),
         }
     }
@@ -183,14 +252,18 @@ impl Outages {
         self.wake_all(&mut st, HoldOutcome::released, || Wake::Release);
         let outage = st.outage.take().expect("checked above");
         self.in_outage.store(false, Ordering::Release);
-        self.metrics.upstream_up.set(1);
+        self.shared.outage_count(false, &self.metrics.upstream_up);
         let duration = now.saturating_duration_since(outage.started);
         self.metrics.outage_duration.observe(duration.as_secs_f64());
-        st.history.push_back(duration);
-        if st.history.len() > OUTAGE_HISTORY {
-            st.history.pop_front();
+        {
+            let mut history = self.shared.history.lock().expect("history lock");
+            history.push_back(duration);
+            if history.len() > OUTAGE_HISTORY {
+                history.pop_front();
+            }
         }
         tracing::info!(
+            route = self.route,
             duration_ms = duration.as_millis() as u64,
             first_reason = outage.first_reason.as_str(),
             held = outage.held,
@@ -212,9 +285,13 @@ impl Outages {
     fn open<'a>(&self, st: &'a mut State, reason: RewriteReason) -> &'a mut Outage {
         st.outage.get_or_insert_with(|| {
             self.in_outage.store(true, Ordering::Release);
-            self.metrics.upstream_up.set(0);
+            self.shared.outage_count(true, &self.metrics.upstream_up);
             self.metrics.outages.inc();
-            tracing::warn!(reason = reason.as_str(), "upstream outage started");
+            tracing::warn!(
+                route = self.route,
+                reason = reason.as_str(),
+                "upstream outage started"
+            );
             Outage::new(reason)
         })
     }
@@ -247,10 +324,12 @@ impl Outages {
         }
     }
 
-    /// holdfast is shutting down: every held request gets its 503 now, and none is held again.
-    pub fn shutdown(&self) {
+    /// holdfast is shutting down ([`Hold::shutdown`] says so to every route): every held request
+    /// gets its 503 now, and none is held again, on any route (the flag is shared; it is set
+    /// before this route's lock is taken, so a request queuing meanwhile is woken here).
+    fn shutdown(&self) {
+        self.shared.shutting_down.store(true, Ordering::Release);
         let mut st = self.lock();
-        st.shutting_down = true;
         self.wake_all(&mut st, HoldOutcome::shutdown, || Wake::Shutdown);
     }
 }
@@ -323,6 +402,8 @@ mod tests {
             "http://127.0.0.1:9/".parse().unwrap(),
             Connector::new(Duration::from_secs(1)),
             metrics.clone(),
+            Shared::new(),
+            "test".into(),
         );
         (Arc::new(o), metrics)
     }

@@ -31,7 +31,12 @@ impl Outages {
             let reason = {
                 let mut st = self.lock();
                 match &st.outage {
-                    Some(o) if !st.waiters.is_empty() && !st.shutting_down => o.last_reason,
+                    Some(o)
+                        if !st.waiters.is_empty()
+                            && !self.shared.shutting_down.load(Ordering::Acquire) =>
+                    {
+                        o.last_reason
+                    }
                     _ => {
                         st.prober_running = false;
                         return;

@@ -71,7 +71,7 @@ impl Outages {
     pub async fn wait(self: &Arc<Self>, ticket: &mut Ticket, body: &BodyHandle) -> Released {
         let (rx, seq, deadline) = {
             let mut st = self.lock();
-            if st.shutting_down {
+            if self.shared.shutting_down.load(Ordering::Acquire) {
                 self.refuse(&mut st, HoldOutcome::shutdown);
                 return Released::Shutdown;
             }
@@ -80,12 +80,6 @@ impl Outages {
             }
             // Reserve what the body may grow to while read ahead, not only what is read now.
             let bytes = body.expected_bytes(self.cfg.max_body_bytes);
-            if st.waiters.len() >= self.cfg.max_requests
-                || st.buffered + bytes > self.cfg.max_buffered_bytes
-            {
-                self.refuse(&mut st, HoldOutcome::queue_full);
-                return Released::QueueFull;
-            }
             let now = Instant::now();
             let first = ticket.first_held.is_none();
             let deadline = *ticket.deadline.get_or_insert(now + self.cfg.timeout);
@@ -93,6 +87,11 @@ impl Outages {
             if deadline <= now {
                 self.refuse(&mut st, HoldOutcome::timed_out);
                 return Released::TimedOut;
+            }
+            // The caps are over every route together.
+            if !self.shared.reserve(bytes, &self.cfg) {
+                self.refuse(&mut st, HoldOutcome::queue_full);
+                return Released::QueueFull;
             }
             // A probe that met the gap again goes to the back of the queue (keeping its
             // deadline): if it is the one request the router will never route (a bogus Host, a
@@ -119,8 +118,7 @@ impl Outages {
                     since: now,
                 },
             );
-            st.buffered += bytes;
-            self.metrics.held_requests.set(st.waiters.len() as i64);
+            self.metrics.held_requests.set(self.shared.held());
             // A probe that met the gap again reports only now, once it is back in the queue:
             // the prober must not find the queue empty in between and stop.
             ticket.report_probe(false);
@@ -193,8 +191,8 @@ impl Outages {
         outcome: HoldOutcome,
     ) -> Option<Waiter> {
         let waiter = st.waiters.remove(&seq)?;
-        st.buffered = st.buffered.saturating_sub(waiter.bytes);
-        self.metrics.held_requests.set(st.waiters.len() as i64);
+        self.shared.release(1, waiter.bytes);
+        self.metrics.held_requests.set(self.shared.held());
         // A waiter may leave after its outage closed: count it, with nothing to log it in.
         let mut detached = Outage::detached();
         let outage = st.outage.as_mut().unwrap_or(&mut detached);
@@ -217,12 +215,15 @@ impl Outages {
     /// afterwards.
     pub(super) fn wake_all(&self, st: &mut State, outcome: HoldOutcome, wake: fn() -> Wake) {
         let mut detached = Outage::detached();
+        let (mut count, mut bytes) = (0, 0);
         for (_, waiter) in std::mem::take(&mut st.waiters) {
             let outage = st.outage.as_mut().unwrap_or(&mut detached);
             self.record_exit(outage, &waiter, outcome);
+            count += 1;
+            bytes += waiter.bytes;
             let _ = waiter.wake.send(wake());
         }
-        st.buffered = 0;
-        self.metrics.held_requests.set(0);
+        self.shared.release(count, bytes);
+        self.metrics.held_requests.set(self.shared.held());
     }
 }

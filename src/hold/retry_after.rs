@@ -18,11 +18,11 @@ impl Outages {
         if !self.cfg.enabled || self.cfg.retry_after == RetryAfter::Fixed {
             return self.retry_after;
         }
-        let st = self.lock();
-        let typical = if st.history.is_empty() {
+        let history = self.shared.history.lock().expect("history lock");
+        let typical = if history.is_empty() {
             self.retry_after
         } else {
-            let mut sorted: Vec<Duration> = st.history.iter().copied().collect();
+            let mut sorted: Vec<Duration> = history.iter().copied().collect();
             sorted.sort();
             sorted[sorted.len() / 2]
         };

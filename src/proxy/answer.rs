@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use super::body::{ProxyBody, Timed};
 use super::{headers, Note, Proxy, BODY_ID_WAIT};
 use crate::classify::{FailReason, RewriteReason};
-use crate::hold::Ticket;
+use crate::hold::{Outages, Ticket};
 use crate::metrics::{ReasonLabel, RewriteAction};
 use crate::replay::BodyHandle;
 use crate::respond;
@@ -40,6 +40,7 @@ impl Proxy {
     pub(super) async fn unavailable(
         &self,
         reason: RewriteReason,
+        outages: &Outages,
         ticket: &Ticket,
         handle: &BodyHandle,
     ) -> (Response<ProxyBody>, Note) {
@@ -47,8 +48,8 @@ impl Proxy {
             .rewrites
             .get_or_create(&ReasonLabel::new(reason, RewriteAction::answered_503))
             .inc();
-        self.outages.answering_503();
-        let retry_after = self.outages.retry_after(ticket.waited());
+        outages.answering_503();
+        let retry_after = outages.retry_after(ticket.waited());
         let body = handle.read_whole(BODY_ID_WAIT).await;
         (
             respond::unavailable(reason, retry_after, body.as_deref()),

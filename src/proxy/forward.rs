@@ -1,6 +1,7 @@
 //! The attempt loop: send, classify, act on the verdict, perhaps send again.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use http::header::{HeaderValue, HOST};
 use http::uri::PathAndQuery;
@@ -16,7 +17,7 @@ use crate::classify::{
     self, ErrorChain, FailReason, Missing, Outcome, PassReason, RewriteReason, Verdict,
 };
 use crate::config::HostHeader;
-use crate::hold::{Released, Ticket};
+use crate::hold::{Outages, Released, Ticket};
 use crate::metrics::{Pass, PassLabel, ReasonLabel, RewriteAction};
 use crate::replay::{BodyHandle, ReplayBody};
 use crate::session::{self, Recorded};
@@ -31,6 +32,8 @@ struct Exchange {
     ticket: Ticket,
     /// The tracked session it carries, if any.
     carried: Option<Carried>,
+    /// The outage state of its route.
+    outages: Arc<Outages>,
     /// The client's HTTP version (for synthetic answers).
     version: Version,
     /// Re-establishments of its session this request caused or waited for.
@@ -73,6 +76,7 @@ impl Proxy {
         };
         let mut ex = Exchange {
             carried: self.carried(&target),
+            outages: self.route_of(&target),
             target,
             handle: BodyHandle::new(
                 body,
@@ -89,9 +93,9 @@ impl Proxy {
 
         // Hold before dispatch while an outage is known: nothing is sent into a known gap, and
         // the body needs no copy for a replay because it was never sent.
-        if self.outages.enabled() && self.outages.holds_before_dispatch(self.horizon) {
+        if self.hold.enabled() && ex.outages.holds_before_dispatch(self.horizon) {
             // Cold paths are boxed: the request's future stays small, and hyper moves it.
-            match Box::pin(self.outages.wait(&mut ex.ticket, &ex.handle)).await {
+            match Box::pin(ex.outages.wait(&mut ex.ticket, &ex.handle)).await {
                 Released::Go | Released::NotHeld => {}
                 Released::Cancelled => return client_gone(version),
                 Released::TimedOut | Released::QueueFull | Released::Shutdown => {
@@ -115,7 +119,7 @@ impl Proxy {
                 let is_get = ex.target.method == Method::GET;
                 c.sent = c.session.apply(&mut ex.target.headers, is_get);
             }
-            let (verdict, response) = self.attempt(&ex.target, body).await;
+            let (verdict, response) = self.attempt(&ex.target, &ex.outages, body).await;
             // A HEAD's answer has no body, so no body signature could be checked: a router's 404
             // to it looks like the application's. It passes, but proves nothing.
             let proves = verdict == Verdict::Application
@@ -131,7 +135,7 @@ impl Proxy {
                     self.application(&mut ex, answer, proves).await
                 }
                 (Verdict::RouterPassthrough(reason), Some(answer)) => {
-                    Next::Answer(self.router_passed(reason, answer))
+                    Next::Answer(self.router_passed(reason, answer, &ex.outages))
                 }
                 // Sent, then broken before any answer: the application may have run it. Safe to
                 // run twice (read-only, or an idempotent tool): once more, at most.
@@ -147,7 +151,7 @@ impl Proxy {
                     // proves nothing: a port proxy may accept and then reset while the backend
                     // is still starting.)
                     if reason == FailReason::UpstreamTls {
-                        self.outages.answered();
+                        ex.outages.answered();
                     }
                     let status = answer.map(|(head, _)| head.status);
                     Next::Answer(self.failed(reason, version, status))
@@ -181,7 +185,7 @@ impl Proxy {
             };
             return Next::Answer((self.pass(&mut head, peek, false), note));
         }
-        self.outages.answered();
+        ex.outages.answered();
         if head.status == StatusCode::NOT_FOUND {
             // The server did not run a request it answered with a session 404, so it may go
             // again once the session is back.
@@ -211,7 +215,12 @@ impl Proxy {
     }
 
     /// A router answered by itself with something the client must see as it is.
-    fn router_passed(&self, reason: PassReason, answer: Answer) -> (Response<ProxyBody>, Note) {
+    fn router_passed(
+        &self,
+        reason: PassReason,
+        answer: Answer,
+        outages: &Outages,
+    ) -> (Response<ProxyBody>, Note) {
         let (mut head, peek) = answer;
         let label = match reason {
             PassReason::RouteNotExpected => Pass::route_not_expected,
@@ -222,8 +231,7 @@ impl Proxy {
             .get_or_create(&PassLabel { reason: label })
             .inc();
         if reason == PassReason::HorizonExceeded {
-            self.outages
-                .horizon_exceeded(self.horizon, &self.upstream.original);
+            outages.horizon_exceeded(self.horizon, &self.upstream.original);
         }
         let note = Note {
             upstream_status: Some(head.status),
@@ -234,17 +242,19 @@ impl Proxy {
 
     /// The 503 for a request that could not be sent (again): the outage's reason, if one is open.
     async fn unavailable_now(&self, ex: &Exchange) -> (Response<ProxyBody>, Note) {
-        let reason = self
+        let reason = ex
             .outages
             .current_reason()
             .unwrap_or(RewriteReason::ConnectError);
-        self.unavailable(reason, &ex.ticket, &ex.handle).await
+        self.unavailable(reason, &ex.outages, &ex.ticket, &ex.handle)
+            .await
     }
 
     /// The one decision about a missing backend: hold the request and send it again once the
     /// backend is back, or answer 503 now.
     async fn hold_for(&self, missing: Missing, ex: &mut Exchange) -> Next {
-        self.outages.missing(missing.reason);
+        let outages = ex.outages.clone();
+        outages.missing(missing.reason);
         let (ticket, handle) = (&mut ex.ticket, &ex.handle);
         // Stop the failed attempt's body first, if its connection still reads it: whatever
         // comes next (a 503 that reads the rest of the body for its JSON-RPC id, or a hold) is
@@ -254,27 +264,30 @@ impl Proxy {
         // Replay only what provably never reached the application: a connection that failed
         // before the request was written, or a router that answered by itself. A router's
         // 502/504 may follow a request the backend did read.
-        if !self.outages.enabled() || !missing.is_safe_to_replay() {
-            return Next::Answer(self.unavailable(missing.reason, ticket, handle).await);
+        if !self.hold.enabled() || !missing.is_safe_to_replay() {
+            let answer = self.unavailable(missing.reason, &outages, ticket, handle);
+            return Next::Answer(answer.await);
         }
         if !handle.is_replayable() {
             // The body outgrew hold.max_body_bytes while it was sent: no copy.
-            self.outages.body_too_large();
-            return Next::Answer(self.unavailable(missing.reason, ticket, handle).await);
+            outages.body_too_large();
+            let answer = self.unavailable(missing.reason, &outages, ticket, handle);
+            return Next::Answer(answer.await);
         }
         // The upstream's "missing" is kept from the client: counted as intercepted and held.
         self.metrics
             .rewrites
             .get_or_create(&ReasonLabel::new(missing.reason, RewriteAction::held))
             .inc();
-        match self.outages.wait(ticket, handle).await {
+        match outages.wait(ticket, handle).await {
             Released::Go | Released::NotHeld => {
                 ex.replay = true;
                 Next::Again
             }
             Released::Cancelled => Next::Answer(client_gone(ex.version)),
             Released::TimedOut | Released::QueueFull | Released::Shutdown => {
-                Next::Answer(self.unavailable(missing.reason, ticket, handle).await)
+                let answer = self.unavailable(missing.reason, &outages, ticket, handle);
+                Next::Answer(answer.await)
             }
         }
     }
@@ -428,6 +441,7 @@ impl Proxy {
     pub(super) async fn attempt(
         &self,
         target: &Target,
+        outages: &Outages,
         body: ReplayBody,
     ) -> (Verdict, Option<Answer>) {
         let mut req = Request::new(body);
@@ -444,7 +458,7 @@ impl Proxy {
             signatures: &self.signatures,
             route_expected,
             beyond_horizon: status == Some(StatusCode::NOT_FOUND)
-                && self.outages.beyond_horizon(self.horizon),
+                && outages.beyond_horizon(self.horizon),
         };
         let resp = match sent {
             Err(_elapsed) => {

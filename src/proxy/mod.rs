@@ -39,7 +39,7 @@ use tokio::time::Instant;
 
 use crate::classify::ExpectedRoutes;
 use crate::config::{Config, HostHeader};
-use crate::hold::Outages;
+use crate::hold::{Hold, Outages};
 use crate::metrics::Metrics;
 use crate::replay::CopyBudget;
 use crate::session::Sessions;
@@ -77,7 +77,8 @@ pub struct Proxy {
     replay_cap: usize,
     /// All request-body copies together stay within `hold.max_buffered_bytes`.
     copy_budget: Arc<CopyBudget>,
-    outages: Arc<Outages>,
+    /// Outages, per route.
+    hold: Hold,
     /// MCP sessions carried across backend restarts.
     sessions: Sessions,
     /// Longest a request waits for another request's re-establishment of its session.
@@ -168,13 +169,14 @@ impl Proxy {
                 ID_COPY_CAP
             },
             copy_budget: CopyBudget::new(cfg.hold.max_buffered_bytes),
-            outages: Arc::new(Outages::new(
+            hold: Hold::new(
                 cfg.hold.clone(),
                 cfg.retry_after,
                 cfg.upstream.base_uri(),
                 upstream::Connector::new(cfg.connect_timeout),
                 metrics.clone(),
-            )),
+                cfg.routes.behind_router,
+            ),
             sessions: Sessions::new(cfg.sessions.clone(), metrics.sessions_tracked.clone()),
             resume_wait: cfg.hold.timeout,
             idempotency: Arc::new(crate::idempotent::Idempotency::new(&cfg.retry)),
@@ -216,7 +218,16 @@ impl Proxy {
 
     /// Starts shutting down: held requests get their 503 now.
     pub fn begin_shutdown(&self) {
-        self.outages.shutdown();
+        self.hold.shutdown();
+    }
+
+    /// The outage state of the route `target` takes: the Host it sends upstream, and the
+    /// endpoint its path falls under.
+    fn route_of(&self, target: &Target) -> Arc<Outages> {
+        self.hold.route(
+            target.headers.get(http::header::HOST),
+            self.routes.endpoint_of(target.client.path()),
+        )
     }
 
     /// Sessions tracked now (for tests and the demo).

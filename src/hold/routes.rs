@@ -1,0 +1,260 @@
+//! Outages per route, so that one missing route never holds requests for another.
+//!
+//! Behind a router, "the backend is missing" is a fact about one route: Traefik answers its
+//! route-missing 404 for a Host it has no router for while it routes every other Host as usual.
+//! A single outage for the whole upstream would let one request with a bogus Host hold every
+//! other client's requests (and, as the oldest held request, be sent again as the probe and
+//! reopen the outage) for the whole hold timeout. So each route has its own [`Outages`]: its own
+//! queue, prober and horizon. What they share ([`Shared`]) is what is one per holdfast: the caps
+//! on held requests and bytes, shutdown, the Retry-After history and `holdfast_upstream_up`
+//! (1 while no route is in an outage).
+//!
+//! A route is the Host sent upstream and the configured endpoint (`routes.endpoints`) the path
+//! falls under; paths under no endpoint share one route per Host. With no router in between
+//! (`routes.behind_router = false`) there is one route: connection failures are the
+//! upstream's, not a route's. At most [`MAX_ROUTES`] are kept: when full, routes with no outage
+//! that no request is using are dropped; if none can be, the rest share one overflow route.
+
+use std::collections::HashMap;
+use std::sync::RwLock;
+
+use http::HeaderValue;
+
+use super::*;
+
+/// Most routes with their own outage state. Far more than the Hosts one holdfast fronts; it
+/// bounds what clients sending arbitrary Hosts can make holdfast keep.
+pub const MAX_ROUTES: usize = 1024;
+
+/// A route: the Host sent upstream, and the index of the endpoint its path falls under.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct RouteKey {
+    host: Option<HeaderValue>,
+    endpoint: Option<usize>,
+}
+
+/// Every route's outage state.
+pub struct Hold {
+    cfg: HoldConfig,
+    retry_after: Duration,
+    probe_uri: Uri,
+    connector: Connector,
+    metrics: Arc<Metrics>,
+    shared: Arc<Shared>,
+    /// Whether routes are told apart (a router sits in between).
+    per_route: bool,
+    routes: RwLock<HashMap<RouteKey, Arc<Outages>>>,
+    /// The one route without a router, and where routes go past [`MAX_ROUTES`].
+    shared_route: Arc<Outages>,
+}
+
+impl Hold {
+    /// No outage yet. `per_route`: tell routes apart (a router sits between holdfast and the
+    /// application).
+    pub fn new(
+        cfg: HoldConfig,
+        retry_after: Duration,
+        probe_uri: Uri,
+        connector: Connector,
+        metrics: Arc<Metrics>,
+        per_route: bool,
+    ) -> Self {
+        let shared = Shared::new();
+        let shared_route = Arc::new(Outages::new(
+            cfg.clone(),
+            retry_after,
+            probe_uri.clone(),
+            connector.clone(),
+            metrics.clone(),
+            shared.clone(),
+            if per_route { "(other routes)" } else { "(all)" }.to_owned(),
+        ));
+        Self {
+            cfg,
+            retry_after,
+            probe_uri,
+            connector,
+            metrics,
+            shared,
+            per_route,
+            routes: RwLock::new(HashMap::new()),
+            shared_route,
+        }
+    }
+
+    /// Whether holding is on.
+    pub fn enabled(&self) -> bool {
+        self.cfg.enabled
+    }
+
+    /// The outage state of the route a request takes: the Host it sends upstream, and the
+    /// endpoint (index into `routes.endpoints`) its path falls under.
+    pub fn route(&self, host: Option<&HeaderValue>, endpoint: Option<usize>) -> Arc<Outages> {
+        if !self.per_route {
+            return self.shared_route.clone();
+        }
+        let key = RouteKey {
+            host: host.cloned(),
+            endpoint,
+        };
+        if let Some(route) = self.routes.read().expect("routes lock").get(&key) {
+            return route.clone();
+        }
+        let mut routes = self.routes.write().expect("routes lock");
+        if let Some(route) = routes.get(&key) {
+            return route.clone();
+        }
+        if routes.len() >= MAX_ROUTES {
+            // Nobody is using these (this map holds the only reference) and nothing is held
+            // for them: they start afresh if they come back.
+            routes.retain(|_, r| Arc::strong_count(r) > 1 || r.in_outage());
+            if routes.len() >= MAX_ROUTES {
+                return self.shared_route.clone();
+            }
+        }
+        let name = format!(
+            "{} {}",
+            key.host
+                .as_ref()
+                .and_then(|h| h.to_str().ok())
+                .unwrap_or("(no host)"),
+            key.endpoint
+                .map_or_else(|| "(other paths)".to_owned(), |i| format!("endpoint {i}"))
+        );
+        let route = Arc::new(Outages::new(
+            self.cfg.clone(),
+            self.retry_after,
+            self.probe_uri.clone(),
+            self.connector.clone(),
+            self.metrics.clone(),
+            self.shared.clone(),
+            name,
+        ));
+        routes.insert(key, route.clone());
+        route
+    }
+
+    /// Routes kept now (for tests).
+    pub fn routes(&self) -> usize {
+        self.routes.read().expect("routes lock").len()
+    }
+
+    /// holdfast is shutting down: every held request, on every route, gets its 503 now, and
+    /// none is held again.
+    pub fn shutdown(&self) {
+        self.shared_route.shutdown();
+        for route in self.routes.read().expect("routes lock").values() {
+            route.shutdown();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::replay::BodyHandle;
+    use prometheus_client::registry::Registry;
+
+    fn hold_with(max_requests: usize, per_route: bool) -> (Hold, Arc<Metrics>) {
+        let metrics = Arc::new(Metrics::register(&mut Registry::default()));
+        let cfg = HoldConfig {
+            enabled: true,
+            timeout: Duration::from_secs(60),
+            max_body_bytes: 1024,
+            max_requests,
+            max_buffered_bytes: 1 << 20,
+            backoff_initial: Duration::from_secs(30),
+            backoff_max: Duration::from_secs(30),
+            retry_after: crate::config::RetryAfter::Observed,
+            retry_after_min: Duration::from_secs(1),
+            retry_after_max: Duration::from_secs(30),
+        };
+        let hold = Hold::new(
+            cfg,
+            Duration::from_secs(2),
+            "http://127.0.0.1:9/".parse().unwrap(),
+            Connector::new(Duration::from_secs(1)),
+            metrics.clone(),
+            per_route,
+        );
+        (hold, metrics)
+    }
+
+    fn hold(max_requests: usize) -> (Hold, Arc<Metrics>) {
+        hold_with(max_requests, true)
+    }
+
+    fn host(h: &'static str) -> HeaderValue {
+        HeaderValue::from_static(h)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn routes_are_apart_but_share_the_caps_and_the_up_gauge() {
+        let (hold, metrics) = hold(2);
+        let (a, b) = (
+            hold.route(Some(&host("a")), Some(0)),
+            hold.route(Some(&host("b")), Some(0)),
+        );
+        assert!(Arc::ptr_eq(&a, &hold.route(Some(&host("a")), Some(0))));
+        assert!(!Arc::ptr_eq(&a, &hold.route(Some(&host("a")), None)));
+        a.missing(RewriteReason::RouteMissing404);
+        assert!(a.in_outage() && !b.in_outage(), "b's route is not a's");
+        assert!(!b.holds_before_dispatch(Duration::from_secs(120)));
+        b.missing(RewriteReason::RouteMissing404);
+        assert_eq!(metrics.upstream_up.get(), 0);
+
+        // Two held on a, then b's route is full too: the cap is over all routes.
+        let body = BodyHandle::empty();
+        let waiters: Vec<_> = (0..2)
+            .map(|_| {
+                let a = a.clone();
+                tokio::spawn(async move {
+                    let body = BodyHandle::empty();
+                    a.wait(&mut Ticket::default(), &body).await
+                })
+            })
+            .collect();
+        for _ in 0..1000 {
+            if metrics.held_requests.get() == 2 {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(metrics.held_requests.get(), 2);
+        assert_eq!(
+            b.wait(&mut Ticket::default(), &body).await,
+            Released::QueueFull
+        );
+
+        a.answered();
+        for w in waiters {
+            assert_eq!(w.await.unwrap(), Released::Go);
+        }
+        assert_eq!(metrics.held_requests.get(), 0);
+        assert_eq!(metrics.upstream_up.get(), 0, "b's outage is still open");
+        b.answered();
+        assert_eq!(metrics.upstream_up.get(), 1);
+    }
+
+    #[tokio::test]
+    async fn routes_are_bounded_and_unused_ones_go_first() {
+        let (hold, _) = hold(10);
+        let kept = hold.route(Some(&host("kept")), None);
+        kept.missing(RewriteReason::RouteMissing404);
+        for i in 0..MAX_ROUTES {
+            let h = HeaderValue::from_str(&format!("h{i}.example")).unwrap();
+            drop(hold.route(Some(&h), None));
+        }
+        assert!(hold.routes() <= MAX_ROUTES);
+        // The route in an outage survived the clean-up.
+        assert!(Arc::ptr_eq(&kept, &hold.route(Some(&host("kept")), None)));
+    }
+
+    #[tokio::test]
+    async fn without_a_router_every_request_shares_one_route() {
+        let (hold, _) = hold_with(1, false);
+        let a = hold.route(Some(&host("a")), Some(0));
+        assert!(Arc::ptr_eq(&a, &hold.route(Some(&host("b")), None)));
+        assert_eq!(hold.routes(), 0);
+    }
+}

@@ -1,0 +1,97 @@
+//! Outages per route (issue 10): behind a router that routes by Host, a request for a Host the
+//! router does not know gets the router's route-missing 404 and is held, and nobody else's
+//! requests are; the route that exists keeps being answered at once.
+
+use bytes::Bytes;
+use http_body_util::Full;
+
+use crate::support::http::{self, response, Upstream};
+use crate::support::proxy::{raw_config, Holdfast};
+use crate::support::within;
+
+const TRAEFIK_404: &[(&str, &str)] = &[
+    ("content-type", "text/plain; charset=utf-8"),
+    ("x-content-type-options", "nosniff"),
+];
+
+const CALL: &str = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"count"}}"#;
+
+/// A router with one route: `mcp.example` reaches the application, any other Host gets
+/// Traefik's route-missing 404.
+async fn router() -> Upstream {
+    Upstream::start(|seen| async move {
+        if seen.header("host") == Some("mcp.example") {
+            response(200, &[("content-type", "application/json")], "{}")
+        } else {
+            response(404, TRAEFIK_404, "404 page not found\n")
+        }
+    })
+    .await
+}
+
+async fn post(hf: &Holdfast, host: &str) -> http::Got {
+    http::call(
+        ::http::Request::post(hf.url("/mcp"))
+            .header("host", host)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .body(Full::new(Bytes::from_static(CALL.as_bytes())))
+            .unwrap(),
+    )
+    .await
+}
+
+#[tokio::test]
+async fn a_bogus_host_is_held_alone_and_the_real_route_is_answered_at_once() {
+    let up = router().await;
+    let mut raw = raw_config(&up.url());
+    raw.routes.behind_router = Some(true);
+    let hf = Holdfast::start_with(raw).await;
+
+    // A client with a Host the router has no route for: held, the route presumed missing.
+    let bogus = tokio::spawn(http::call(
+        ::http::Request::post(hf.url("/mcp"))
+            .header("host", "nobody.example")
+            .header("content-type", "application/json")
+            .body(Full::new(Bytes::from_static(CALL.as_bytes())))
+            .unwrap(),
+    ));
+    hf.metric_until("holdfast_held_requests", |v| v == 1.0)
+        .await;
+    assert_eq!(
+        hf.metric("holdfast_upstream_up").await,
+        0.0,
+        "an outage is open"
+    );
+
+    // Everyone else's route is there: answered at once, never held behind the bogus one.
+    for _ in 0..5 {
+        let got = within(post(&hf, "mcp.example")).await;
+        assert_eq!(got.status, 200, "{}", got.text());
+    }
+    assert_eq!(hf.metric("holdfast_held_requests").await, 1.0);
+    assert_eq!(hf.metric("holdfast_outages_total").await, 1.0);
+    // Every request for the real route reached it, none held.
+    let to_good = up
+        .seen()
+        .iter()
+        .filter(|s| s.header("host") == Some("mcp.example"))
+        .count();
+    assert_eq!(to_good, 5);
+    assert!(!bogus.is_finished(), "the bogus Host is still held");
+    bogus.abort();
+}
+
+#[tokio::test]
+async fn with_no_router_in_between_there_is_one_route() {
+    // Refused for every Host alike: the upstream is gone, not a route.
+    let addr = http::closed_port();
+    let mut raw = raw_config(&format!("http://{addr}"));
+    raw.routes.behind_router = Some(false);
+    raw.hold.timeout_secs = 0.2;
+    let hf = Holdfast::start_with(raw).await;
+    for host in ["a.example", "b.example"] {
+        assert_eq!(post(&hf, host).await.status, 503);
+    }
+    assert_eq!(hf.metric("holdfast_outages_total").await, 1.0, "one outage");
+}
