@@ -199,6 +199,8 @@ pub struct Hold {
     pub retry_after_min: Duration,
     /// Upper bound of an observed Retry-After.
     pub retry_after_max: Duration,
+    /// `hold.probe_path`: the health check's path on the upstream, if set.
+    pub probe_path: Option<http::uri::PathAndQuery>,
 }
 
 /// How the Retry-After of a synthetic 503 is chosen while holding is on.

@@ -251,6 +251,8 @@ pub struct RawHold {
     pub retry_after_min_secs: u64,
     /// Upper bound of an observed Retry-After.
     pub retry_after_max_secs: u64,
+    /// A path on the upstream whose answer says the application is there; empty: none.
+    pub probe_path: String,
 }
 
 impl Default for RawHold {
@@ -266,6 +268,7 @@ impl Default for RawHold {
             retry_after: defaults::HOLD_RETRY_AFTER.into(),
             retry_after_min_secs: defaults::HOLD_RETRY_AFTER_MIN_SECS,
             retry_after_max_secs: defaults::HOLD_RETRY_AFTER_MAX_SECS,
+            probe_path: String::new(),
         }
     }
 }

@@ -166,6 +166,18 @@ impl Config {
         if h.retry_after_min_secs == 0 {
             v.fail::<()>("hold.retry_after_min_secs", "must be at least 1".into());
         }
+        let probe_path = match h.probe_path.as_str() {
+            "" => Some(None),
+            path => match http::uri::PathAndQuery::try_from(path) {
+                Ok(pq) if path.starts_with('/') => Some(Some(pq)),
+                _ => v.fail(
+                    "hold.probe_path",
+                    format!(
+                        "must be empty (no health check) or a path starting with `/`; got {path:?}"
+                    ),
+                ),
+            },
+        };
         if h.retry_after_max_secs < h.retry_after_min_secs {
             v.fail::<()>(
                 "hold.retry_after_max_secs",
@@ -320,6 +332,7 @@ impl Config {
                 retry_after: retry_after_mode.expect(ok),
                 retry_after_min: Duration::from_secs(h.retry_after_min_secs),
                 retry_after_max: Duration::from_secs(h.retry_after_max_secs),
+                probe_path: probe_path.expect(ok),
             },
             tls,
             upstream_tls,

@@ -117,6 +117,34 @@ impl Shared {
     }
 }
 
+/// Asks the upstream whether the application is there (`hold.probe_path`), instead of sending
+/// the oldest held request as the probe. Implemented where requests are sent (the proxy).
+pub trait Health: Send + Sync + 'static {
+    /// Whether the application answered the health request, sent with `host` (the route's) or
+    /// the upstream's own Host.
+    fn check<'a>(
+        &'a self,
+        host: Option<&'a http::HeaderValue>,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = bool> + Send + 'a>>;
+}
+
+/// What every route's outage is made from.
+#[derive(Clone)]
+pub struct Template {
+    /// `[hold]`.
+    pub cfg: HoldConfig,
+    /// `retry_after_secs`: the fixed Retry-After, and the observed one's fallback.
+    pub retry_after: Duration,
+    /// Where the bare TCP probe connects.
+    pub probe_uri: Uri,
+    /// The bare TCP probe.
+    pub connector: Connector,
+    /// The health check, with `hold.probe_path`.
+    pub health: Option<Arc<dyn Health>>,
+    /// Where to count.
+    pub metrics: Arc<Metrics>,
+}
+
 /// One route's outage state and the requests held for it.
 pub struct Outages {
     cfg: HoldConfig,
@@ -124,11 +152,14 @@ pub struct Outages {
     shared: Arc<Shared>,
     /// The route, for logs (`host endpoint`).
     route: String,
+    /// The Host its requests send upstream (for the health check).
+    host: Option<http::HeaderValue>,
     /// `retry_after_secs`: the fixed Retry-After, and the observed one's fallback.
     retry_after: Duration,
     /// Where the bare TCP probe connects.
     probe_uri: Uri,
     connector: Connector,
+    health: Option<Arc<dyn Health>>,
     metrics: Arc<Metrics>,
     /// Fast path: requests read this before taking the lock.
     in_outage: AtomicBool,
@@ -182,22 +213,22 @@ enum Wake {
 impl Outages {
     /// Starts healthy: the horizon counts from now.
     pub(super) fn new(
-        cfg: HoldConfig,
-        retry_after: Duration,
-        probe_uri: Uri,
-        connector: Connector,
-        metrics: Arc<Metrics>,
+        template: &Template,
         shared: Arc<Shared>,
         route: String,
+        host: Option<http::HeaderValue>,
     ) -> Self {
+        let t = template.clone();
         Self {
-            cfg,
+            cfg: t.cfg,
             shared,
             route,
-            retry_after,
-            probe_uri,
-            connector,
-            metrics,
+            host,
+            retry_after: t.retry_after,
+            probe_uri: t.probe_uri,
+            connector: t.connector,
+            health: t.health,
+            metrics: t.metrics,
             in_outage: AtomicBool::new(false),
             epoch: Instant::now(),
             last_healthy_nanos: AtomicU64::new(0),
@@ -386,6 +417,7 @@ mod tests {
             retry_after: RetryAfter::Observed,
             retry_after_min: Duration::from_secs(1),
             retry_after_max: Duration::from_secs(30),
+            probe_path: None,
         }
     }
 
@@ -395,16 +427,16 @@ mod tests {
 
     fn outages_with(cfg: HoldConfig) -> (Arc<Outages>, Arc<Metrics>) {
         let metrics = Arc::new(Metrics::register(&mut Registry::default()));
-        let o = Outages::new(
+        let template = Template {
             cfg,
-            Duration::from_secs(2),
+            retry_after: Duration::from_secs(2),
             // Never dialled in these tests: route-level outages probe with held requests only.
-            "http://127.0.0.1:9/".parse().unwrap(),
-            Connector::new(Duration::from_secs(1)),
-            metrics.clone(),
-            Shared::new(),
-            "test".into(),
-        );
+            probe_uri: "http://127.0.0.1:9/".parse().unwrap(),
+            connector: Connector::new(Duration::from_secs(1)),
+            health: None,
+            metrics: metrics.clone(),
+        };
+        let o = Outages::new(&template, Shared::new(), "test".into(), None);
         (Arc::new(o), metrics)
     }
 

@@ -1,5 +1,6 @@
 //! Probing during an outage: one probe at a time, with jittered exponential backoff; a TCP
-//! connect where that tells enough, then the oldest held request itself.
+//! connect where that tells enough, then the oldest held request itself, or (with
+//! `hold.probe_path`) a health request instead.
 
 use super::*;
 
@@ -56,6 +57,16 @@ impl Outages {
                 {
                     continue;
                 }
+            }
+            // With hold.probe_path the health check alone decides, and no held request goes
+            // out before the application has answered it: a port that accepts before anything
+            // serves it (docker-proxy) must not cost a held request.
+            if let Some(health) = &self.health {
+                if health.check(self.host.as_ref()).await {
+                    tracing::debug!(route = self.route, "the health check passed");
+                    self.answered();
+                }
+                continue;
             }
             // Send the oldest held request: only a real request can show that the application
             // (not just a router or a listening socket) answers.

@@ -35,11 +35,7 @@ struct RouteKey {
 
 /// Every route's outage state.
 pub struct Hold {
-    cfg: HoldConfig,
-    retry_after: Duration,
-    probe_uri: Uri,
-    connector: Connector,
-    metrics: Arc<Metrics>,
+    template: Template,
     shared: Arc<Shared>,
     /// Whether routes are told apart (a router sits in between).
     per_route: bool,
@@ -51,30 +47,16 @@ pub struct Hold {
 impl Hold {
     /// No outage yet. `per_route`: tell routes apart (a router sits between holdfast and the
     /// application).
-    pub fn new(
-        cfg: HoldConfig,
-        retry_after: Duration,
-        probe_uri: Uri,
-        connector: Connector,
-        metrics: Arc<Metrics>,
-        per_route: bool,
-    ) -> Self {
+    pub fn new(template: Template, per_route: bool) -> Self {
         let shared = Shared::new();
         let shared_route = Arc::new(Outages::new(
-            cfg.clone(),
-            retry_after,
-            probe_uri.clone(),
-            connector.clone(),
-            metrics.clone(),
+            &template,
             shared.clone(),
             if per_route { "(other routes)" } else { "(all)" }.to_owned(),
+            None,
         ));
         Self {
-            cfg,
-            retry_after,
-            probe_uri,
-            connector,
-            metrics,
+            template,
             shared,
             per_route,
             routes: RwLock::new(HashMap::new()),
@@ -84,7 +66,7 @@ impl Hold {
 
     /// Whether holding is on.
     pub fn enabled(&self) -> bool {
-        self.cfg.enabled
+        self.template.cfg.enabled
     }
 
     /// The outage state of the route a request takes: the Host it sends upstream, and the
@@ -122,13 +104,10 @@ impl Hold {
                 .map_or_else(|| "(other paths)".to_owned(), |i| format!("endpoint {i}"))
         );
         let route = Arc::new(Outages::new(
-            self.cfg.clone(),
-            self.retry_after,
-            self.probe_uri.clone(),
-            self.connector.clone(),
-            self.metrics.clone(),
+            &self.template,
             self.shared.clone(),
             name,
+            key.host.clone(),
         ));
         routes.insert(key, route.clone());
         route
@@ -168,15 +147,17 @@ mod tests {
             retry_after: crate::config::RetryAfter::Observed,
             retry_after_min: Duration::from_secs(1),
             retry_after_max: Duration::from_secs(30),
+            probe_path: None,
         };
-        let hold = Hold::new(
+        let template = Template {
             cfg,
-            Duration::from_secs(2),
-            "http://127.0.0.1:9/".parse().unwrap(),
-            Connector::new(Duration::from_secs(1)),
-            metrics.clone(),
-            per_route,
-        );
+            retry_after: Duration::from_secs(2),
+            probe_uri: "http://127.0.0.1:9/".parse().unwrap(),
+            connector: Connector::new(Duration::from_secs(1)),
+            health: None,
+            metrics: metrics.clone(),
+        };
+        let hold = Hold::new(template, per_route);
         (hold, metrics)
     }
 

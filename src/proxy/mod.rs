@@ -27,6 +27,7 @@ mod answer;
 pub mod body;
 mod forward;
 pub mod headers;
+mod health;
 mod resume;
 
 use std::net::SocketAddr;
@@ -39,7 +40,7 @@ use tokio::time::Instant;
 
 use crate::classify::ExpectedRoutes;
 use crate::config::{Config, HostHeader};
-use crate::hold::{Hold, Outages};
+use crate::hold::{Health, Hold, Outages, Template};
 use crate::metrics::Metrics;
 use crate::replay::CopyBudget;
 use crate::session::Sessions;
@@ -70,7 +71,7 @@ pub struct Proxy {
     access_log: bool,
     signatures: Vec<crate::signature::Signature>,
     routes: ExpectedRoutes,
-    client: Client,
+    client: Arc<Client>,
     /// `X-Forwarded-Proto`: what the client spoke to holdfast (`https` when the listener is TLS).
     client_proto: &'static str,
     /// Request body bytes kept for a replay (or for the JSON-RPC id of a 503).
@@ -86,6 +87,26 @@ pub struct Proxy {
     /// Which requests are safe to send twice.
     idempotency: Arc<crate::idempotent::Idempotency>,
     metrics: Arc<Metrics>,
+}
+
+/// The health check of `hold.probe_path`: a GET of `path` on the upstream, through the same
+/// client as every request.
+fn health_check(
+    cfg: &Config,
+    client: &Arc<Client>,
+    path: &http::uri::PathAndQuery,
+) -> Arc<dyn Health> {
+    let mut parts = http::uri::Parts::default();
+    parts.scheme = Some(cfg.upstream.scheme());
+    parts.authority = Some(cfg.upstream.authority.clone());
+    parts.path_and_query = Some(path.clone());
+    Arc::new(health::HealthCheck {
+        client: client.clone(),
+        uri: Uri::from_parts(parts).expect("scheme, authority and path make a URI"),
+        upstream_host: http::HeaderValue::from_str(cfg.upstream.authority.as_str())
+            .expect("an authority is a header value"),
+        signatures: cfg.routes.signatures.clone(),
+    })
 }
 
 /// Whether `host` names this machine: `localhost`, or a loopback address.
@@ -138,6 +159,13 @@ impl Proxy {
                  sits in between, true to keep this and silence the warning"
             );
         }
+        let client = Arc::new(Client::new(
+            cfg.upstream.base_uri(),
+            cfg.connect_timeout,
+            cfg.pool_idle_timeout,
+            cfg.upstream_tls.as_ref().map(|t| t.config.clone()),
+            metrics.upstream_closed.clone(),
+        ));
         Self {
             upstream: cfg.upstream.clone(),
             upstream_scheme: cfg.upstream.scheme(),
@@ -155,13 +183,7 @@ impl Proxy {
                 cfg.routes.learn,
                 cfg.routes.learn_ttl,
             ),
-            client: Client::new(
-                cfg.upstream.base_uri(),
-                cfg.connect_timeout,
-                cfg.pool_idle_timeout,
-                cfg.upstream_tls.as_ref().map(|t| t.config.clone()),
-                metrics.upstream_closed.clone(),
-            ),
+            client: client.clone(),
             client_proto: if cfg.tls.is_some() { "https" } else { "http" },
             replay_cap: if cfg.hold.enabled {
                 cfg.hold.max_body_bytes
@@ -170,11 +192,18 @@ impl Proxy {
             },
             copy_budget: CopyBudget::new(cfg.hold.max_buffered_bytes),
             hold: Hold::new(
-                cfg.hold.clone(),
-                cfg.retry_after,
-                cfg.upstream.base_uri(),
-                upstream::Connector::new(cfg.connect_timeout),
-                metrics.clone(),
+                Template {
+                    cfg: cfg.hold.clone(),
+                    retry_after: cfg.retry_after,
+                    probe_uri: cfg.upstream.base_uri(),
+                    connector: upstream::Connector::new(cfg.connect_timeout),
+                    health: cfg
+                        .hold
+                        .probe_path
+                        .as_ref()
+                        .map(|path| health_check(cfg, &client, path)),
+                    metrics: metrics.clone(),
+                },
                 cfg.routes.behind_router,
             ),
             sessions: Sessions::new(cfg.sessions.clone(), metrics.sessions_tracked.clone()),

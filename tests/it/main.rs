@@ -9,6 +9,7 @@ mod deploy_nginx;
 mod deploy_observability;
 mod exactly_once;
 mod forwarding;
+mod health;
 mod hold;
 mod hold_e2e;
 mod limits;

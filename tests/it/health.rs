@@ -1,0 +1,155 @@
+//! `hold.probe_path` (issue 10): a port that accepts before the application serves it
+//! (docker-proxy publishes the port before the container's process listens) passes the TCP
+//! probe. Without a health path the oldest held request goes out as the probe there and is
+//! lost; with one, held requests wait until the application has answered the health check.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+use crate::support::http::{post_json, Reserved};
+use crate::support::proxy::{raw_config, Holdfast};
+use crate::support::within;
+
+const CALL: &str = r#"{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"record"}}"#;
+
+/// A backend that is starting: until `ready`, it accepts, reads each request and closes the
+/// connection without an answer (the port is there, the application is not); then it answers
+/// `GET /healthz` and `POST /mcp` with 200. Records each request line with the phase.
+struct Starting {
+    ready: Arc<AtomicBool>,
+    seen: Arc<Mutex<Vec<(bool, String)>>>,
+}
+
+impl Starting {
+    fn serve(listener: TcpListener) -> Starting {
+        let ready = Arc::new(AtomicBool::new(false));
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        tokio::spawn({
+            let (ready, seen) = (ready.clone(), seen.clone());
+            async move {
+                loop {
+                    let Ok((stream, _)) = listener.accept().await else {
+                        return;
+                    };
+                    tokio::spawn(one(stream, ready.clone(), seen.clone()));
+                }
+            }
+        });
+        Starting { ready, seen }
+    }
+
+    fn seen(&self) -> Vec<(bool, String)> {
+        self.seen.lock().unwrap().clone()
+    }
+}
+
+/// One connection: requests read whole, then closed on (starting) or answered (ready).
+async fn one(mut stream: TcpStream, ready: Arc<AtomicBool>, seen: Arc<Mutex<Vec<(bool, String)>>>) {
+    let mut buf = Vec::new();
+    loop {
+        let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
+            let mut chunk = [0u8; 4096];
+            match stream.read(&mut chunk).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            }
+            continue;
+        };
+        let head = String::from_utf8_lossy(&buf[..end]).to_string();
+        let length: usize = head
+            .to_lowercase()
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix("content-length:")
+                    .map(|v| v.trim().parse().unwrap())
+            })
+            .unwrap_or(0);
+        while buf.len() < end + 4 + length {
+            let mut chunk = [0u8; 4096];
+            match stream.read(&mut chunk).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            }
+        }
+        buf.drain(..end + 4 + length);
+        let is_ready = ready.load(Ordering::SeqCst);
+        let line = head.lines().next().unwrap_or_default().to_string();
+        seen.lock().unwrap().push((is_ready, line));
+        if !is_ready {
+            return;
+        }
+        let body = "{}";
+        let answer = format!(
+            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        if stream.write_all(answer.as_bytes()).await.is_err() {
+            return;
+        }
+    }
+}
+
+#[tokio::test]
+async fn with_a_health_path_no_held_request_goes_to_a_port_nothing_serves_yet() {
+    let port = Reserved::new();
+    let mut raw = raw_config(&port.url());
+    raw.routes.behind_router = Some(false);
+    raw.hold.probe_path = "/healthz".into();
+    raw.hold.timeout_secs = 30.0;
+    let hf = Holdfast::start_with(raw).await;
+
+    // The container is gone: refused, so the call is held.
+    let url = hf.url("/mcp");
+    let call = tokio::spawn(async move { post_json(&url, CALL).await });
+    hf.metric_until("holdfast_held_requests", |v| v == 1.0)
+        .await;
+
+    // The port is back before the application: the TCP probe passes, the health check fails.
+    let backend = Starting::serve(port.listen());
+    within(async {
+        while backend.seen().len() < 3 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    assert!(
+        backend
+            .seen()
+            .iter()
+            .all(|(_, line)| line == "GET /healthz HTTP/1.1"),
+        "only health checks reached the starting backend: {:?}",
+        backend.seen()
+    );
+    assert_eq!(hf.metric("holdfast_held_requests").await, 1.0, "still held");
+
+    // The application is up: the next health check passes and the call goes out, once.
+    backend.ready.store(true, Ordering::SeqCst);
+    let got = within(call).await.unwrap();
+    assert_eq!(got.status, 200, "{}", got.text());
+    let posts: Vec<_> = backend
+        .seen()
+        .into_iter()
+        .filter(|(_, line)| line.starts_with("POST"))
+        .collect();
+    assert_eq!(posts, [(true, "POST /mcp HTTP/1.1".to_string())]);
+}
+
+#[test]
+fn a_health_path_must_be_a_path() {
+    let mut raw = raw_config("http://b:1");
+    for bad in ["healthz", "http://x/healthz", "/a b"] {
+        raw.hold.probe_path = bad.into();
+        let err = holdfast::config::Config::from_raw(&raw, &|_| "test".into()).unwrap_err();
+        assert!(err.to_string().contains("hold.probe_path"), "{bad}: {err}");
+    }
+    raw.hold.probe_path = "/healthz?full=1".into();
+    let c = holdfast::config::Config::from_raw(&raw, &|_| "test".into()).unwrap();
+    assert_eq!(
+        c.hold.probe_path.map(|p| p.to_string()).as_deref(),
+        Some("/healthz?full=1")
+    );
+}
