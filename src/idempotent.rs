@@ -26,8 +26,6 @@ use http::header::{HeaderMap, HeaderName};
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::config::Retry as RetryConfig;
-
 /// The 2026-07-28 header naming a request's JSON-RPC method.
 pub const MCP_METHOD: HeaderName = HeaderName::from_static("mcp-method");
 
@@ -88,13 +86,14 @@ struct Call {
 }
 
 impl Idempotency {
-    /// From validated config.
-    pub fn new(cfg: &RetryConfig) -> Self {
+    /// From validated `[retry]`: on or off, whether to learn from annotations, the tools said
+    /// to be safe, and the tools never sent twice.
+    pub fn new(enabled: bool, learn: bool, configured: &[String], never: &[String]) -> Self {
         Self {
-            enabled: cfg.enabled,
-            learn: cfg.learn_annotations,
-            configured: cfg.idempotent_tools.iter().cloned().collect(),
-            never: cfg.never_tools.iter().cloned().collect(),
+            enabled,
+            learn,
+            configured: configured.iter().cloned().collect(),
+            never: never.iter().cloned().collect(),
             learned: RwLock::new(HashMap::new()),
         }
     }
@@ -254,13 +253,9 @@ mod tests {
     use super::*;
     use http::HeaderValue;
 
-    fn config(idempotent: &[&str], never: &[&str]) -> RetryConfig {
-        RetryConfig {
-            enabled: true,
-            learn_annotations: true,
-            idempotent_tools: idempotent.iter().map(|s| s.to_string()).collect(),
-            never_tools: never.iter().map(|s| s.to_string()).collect(),
-        }
+    fn safety(idempotent: &[&str], never: &[&str]) -> Idempotency {
+        let names = |list: &[&str]| list.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        Idempotency::new(true, true, &names(idempotent), &names(never))
     }
 
     fn call(tool: &str) -> String {
@@ -278,7 +273,7 @@ mod tests {
 
     #[test]
     fn read_only_methods_are_safe_and_others_are_not() {
-        let safety = Idempotency::new(&config(&[], &[]));
+        let safety = safety(&[], &[]);
         let none = HeaderMap::new();
         for method in READ_ONLY_METHODS {
             let body = format!(r#"{{"jsonrpc":"2.0","id":"a","method":"{method}"}}"#);
@@ -307,7 +302,7 @@ mod tests {
 
     #[test]
     fn tools_are_learned_from_their_annotations() {
-        let safety = Idempotency::new(&config(&[], &[]));
+        let safety = safety(&[], &[]);
         let none = HeaderMap::new();
         assert_eq!(safety.judge(&none, Some(call("lookup").as_bytes())), None);
         assert_eq!(safety.learn_from(false, TOOLS.as_bytes()), 4);
@@ -333,7 +328,7 @@ mod tests {
 
     #[test]
     fn an_sse_answer_teaches_too() {
-        let safety = Idempotency::new(&config(&[], &[]));
+        let safety = safety(&[], &[]);
         let sse = format!(
             "id: 0\ndata: \n\nevent: message\ndata: {}\n\n",
             TOOLS.replace('\n', "")
@@ -350,7 +345,7 @@ mod tests {
 
     #[test]
     fn configuration_adds_and_removes_tools() {
-        let safety = Idempotency::new(&config(&["plain"], &["lookup"]));
+        let safety = safety(&["plain"], &["lookup"]);
         safety.learn_from(false, TOOLS.as_bytes());
         let none = HeaderMap::new();
         assert_eq!(
@@ -363,7 +358,7 @@ mod tests {
 
     #[test]
     fn headers_name_the_call_without_a_body() {
-        let safety = Idempotency::new(&config(&[], &[]));
+        let safety = safety(&[], &[]);
         safety.learn_from(false, TOOLS.as_bytes());
         let mut headers = HeaderMap::new();
         headers.insert(MCP_METHOD, HeaderValue::from_static("tools/call"));
@@ -378,7 +373,7 @@ mod tests {
 
     #[test]
     fn a_tools_list_is_recognised_from_its_body() {
-        let safety = Idempotency::new(&config(&[], &[]));
+        let safety = safety(&[], &[]);
         let none = HeaderMap::new();
         let list = br#"{"jsonrpc":"2.0","id":3,"method":"tools/list","params":{}}"#;
         assert!(safety.is_tools_list(&none, Some(list)));
@@ -390,9 +385,7 @@ mod tests {
 
     #[test]
     fn off_means_nothing_is_safe_or_learned() {
-        let mut cfg = config(&["plain"], &[]);
-        cfg.enabled = false;
-        let safety = Idempotency::new(&cfg);
+        let safety = Idempotency::new(false, true, &["plain".to_string()], &[]);
         let ping = br#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
         assert_eq!(safety.judge(&HeaderMap::new(), Some(ping)), None);
         let list = br#"{"jsonrpc":"2.0","id":3,"method":"tools/list"}"#;

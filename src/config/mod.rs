@@ -83,7 +83,7 @@ pub struct Config {
     pub retry: Retry,
 }
 
-/// Validated `[retry]` (see [`crate::idempotent`]).
+/// Validated `[retry]` (what `crate::idempotent` is built from).
 #[derive(Debug, Clone, Default)]
 pub struct Retry {
     /// Send a safe request once more after an ambiguous failure.

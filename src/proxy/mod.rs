@@ -208,7 +208,12 @@ impl Proxy {
             ),
             sessions: Sessions::new(cfg.sessions.clone(), metrics.sessions_tracked.clone()),
             resume_wait: cfg.hold.timeout,
-            idempotency: Arc::new(crate::idempotent::Idempotency::new(&cfg.retry)),
+            idempotency: Arc::new(crate::idempotent::Idempotency::new(
+                cfg.retry.enabled,
+                cfg.retry.learn_annotations,
+                &cfg.retry.idempotent_tools,
+                &cfg.retry.never_tools,
+            )),
             metrics,
         }
     }

@@ -1,0 +1,66 @@
+//! What every route's outage shares: the caps on held requests and bytes, shutdown, the
+//! Retry-After history, and `holdfast_upstream_up`.
+
+use super::*;
+
+/// What every route's outage shares: the hold's caps, shutdown, the Retry-After history and the
+/// upstream-wide `holdfast_upstream_up`.
+pub(super) struct Shared {
+    /// Requests held now, over all routes.
+    pub(super) held: AtomicUsize,
+    /// Body bytes reserved by held requests, over all routes.
+    buffered: AtomicUsize,
+    /// Routes with an open outage: `holdfast_upstream_up` is 1 only while there are none. A
+    /// lock, not an atomic, so the gauge follows the count in order.
+    open: Mutex<usize>,
+    pub(super) shutting_down: AtomicBool,
+    /// Durations of the last outages, newest last.
+    pub(super) history: Mutex<VecDeque<Duration>>,
+}
+
+impl Shared {
+    pub(super) fn new() -> Arc<Shared> {
+        Arc::new(Shared {
+            held: AtomicUsize::new(0),
+            buffered: AtomicUsize::new(0),
+            open: Mutex::new(0),
+            shutting_down: AtomicBool::new(false),
+            history: Mutex::new(VecDeque::new()),
+        })
+    }
+
+    /// Takes one place and `bytes` in the hold, if both caps allow.
+    pub(super) fn reserve(&self, bytes: usize, cfg: &HoldConfig) -> bool {
+        if self.held.fetch_add(1, Ordering::AcqRel) >= cfg.max_requests {
+            self.held.fetch_sub(1, Ordering::AcqRel);
+            return false;
+        }
+        if self.buffered.fetch_add(bytes, Ordering::AcqRel) + bytes > cfg.max_buffered_bytes {
+            self.buffered.fetch_sub(bytes, Ordering::AcqRel);
+            self.held.fetch_sub(1, Ordering::AcqRel);
+            return false;
+        }
+        true
+    }
+
+    /// Gives back `count` places and `bytes`.
+    pub(super) fn release(&self, count: usize, bytes: usize) {
+        self.held.fetch_sub(count, Ordering::AcqRel);
+        self.buffered.fetch_sub(bytes, Ordering::AcqRel);
+    }
+
+    pub(super) fn held(&self) -> i64 {
+        self.held.load(Ordering::Acquire) as i64
+    }
+
+    /// One more (`opened`) or one fewer route in an outage.
+    pub(super) fn outage_count(&self, opened: bool, up: &prometheus_client::metrics::gauge::Gauge) {
+        let mut open = self.open.lock().expect("open outages lock");
+        if opened {
+            *open += 1;
+        } else {
+            *open = open.saturating_sub(1);
+        }
+        up.set(i64::from(*open == 0));
+    }
+}
