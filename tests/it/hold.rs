@@ -30,10 +30,7 @@ use crate::support::http::{
 use crate::support::proxy::{raw_config, Holdfast, HOLD_OUTCOMES};
 use crate::support::within_secs;
 
-const TRAEFIK_404: &[(&str, &str)] = &[
-    ("content-type", "text/plain; charset=utf-8"),
-    ("x-content-type-options", "nosniff"),
-];
+use crate::support::http::TRAEFIK_404_HEADERS as TRAEFIK_404;
 
 /// Long enough that no test here ever reaches it unless it sets a shorter one.
 const LONG_HOLD_SECS: f64 = 30.0;

@@ -9,10 +9,7 @@ use crate::support::http::{self, response, Upstream};
 use crate::support::proxy::{raw_config, Holdfast};
 use crate::support::within;
 
-const TRAEFIK_404: &[(&str, &str)] = &[
-    ("content-type", "text/plain; charset=utf-8"),
-    ("x-content-type-options", "nosniff"),
-];
+use crate::support::http::TRAEFIK_404_HEADERS as TRAEFIK_404;
 
 const CALL: &str = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"count"}}"#;
 

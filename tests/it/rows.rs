@@ -9,10 +9,7 @@ use tokio::net::TcpListener;
 use crate::support::http::{self, closed_port, post_json, response, Upstream};
 use crate::support::proxy::{raw_config, Holdfast};
 
-const TRAEFIK_404: &[(&str, &str)] = &[
-    ("content-type", "text/plain; charset=utf-8"),
-    ("x-content-type-options", "nosniff"),
-];
+use crate::support::http::TRAEFIK_404_HEADERS as TRAEFIK_404;
 /// Response headers as (name, value) pairs.
 type Headers = Vec<(&'static str, &'static str)>;
 
@@ -284,22 +281,61 @@ async fn router_unavailable_5xx_becomes_503_with_retry_after() {
     }
 }
 
+/// A large 404 that starts like Traefik's is streamed, not collected: the client has its head and
+/// first bytes while the upstream still holds back the rest (a proxy that read it into memory
+/// first would answer nothing yet), and then gets every byte.
 #[tokio::test]
 async fn a_large_404_is_not_read_into_memory_and_passes_intact() {
-    // Starts with Traefik's text, but is far larger than the peek limit.
-    let mut big = b"404 page not found\n".to_vec();
-    big.extend(std::iter::repeat_n(b'x', 100_000));
-    let body = Bytes::from(big);
-    let b = body.clone();
+    use http_body::Frame;
+    use http_body_util::BodyExt;
+    let (feed, frames) = tokio::sync::mpsc::channel(4);
+    let frames = std::sync::Mutex::new(Some(frames));
     let up = Upstream::start(move |_| {
-        let b = b.clone();
-        async move { response(404, TRAEFIK_404, b) }
+        let frames = frames.lock().unwrap().take().expect("one request");
+        async move {
+            let mut resp = ::http::Response::new(http::TestBody::new(http::ChannelBody(frames)));
+            *resp.status_mut() = ::http::StatusCode::NOT_FOUND;
+            for (name, value) in TRAEFIK_404 {
+                resp.headers_mut().insert(*name, value.parse().unwrap());
+            }
+            resp
+        }
     })
     .await;
     let hf = Holdfast::start(&up.url()).await;
-    let got = http::get(&hf.url("/mcp")).await;
-    assert_eq!(got.status, 404);
-    assert_eq!(got.body, body);
+    let mut first = b"404 page not found\n".to_vec();
+    first.extend(std::iter::repeat_n(b'x', 10_000));
+    feed.send(Ok(Frame::data(Bytes::from(first.clone()))))
+        .await
+        .unwrap();
+    let resp = crate::support::within(http::send(
+        ::http::Request::get(hf.url("/mcp"))
+            .header("host", http::host_of(&hf.url("/mcp")))
+            .body(http_body_util::Full::new(Bytes::new()))
+            .unwrap(),
+    ))
+    .await;
+    assert_eq!(resp.status(), 404, "the head came before the body ended");
+    let mut body = resp.into_body();
+    let mut got = Vec::new();
+    while got.len() < first.len() {
+        let frame = crate::support::within(body.frame()).await.unwrap().unwrap();
+        got.extend_from_slice(&frame.into_data().unwrap());
+    }
+    assert_eq!(
+        got, first,
+        "the first bytes, while the rest is still held back"
+    );
+    let rest = vec![b'y'; 90_000];
+    feed.send(Ok(Frame::data(Bytes::from(rest.clone()))))
+        .await
+        .unwrap();
+    drop(feed);
+    let tail = crate::support::within(body.collect())
+        .await
+        .unwrap()
+        .to_bytes();
+    assert_eq!(tail, rest);
 }
 
 #[tokio::test]
@@ -477,16 +513,13 @@ async fn user_signature_matches_a_custom_router() {
 
 #[tokio::test]
 async fn outage_ends_when_the_application_answers() {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    drop(listener);
-    let hf = Holdfast::start_with(immediate(&format!("http://{addr}"))).await;
+    // The port stays ours while nothing listens on it: no other test can take it meanwhile.
+    let port = http::Reserved::new();
+    let hf = Holdfast::start_with(immediate(&port.url())).await;
     assert_eq!(http::get(&hf.url("/mcp")).await.status, 503);
     assert_eq!(hf.metric("holdfast_upstream_up").await, 0.0);
     // The backend comes back on the same port.
-    let up = Upstream::serve(TcpListener::bind(addr).await.unwrap(), |_| async {
-        response(200, &[], "back")
-    });
+    let up = Upstream::serve(port.listen(), |_| async { response(200, &[], "back") });
     let got = http::get(&hf.url("/mcp")).await;
     assert_eq!(got.status, 200);
     assert_eq!(got.body, "back");

@@ -25,6 +25,13 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// Body type of the test upstream's responses.
 pub type TestBody = BoxBody<Bytes, BoxError>;
 
+/// The headers of Traefik's route-missing 404 (Go's `http.NotFound`); its body is
+/// [`super::router::TRAEFIK_404`].
+pub const TRAEFIK_404_HEADERS: &[(&str, &str)] = &[
+    ("content-type", "text/plain; charset=utf-8"),
+    ("x-content-type-options", "nosniff"),
+];
+
 /// A fixed body.
 pub fn full(b: impl Into<Bytes>) -> TestBody {
     Full::new(b.into()).map_err(|e| match e {}).boxed()
