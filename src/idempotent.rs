@@ -14,15 +14,18 @@
 //! `retry.never_tools` names tools that are never sent twice, whatever their annotations say.
 //! Notifications (no id, no answer to wait for) and batches are never judged safe.
 //!
-//! The method and tool name come from the 2026-07-28 `Mcp-Method` and `Mcp-Name` headers when
-//! the client sends them, else from the kept copy of the request body. Nothing here runs for an
-//! ordinary request: judging runs only after an ambiguous failure, and learning only for the
-//! answer to a `tools/list`.
+//! The method and tool name come from the kept copy of the request body; the 2026-07-28
+//! `Mcp-Method` and `Mcp-Name` headers, when the client sends them, must agree with it (a
+//! server older than that revision does not check them, so a header alone proves nothing).
+//! They alone are enough to spot a `tools/list` whose answer to learn from. What is learned is
+//! kept per Host (behind a router, different Hosts are different servers, and one's `update`
+//! is not the other's). Nothing here runs for an ordinary request: judging runs only after an
+//! ambiguous failure, and learning only for the answer to a `tools/list`.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::RwLock;
 
-use http::header::{HeaderMap, HeaderName};
+use http::header::{HeaderMap, HeaderName, HeaderValue};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -56,6 +59,14 @@ const MAX_LEARNED_TOOLS: usize = 4096;
 /// The spec's longest tool name.
 const MAX_TOOL_NAME: usize = 128;
 
+/// Largest request body looked at for `tools/list`: the request is a few dozen bytes, and a
+/// large body (a tool call's arguments) is not worth joining and searching on every request.
+pub const MAX_TOOLS_LIST_REQUEST: usize = 4096;
+
+/// Most bytes of `tools/list` answers copied for learning at once, over every answer in
+/// flight; past it an answer streams through unread.
+const MAX_LEARNING_BYTES: usize = 8 * 1024 * 1024;
+
 /// Why a request is safe to send twice. A bounded set: it is a metric label.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SafeKind {
@@ -74,8 +85,10 @@ pub struct Idempotency {
     learn: bool,
     configured: HashSet<String>,
     never: HashSet<String>,
-    /// Tool name → whether its latest announcement marked it read-only or idempotent.
-    learned: RwLock<HashMap<String, bool>>,
+    /// (Host, tool name) → whether its latest announcement marked it read-only or idempotent.
+    learned: RwLock<HashMap<(Option<HeaderValue>, String), bool>>,
+    /// Bytes copied from `tools/list` answers in flight, for learning.
+    learning: std::sync::atomic::AtomicUsize,
 }
 
 /// A request's JSON-RPC method and, for `tools/call`, its tool.
@@ -95,7 +108,29 @@ impl Idempotency {
             configured: configured.iter().cloned().collect(),
             never: never.iter().cloned().collect(),
             learned: RwLock::new(HashMap::new()),
+            learning: std::sync::atomic::AtomicUsize::new(0),
         }
+    }
+
+    /// Whether `tools/list` answers are read for annotations at all.
+    pub fn learns(&self) -> bool {
+        self.enabled && self.learn
+    }
+
+    /// Reserves `bytes` of the learning copies' budget; false when it is spent.
+    pub fn reserve_learning(&self, bytes: usize) -> bool {
+        use std::sync::atomic::Ordering;
+        if self.learning.fetch_add(bytes, Ordering::AcqRel) + bytes > MAX_LEARNING_BYTES {
+            self.learning.fetch_sub(bytes, Ordering::AcqRel);
+            return false;
+        }
+        true
+    }
+
+    /// Gives back what a learning copy reserved.
+    pub fn release_learning(&self, bytes: usize) {
+        self.learning
+            .fetch_sub(bytes, std::sync::atomic::Ordering::AcqRel);
     }
 
     /// Whether ambiguous failures of safe requests are sent again at all.
@@ -103,13 +138,30 @@ impl Idempotency {
         self.enabled
     }
 
-    /// Whether the request (`headers`, and its complete body when kept) is safe to send twice,
-    /// and why.
-    pub fn judge(&self, headers: &HeaderMap, body: Option<&[u8]>) -> Option<SafeKind> {
+    /// Whether the request (its complete `body`, and the `headers` it went with to `host`) is
+    /// safe to send twice, and why. Without the body nothing is.
+    pub fn judge(
+        &self,
+        host: Option<&HeaderValue>,
+        headers: &HeaderMap,
+        body: &[u8],
+    ) -> Option<SafeKind> {
         if !self.enabled {
             return None;
         }
-        let call = from_headers(headers).or_else(|| body.and_then(from_body))?;
+        let call = from_body(body)?;
+        // Headers that say something else than the body: a client (or a server) confused about
+        // what this request is. Not safe to guess.
+        if let Some(said) = from_headers(headers) {
+            let name_agrees = match (&said.tool, &call.tool) {
+                (Some(said), Some(body)) => said == body,
+                (Some(_), None) => false,
+                (None, _) => true,
+            };
+            if said.method != call.method || !name_agrees {
+                return None;
+            }
+        }
         if READ_ONLY_METHODS.contains(&call.method.as_str()) {
             return Some(SafeKind::ReadOnlyMethod);
         }
@@ -125,7 +177,7 @@ impl Idempotency {
         }
         let learned = self.learned.read().expect("learned tools lock");
         learned
-            .get(&tool)
+            .get(&(host.cloned(), tool))
             .copied()
             .unwrap_or(false)
             .then_some(SafeKind::AnnotatedTool)
@@ -135,13 +187,13 @@ impl Idempotency {
     /// `tools/list`. Cheap for every other request: the header, or one substring search of the
     /// kept body before any parse.
     pub fn is_tools_list(&self, headers: &HeaderMap, body: Option<&[u8]>) -> bool {
-        if !(self.enabled && self.learn) {
+        if !self.learns() {
             return false;
         }
         if let Some(method) = headers.get(MCP_METHOD) {
             return method.as_bytes() == TOOLS_LIST.as_bytes();
         }
-        let Some(body) = body else {
+        let Some(body) = body.filter(|b| b.len() <= MAX_TOOLS_LIST_REQUEST) else {
             return false;
         };
         memchr::memmem::find(body, TOOLS_LIST.as_bytes()).is_some()
@@ -149,8 +201,8 @@ impl Idempotency {
     }
 
     /// Learns from a complete `tools/list` answer body (`application/json`, or the events of a
-    /// `text/event-stream`). Returns how many tools it announced.
-    pub fn learn_from(&self, is_sse: bool, body: &[u8]) -> usize {
+    /// `text/event-stream`) of the server behind `host`. Returns how many tools it announced.
+    pub fn learn_from(&self, host: Option<&HeaderValue>, is_sse: bool, body: &[u8]) -> usize {
         let crate::session::rpc::Reply::Result(result) = crate::session::rpc::reply(is_sse, body)
         else {
             return 0;
@@ -176,10 +228,11 @@ impl Idempotency {
             };
             let safe = hint("readOnlyHint") || hint("idempotentHint");
             let full = learned.len() >= MAX_LEARNED_TOOLS;
-            match learned.get_mut(name) {
+            let key = (host.cloned(), name.to_owned());
+            match learned.get_mut(&key) {
                 Some(known) => *known = safe,
                 None if !full => {
-                    learned.insert(name.to_owned(), safe);
+                    learned.insert(key, safe);
                 }
                 None => {
                     tracing::debug!(
@@ -278,7 +331,7 @@ mod tests {
         for method in READ_ONLY_METHODS {
             let body = format!(r#"{{"jsonrpc":"2.0","id":"a","method":"{method}"}}"#);
             assert_eq!(
-                safety.judge(&none, Some(body.as_bytes())),
+                safety.judge(None, &none, body.as_bytes()),
                 Some(SafeKind::ReadOnlyMethod),
                 "{method}"
             );
@@ -295,17 +348,16 @@ mod tests {
             // A tool nobody said anything about.
             call("plain"),
         ] {
-            assert_eq!(safety.judge(&none, Some(body.as_bytes())), None, "{body}");
+            assert_eq!(safety.judge(None, &none, body.as_bytes()), None, "{body}");
         }
-        assert_eq!(safety.judge(&none, None), None);
     }
 
     #[test]
     fn tools_are_learned_from_their_annotations() {
         let safety = safety(&[], &[]);
         let none = HeaderMap::new();
-        assert_eq!(safety.judge(&none, Some(call("lookup").as_bytes())), None);
-        assert_eq!(safety.learn_from(false, TOOLS.as_bytes()), 4);
+        assert_eq!(safety.judge(None, &none, call("lookup").as_bytes()), None);
+        assert_eq!(safety.learn_from(None, false, TOOLS.as_bytes()), 4);
         for (tool, expected) in [
             ("lookup", Some(SafeKind::AnnotatedTool)),
             ("put", Some(SafeKind::AnnotatedTool)),
@@ -314,7 +366,7 @@ mod tests {
             ("unknown", None),
         ] {
             assert_eq!(
-                safety.judge(&none, Some(call(tool).as_bytes())),
+                safety.judge(None, &none, call(tool).as_bytes()),
                 expected,
                 "{tool}"
             );
@@ -322,8 +374,8 @@ mod tests {
         // A later announcement without the hint takes it back.
         let again =
             r#"{"jsonrpc":"2.0","id":2,"result":{"tools":[{"name":"lookup","inputSchema":{}}]}}"#;
-        assert_eq!(safety.learn_from(false, again.as_bytes()), 1);
-        assert_eq!(safety.judge(&none, Some(call("lookup").as_bytes())), None);
+        assert_eq!(safety.learn_from(None, false, again.as_bytes()), 1);
+        assert_eq!(safety.judge(None, &none, call("lookup").as_bytes()), None);
     }
 
     #[test]
@@ -333,42 +385,93 @@ mod tests {
             "id: 0\ndata: \n\nevent: message\ndata: {}\n\n",
             TOOLS.replace('\n', "")
         );
-        assert_eq!(safety.learn_from(true, sse.as_bytes()), 4);
+        assert_eq!(safety.learn_from(None, true, sse.as_bytes()), 4);
         assert_eq!(
-            safety.judge(&HeaderMap::new(), Some(call("lookup").as_bytes())),
+            safety.judge(None, &HeaderMap::new(), call("lookup").as_bytes()),
             Some(SafeKind::AnnotatedTool)
         );
         // An error answer teaches nothing.
         let error = br#"{"jsonrpc":"2.0","id":1,"error":{"code":-32601,"message":"no"}}"#;
-        assert_eq!(safety.learn_from(false, error), 0);
+        assert_eq!(safety.learn_from(None, false, error), 0);
     }
 
     #[test]
     fn configuration_adds_and_removes_tools() {
         let safety = safety(&["plain"], &["lookup"]);
-        safety.learn_from(false, TOOLS.as_bytes());
+        safety.learn_from(None, false, TOOLS.as_bytes());
         let none = HeaderMap::new();
         assert_eq!(
-            safety.judge(&none, Some(call("plain").as_bytes())),
+            safety.judge(None, &none, call("plain").as_bytes()),
             Some(SafeKind::ConfiguredTool)
         );
         // Never, whatever the server announced.
-        assert_eq!(safety.judge(&none, Some(call("lookup").as_bytes())), None);
+        assert_eq!(safety.judge(None, &none, call("lookup").as_bytes()), None);
     }
 
     #[test]
-    fn headers_name_the_call_without_a_body() {
+    fn the_2026_headers_must_agree_with_the_body() {
         let safety = safety(&[], &[]);
-        safety.learn_from(false, TOOLS.as_bytes());
-        let mut headers = HeaderMap::new();
-        headers.insert(MCP_METHOD, HeaderValue::from_static("tools/call"));
-        headers.insert(MCP_NAME, HeaderValue::from_static("put"));
-        assert_eq!(safety.judge(&headers, None), Some(SafeKind::AnnotatedTool));
-        headers.insert(MCP_METHOD, HeaderValue::from_static("resources/read"));
-        assert_eq!(safety.judge(&headers, None), Some(SafeKind::ReadOnlyMethod));
-        assert!(!safety.is_tools_list(&headers, None));
-        headers.insert(MCP_METHOD, HeaderValue::from_static("tools/list"));
-        assert!(safety.is_tools_list(&headers, None));
+        safety.learn_from(None, false, TOOLS.as_bytes());
+        let headers = |method: &'static str, name: Option<&'static str>| {
+            let mut h = HeaderMap::new();
+            h.insert(MCP_METHOD, HeaderValue::from_static(method));
+            if let Some(name) = name {
+                h.insert(MCP_NAME, HeaderValue::from_static(name));
+            }
+            h
+        };
+        let put = call("put");
+        assert_eq!(
+            safety.judge(None, &headers("tools/call", Some("put")), put.as_bytes()),
+            Some(SafeKind::AnnotatedTool)
+        );
+        // A header that names a safe method or tool does not make the body's call safe.
+        let charge = call("charge");
+        for h in [
+            headers("ping", None),
+            headers("tools/call", Some("lookup")),
+            headers("resources/read", None),
+        ] {
+            assert_eq!(safety.judge(None, &h, charge.as_bytes()), None, "{h:?}");
+        }
+        // Nor the other way round: a safe body under headers that say something else.
+        assert_eq!(
+            safety.judge(None, &headers("tools/call", Some("charge")), put.as_bytes()),
+            None
+        );
+        // The headers alone spot a tools/list to learn from.
+        assert!(safety.is_tools_list(&headers("tools/list", None), None));
+        assert!(!safety.is_tools_list(&headers("tools/call", Some("put")), None));
+    }
+
+    #[test]
+    fn what_is_learned_is_the_announcing_hosts_own() {
+        let safety = safety(&[], &[]);
+        let (a, b) = (
+            HeaderValue::from_static("a.example"),
+            HeaderValue::from_static("b.example"),
+        );
+        safety.learn_from(Some(&a), false, TOOLS.as_bytes());
+        let none = HeaderMap::new();
+        let put = call("put");
+        assert_eq!(
+            safety.judge(Some(&a), &none, put.as_bytes()),
+            Some(SafeKind::AnnotatedTool)
+        );
+        assert_eq!(
+            safety.judge(Some(&b), &none, put.as_bytes()),
+            None,
+            "b never said so"
+        );
+    }
+
+    #[test]
+    fn learning_copies_share_one_budget() {
+        let safety = safety(&[], &[]);
+        assert!(safety.reserve_learning(MAX_LEARNING_BYTES));
+        assert!(!safety.reserve_learning(1));
+        safety.release_learning(MAX_LEARNING_BYTES);
+        assert!(safety.reserve_learning(1));
     }
 
     #[test]
@@ -387,7 +490,7 @@ mod tests {
     fn off_means_nothing_is_safe_or_learned() {
         let safety = Idempotency::new(false, true, &["plain".to_string()], &[]);
         let ping = br#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
-        assert_eq!(safety.judge(&HeaderMap::new(), Some(ping)), None);
+        assert_eq!(safety.judge(None, &HeaderMap::new(), ping), None);
         let list = br#"{"jsonrpc":"2.0","id":3,"method":"tools/list"}"#;
         assert!(!safety.is_tools_list(&HeaderMap::new(), Some(list)));
     }

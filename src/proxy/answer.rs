@@ -93,12 +93,12 @@ impl Proxy {
 
     /// Passes an upstream response through: hop-by-hop headers removed, body streamed under the
     /// idle timeout, SSE marked unbuffered and counted while it lives; a `tools/list` answer
-    /// (`learn`) read for tool annotations on its way.
+    /// (`learn`: the Host of the server that answered it) read for tool annotations on its way.
     pub(super) fn pass(
         &self,
         head: &mut http::response::Parts,
         peek: Peeked,
-        learn: bool,
+        learn: Option<Option<HeaderValue>>,
     ) -> Response<ProxyBody> {
         headers::strip_hop_by_hop(&mut head.headers);
         let is_sse = headers::is_event_stream(&head.headers);
@@ -115,10 +115,11 @@ impl Proxy {
         } else {
             timed.boxed_unsync()
         };
-        let body = if learn {
-            super::body::Learn::new(body, is_sse, self.idempotency.clone()).boxed_unsync()
-        } else {
-            body
+        let body = match learn {
+            Some(host) => {
+                super::body::Learn::new(body, is_sse, self.idempotency.clone(), host).boxed_unsync()
+            }
+            None => body,
         };
         let mut resp = Response::new(body);
         *resp.status_mut() = head.status;

@@ -149,28 +149,67 @@ pub const MAX_LEARN_BYTES: usize = 1024 * 1024;
 
 pin_project_lite::pin_project! {
     /// A `tools/list` answer on its way to the client: forwarded frame by frame as ever, with a
-    /// copy (at most [`MAX_LEARN_BYTES`]) read for tool annotations once it has ended.
+    /// copy (at most [`MAX_LEARN_BYTES`], within the learning budget shared by every answer in
+    /// flight) read for tool annotations once it has ended.
     pub struct Learn {
         #[pin]
         inner: ProxyBody,
-        copy: Option<bytes::BytesMut>,
+        copy: Option<LearnCopy>,
         is_sse: bool,
-        idempotency: std::sync::Arc<crate::idempotent::Idempotency>,
+    }
+}
+
+/// The copy of a `tools/list` answer, and its share of the learning budget, given back when
+/// the copy is read or dropped.
+struct LearnCopy {
+    bytes: bytes::BytesMut,
+    idempotency: std::sync::Arc<crate::idempotent::Idempotency>,
+    /// The Host the request went to: whose tools these are.
+    host: Option<http::HeaderValue>,
+}
+
+impl Drop for LearnCopy {
+    fn drop(&mut self) {
+        self.idempotency.release_learning(self.bytes.len());
+    }
+}
+
+impl LearnCopy {
+    /// Appends `data`, or gives up (false) past the size cap or the shared budget.
+    fn push(&mut self, data: &[u8]) -> bool {
+        if self.bytes.len() + data.len() > MAX_LEARN_BYTES
+            || !self.idempotency.reserve_learning(data.len())
+        {
+            tracing::debug!("a tools/list answer is too large to read for annotations now");
+            return false;
+        }
+        self.bytes.extend_from_slice(data);
+        true
+    }
+
+    fn learn(self, is_sse: bool) {
+        self.idempotency
+            .learn_from(self.host.as_ref(), is_sse, &self.bytes);
     }
 }
 
 impl Learn {
-    /// Reads `inner` (an SSE stream when `is_sse`) for what it teaches `idempotency`.
+    /// Reads `inner` (an SSE stream when `is_sse`), the answer of the server behind `host`,
+    /// for what it teaches `idempotency`.
     pub fn new(
         inner: ProxyBody,
         is_sse: bool,
         idempotency: std::sync::Arc<crate::idempotent::Idempotency>,
+        host: Option<http::HeaderValue>,
     ) -> Self {
         Self {
             inner,
-            copy: Some(bytes::BytesMut::new()),
+            copy: Some(LearnCopy {
+                bytes: bytes::BytesMut::new(),
+                idempotency,
+                host,
+            }),
             is_sse,
-            idempotency,
         }
     }
 }
@@ -189,20 +228,14 @@ impl Body for Learn {
         match &frame {
             Some(Ok(frame)) => {
                 if let (Some(copy), Some(data)) = (this.copy.as_mut(), frame.data_ref()) {
-                    if copy.len() + data.len() > MAX_LEARN_BYTES {
-                        tracing::debug!(
-                            limit = MAX_LEARN_BYTES,
-                            "a tools/list answer is too large to read for annotations"
-                        );
+                    if !copy.push(data) {
                         *this.copy = None;
-                    } else {
-                        copy.extend_from_slice(data);
                     }
                 }
                 // hyper may not poll again once the body says it has ended.
                 if inner.is_end_stream() {
                     if let Some(copy) = this.copy.take() {
-                        this.idempotency.learn_from(*this.is_sse, &copy);
+                        copy.learn(*this.is_sse);
                     }
                 }
             }
@@ -210,7 +243,7 @@ impl Body for Learn {
             Some(Err(_)) => *this.copy = None,
             None => {
                 if let Some(copy) = this.copy.take() {
-                    this.idempotency.learn_from(*this.is_sse, &copy);
+                    copy.learn(*this.is_sse);
                 }
             }
         }

@@ -42,6 +42,8 @@ struct Exchange {
     replay: bool,
     /// Sent once more after an ambiguous failure, as safe to run twice: never again.
     sent_again: bool,
+    /// Sent again at once after its connection closed unread: the next such close is held.
+    closed_once: bool,
 }
 
 /// What the attempt loop does after one attempt.
@@ -89,6 +91,7 @@ impl Proxy {
             resumes: 0,
             replay: false,
             sent_again: false,
+            closed_once: false,
         };
 
         // Hold before dispatch while an outage is known: nothing is sent into a known gap, and
@@ -156,6 +159,17 @@ impl Proxy {
                     let status = answer.map(|(head, _)| head.status);
                     Next::Answer(self.failed(reason, version, status))
                 }
+                // A connection that closed before the upstream read the request: most often a
+                // keep-alive race with a healthy server, so once at once on another connection
+                // before calling it an outage.
+                (Verdict::Missing(missing), _)
+                    if missing.reason == RewriteReason::ConnectionClosed
+                        && !std::mem::replace(&mut ex.closed_once, true)
+                        && ex.handle.is_replayable() =>
+                {
+                    ex.handle.supersede();
+                    Next::Again
+                }
                 (Verdict::Missing(missing), _) => Box::pin(self.hold_for(missing, &mut ex)).await,
                 (Verdict::Application | Verdict::RouterPassthrough(_), None) => {
                     unreachable!("the classifier passes responses only")
@@ -183,7 +197,7 @@ impl Proxy {
                 upstream_status: Some(head.status),
                 action: "passed",
             };
-            return Next::Answer((self.pass(&mut head, peek, false), note));
+            return Next::Answer((self.pass(&mut head, peek, None), note));
         }
         ex.outages.answered();
         if head.status == StatusCode::NOT_FOUND {
@@ -210,7 +224,8 @@ impl Proxy {
             upstream_status: Some(head.status),
             action: if ex.resumes > 0 { "resumed" } else { "passed" },
         };
-        let learn = head.status.is_success() && self.answers_tools_list(ex);
+        let learn = (head.status.is_success() && self.answers_tools_list(ex))
+            .then(|| ex.target.headers.get(HOST).cloned());
         Next::Answer((self.pass(&mut head, peek, learn), note))
     }
 
@@ -237,7 +252,7 @@ impl Proxy {
             upstream_status: Some(head.status),
             action: "router_passed",
         };
-        (self.pass(&mut head, peek, false), note)
+        (self.pass(&mut head, peek, None), note)
     }
 
     /// The 503 for a request that could not be sent (again): the outage's reason, if one is open.
@@ -300,10 +315,11 @@ impl Proxy {
             return false;
         }
         let headers = &ex.target.headers;
+        let host = headers.get(HOST);
         let kind = ex
             .handle
-            .with_complete_body(|body| self.idempotency.judge(headers, Some(body)))
-            .unwrap_or_else(|| self.idempotency.judge(headers, None));
+            .with_complete_body(|body| self.idempotency.judge(host, headers, body))
+            .flatten();
         let Some(kind) = kind else {
             return false;
         };
@@ -321,13 +337,20 @@ impl Proxy {
     /// Whether this request is a `tools/list`, whose answer teaches which tools are safe to
     /// call twice.
     fn answers_tools_list(&self, ex: &Exchange) -> bool {
-        if ex.target.method != Method::POST {
+        if ex.target.method != Method::POST || !self.idempotency.learns() {
             return false;
         }
         let headers = &ex.target.headers;
+        if headers.contains_key(crate::idempotent::MCP_METHOD) {
+            return self.idempotency.is_tools_list(headers, None);
+        }
+        // A tools/list is a few dozen bytes: a larger body is not joined and searched.
+        if ex.handle.buffered_bytes() > crate::idempotent::MAX_TOOLS_LIST_REQUEST {
+            return false;
+        }
         ex.handle
             .with_complete_body(|body| self.idempotency.is_tools_list(headers, Some(body)))
-            .unwrap_or_else(|| self.idempotency.is_tools_list(headers, None))
+            .unwrap_or(false)
     }
 
     /// The tracked session a request names, if any.

@@ -250,15 +250,17 @@ async fn send_on(
         Ok(resp) => Ok((resp, conn)),
         Err(mut failed) => match failed.take_message() {
             Some(back) if pooled => Err(Failed::Back(Box::new(back))),
-            // Unwritten, from a connection that closed as soon as it opened: a port that
-            // accepts before anything serves it. Never read; the caller decides what next.
-            Some(_) => {
+            // Unwritten, from a connection the upstream closed or reset as soon as it opened: a
+            // port that accepts before anything serves it. Never read; the caller decides what
+            // next. (An upstream that spoke first, not HTTP, is no missing backend: a 502.)
+            Some(_) if conn.tcp.check() == tcp::Idle::Closed => {
                 closed.before_request.inc();
                 Err(Failed::Error(never_read(
                     Unread::BeforeRequest,
                     failed.into_error(),
                 )))
             }
+            Some(_) => Err(Failed::Error(SendError::Exchange(failed.into_error()))),
             None => {
                 let err = failed.into_error();
                 Err(Failed::Error(if unacknowledged(&err, &conn, mark) {
@@ -276,13 +278,23 @@ fn never_read(when: Unread, source: hyper::Error) -> SendError {
     SendError::NeverRead(NeverRead { when, source })
 }
 
-/// Whether a written request that failed is proven unread: the connection broke (not a parse
-/// error, not the client's own body failing), and the upstream's TCP acknowledged none of the
-/// bytes written for it. A peer that had closed or died answers new data with a reset and
-/// acknowledges none of it; a peer that read a byte of it acknowledged at least that byte.
+/// Whether a request whose exchange failed is proven unread. Never for a parse error, a
+/// timeout or the client's own body failing. Then either no byte of it reached the socket, or
+/// the connection ended with the upstream's FIN (hyper saw EOF) and the upstream's TCP
+/// acknowledged none of the bytes written for it. A FIN carries the acknowledgement of every
+/// byte its sender's kernel had received, and a server cannot read a byte its kernel never
+/// received: so a FIN that acknowledges none of the request was sent before the request
+/// arrived. A reset proves nothing: Linux does not read the acknowledgement on a RST, and a
+/// server that read the request and then aborted (`SO_LINGER` 0, closing with bytes unread)
+/// sends one while its acknowledgement may still be delayed.
 fn unacknowledged(err: &hyper::Error, conn: &Conn, mark: u64) -> bool {
-    let broke = !err.is_parse() && !err.is_user() && !err.is_timeout();
-    broke && conn.tcp.acknowledged_since(mark) == Some(false)
+    if err.is_parse() || err.is_user() || err.is_timeout() {
+        return false;
+    }
+    if conn.tcp.written() == mark {
+        return true;
+    }
+    err.is_incomplete_message() && conn.tcp.acknowledged_since(mark) == Some(false)
 }
 
 /// A new HTTP/1 connection, driven by its own task.

@@ -76,7 +76,7 @@ impl Pool {
             if idle.conn.sender.is_closed() || idle.since.elapsed() >= self.timeout {
                 continue;
             }
-            if idle.conn.tcp.check() == Liveness::Closed {
+            if idle.conn.tcp.check() != Liveness::Open {
                 self.closed_idle.inc();
                 tracing::debug!(
                     "a pooled upstream connection was closed by the upstream; not used"

@@ -197,3 +197,49 @@ async fn an_answered_request_returns_its_connection_to_the_pool() {
     done.send(()).unwrap();
     server.join().unwrap();
 }
+
+#[tokio::test]
+async fn a_request_the_upstream_read_and_then_reset_is_not_proven_unread() {
+    // A reset carries no acknowledgement Linux reads, and the server's may still be delayed
+    // when it aborts: a request it read and reset on must stay "may have run". Warmed up first,
+    // so the server's TCP has left quick-ACK mode and delays its ACKs as it usually does.
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let base: Uri = format!("http://{}/", listener.local_addr().unwrap())
+        .parse()
+        .unwrap();
+    const WARM: usize = 20;
+    let server = std::thread::spawn(move || {
+        let (mut stream, _) = listener.accept().unwrap();
+        for _ in 0..WARM {
+            read_head(&mut stream);
+            stream
+                .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                .unwrap();
+        }
+        read_head(&mut stream);
+        // Abort: SO_LINGER 0 makes the close a RST.
+        socket2::SockRef::from(&stream)
+            .set_linger(Some(Duration::ZERO))
+            .unwrap();
+        drop(stream);
+    });
+    let closed = ClosedCounters::default();
+    let mut conn = connect(&connector(), &base).await.unwrap();
+    for _ in 0..WARM {
+        let (resp, back) = match send_on(conn, true, &closed, request("/mcp")).await {
+            Ok(answered) => answered,
+            Err(_) => panic!("a warm-up request failed"),
+        };
+        http_body_util::BodyExt::collect(resp.into_body())
+            .await
+            .unwrap();
+        conn = back;
+    }
+    let result = send_on(conn, true, &closed, request("/mcp")).await;
+    server.join().unwrap();
+    assert!(
+        matches!(result, Err(Failed::Error(SendError::Exchange(_)))),
+        "a reset after the upstream read the request proves nothing"
+    );
+    assert_eq!(closed.unacknowledged.get(), 0);
+}
