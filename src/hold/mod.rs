@@ -60,12 +60,24 @@ const OUTAGE_HISTORY: usize = 16;
 /// Asks the upstream whether the application is there (`hold.probe_path`), instead of sending
 /// the oldest held request as the probe. Implemented where requests are sent (the proxy).
 pub trait Health: Send + Sync + 'static {
-    /// Whether the application answered the health request, sent with `host` (the route's) or
-    /// the upstream's own Host.
+    /// What the health request, sent with `host` (the route's) or the upstream's own Host,
+    /// found.
     fn check<'a>(
         &'a self,
         host: Option<&'a http::HeaderValue>,
-    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = bool> + Send + 'a>>;
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Checked> + Send + 'a>>;
+}
+
+/// What one health check found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Checked {
+    /// The application answered, below 500: it is there.
+    Up,
+    /// An answer, but not the application's or not healthy (a 5xx, a router's signature).
+    NotUp(http::StatusCode),
+    /// No answer: refused, reset, closed, timed out (a port that accepts before anything
+    /// serves it).
+    NoAnswer,
 }
 
 /// What every route's outage is made from.
@@ -101,8 +113,14 @@ pub struct Outages {
     connector: Connector,
     health: Option<Arc<dyn Health>>,
     metrics: Arc<Metrics>,
-    /// Fast path: requests read this before taking the lock.
+    /// Fast path: requests read this before taking the lock. An outage exists (it may be
+    /// dormant).
     in_outage: AtomicBool,
+    /// The outage holds requests and counts against `holdfast_upstream_up` (it is not dormant).
+    active: AtomicBool,
+    /// Whether this route's outage goes dormant once nobody waits in it: a route's, not the
+    /// upstream's (a refused connection stays an outage until the application answers).
+    may_sleep: bool,
     /// Time zero of `last_healthy_nanos`.
     epoch: Instant,
     /// When the application last answered (or the start), in nanoseconds since `epoch`: an
@@ -159,6 +177,8 @@ impl Outages {
         host: Option<http::HeaderValue>,
     ) -> Self {
         let t = template.clone();
+        // Routes have a Host; the upstream-wide outage (connection failures) has none.
+        let may_sleep = host.is_some();
         Self {
             cfg: t.cfg,
             shared,
@@ -170,6 +190,8 @@ impl Outages {
             health: t.health,
             metrics: t.metrics,
             in_outage: AtomicBool::new(false),
+            active: AtomicBool::new(false),
+            may_sleep,
             epoch: Instant::now(),
             last_healthy_nanos: AtomicU64::new(0),
             horizon_warned: AtomicBool::new(false),
@@ -201,6 +223,11 @@ impl Outages {
         self.in_outage.load(Ordering::Acquire)
     }
 
+    /// Whether an outage is open and not dormant: it holds requests.
+    pub fn is_active(&self) -> bool {
+        self.active.load(Ordering::Acquire)
+    }
+
     /// The application answered: close any open outage and release every held request.
     pub fn answered(&self) {
         let now = Instant::now();
@@ -223,10 +250,12 @@ impl Outages {
         self.wake_all(&mut st, HoldOutcome::released, || Wake::Release);
         let outage = st.outage.take().expect("checked above");
         self.in_outage.store(false, Ordering::Release);
-        self.shared.outage_count(false, &self.metrics.upstream_up);
         let duration = now.saturating_duration_since(outage.started);
-        self.metrics.outage_duration.observe(duration.as_secs_f64());
-        {
+        // A dormant outage was already counted out, and its length (a route nobody asked for
+        // in hours) says nothing about how long a restart takes.
+        if self.active.swap(false, Ordering::AcqRel) {
+            self.shared.outage_count(false, &self.metrics.upstream_up);
+            self.metrics.outage_duration.observe(duration.as_secs_f64());
             let mut history = self.shared.history.lock().expect("history lock");
             history.push_back(duration);
             if history.len() > OUTAGE_HISTORY {
@@ -254,8 +283,13 @@ impl Outages {
     }
 
     fn open<'a>(&self, st: &'a mut State, reason: RewriteReason) -> &'a mut Outage {
+        // A dormant outage wakes up: its route is still missing, and someone asks for it.
+        if st.outage.is_some() && !self.active.swap(true, Ordering::AcqRel) {
+            self.shared.outage_count(true, &self.metrics.upstream_up);
+        }
         st.outage.get_or_insert_with(|| {
             self.in_outage.store(true, Ordering::Release);
+            self.active.store(true, Ordering::Release);
             self.shared.outage_count(true, &self.metrics.upstream_up);
             self.metrics.outages.inc();
             tracing::warn!(
@@ -267,13 +301,31 @@ impl Outages {
         })
     }
 
+    /// Nobody waits in this route's outage any more and no prober runs for it: it goes dormant.
+    /// A route that nobody asks for again (a bogus Host, a router restart longer than the hold)
+    /// must not keep `holdfast_upstream_up` at 0, nor keep its slot in the routes; it still
+    /// remembers when it began, for the horizon.
+    fn sleep_if_idle(&self, st: &State) {
+        if self.may_sleep
+            && st.outage.is_some()
+            && st.waiters.is_empty()
+            && !st.prober_running
+            && self.active.swap(false, Ordering::AcqRel)
+        {
+            self.shared.outage_count(false, &self.metrics.upstream_up);
+            tracing::debug!(route = self.route, "nobody waits in the outage: dormant");
+        }
+    }
+
     /// A request is being answered 503 because the backend is missing.
     pub fn answering_503(&self) {
         // Counted in the open outage only: if an answer closed it meanwhile, this 503 must not
         // reopen a phantom one.
-        if let Some(o) = self.lock().outage.as_mut() {
+        let mut st = self.lock();
+        if let Some(o) = st.outage.as_mut() {
             o.answered_503 += 1;
         }
+        self.sleep_if_idle(&st);
     }
 
     /// The reason of the open outage's latest failure (for requests that never got an attempt).
@@ -547,14 +599,19 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn horizon_counts_from_the_last_answer_or_start() {
+    async fn horizon_counts_from_when_the_route_went_missing() {
         let (o, metrics) = outages(Duration::from_secs(60));
         let horizon = Duration::from_secs(120);
-        tokio::time::advance(Duration::from_secs(121)).await;
+        tokio::time::advance(Duration::from_secs(1000)).await;
         assert!(
-            o.beyond_horizon(horizon),
-            "from start, with no answer at all"
+            !o.beyond_horizon(horizon),
+            "a quiet route is not missing before a request finds it so"
         );
+        o.missing(RewriteReason::RouteMissing404);
+        tokio::time::advance(Duration::from_secs(119)).await;
+        assert!(!o.beyond_horizon(horizon));
+        tokio::time::advance(Duration::from_secs(2)).await;
+        assert!(o.beyond_horizon(horizon), "missing for 121 s");
         o.horizon_exceeded(horizon, "http://x");
         assert!(o.in_outage());
         assert_eq!(metrics.upstream_up.get(), 0);

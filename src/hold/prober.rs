@@ -7,6 +7,10 @@ use super::*;
 /// Longest wait for a probe's verdict before the next held request is sent as the next probe.
 pub(super) const PROBE_VERDICT_WAIT: Duration = Duration::from_secs(1);
 
+/// Health answers that do not pass before the health path stops deciding alone (a few seconds
+/// at the backoff's cap: longer than a restart's "port open, application starting").
+pub(super) const HEALTH_ANSWERS_TRUSTED: u32 = 20;
+
 /// The delay before probe `attempt` (0-based): `initial · 2^attempt`, capped at `max`, then
 /// "equal jitter": uniformly within [d/2, d], so probes from many holdfasts spread out.
 /// `jitter` is uniform in [0, 1).
@@ -20,6 +24,8 @@ impl Outages {
     /// Probes until the outage closes or nobody is held. One probe at a time.
     pub(super) async fn probe_loop(self: Arc<Self>) {
         let mut attempt = 0u32;
+        // Health answers that did not pass, in this prober's run.
+        let mut not_up = 0u32;
         loop {
             tokio::time::sleep(backoff(
                 self.cfg.backoff_initial,
@@ -40,6 +46,7 @@ impl Outages {
                     }
                     _ => {
                         st.prober_running = false;
+                        self.sleep_if_idle(&st);
                         return;
                     }
                 }
@@ -58,15 +65,36 @@ impl Outages {
                     continue;
                 }
             }
-            // With hold.probe_path the health check alone decides, and no held request goes
-            // out before the application has answered it: a port that accepts before anything
-            // serves it (docker-proxy) must not cost a held request.
+            // With hold.probe_path the health check decides, and no held request goes out before
+            // the application has answered it: a port that accepts before anything serves it
+            // (docker-proxy) must not cost a held request. But a path that answers without ever
+            // passing (a 503 for a degraded dependency, a wrong path behind a router) must not
+            // hold everyone forever: after HEALTH_ANSWERS_TRUSTED such answers the held
+            // requests probe again, as without a health path.
             if let Some(health) = &self.health {
-                if health.check(self.host.as_ref()).await {
-                    tracing::debug!(route = self.route, "the health check passed");
-                    self.answered();
+                if not_up < HEALTH_ANSWERS_TRUSTED {
+                    match health.check(self.host.as_ref()).await {
+                        Checked::Up => {
+                            tracing::debug!(route = self.route, "the health check passed");
+                            self.answered();
+                        }
+                        Checked::NotUp(status) => {
+                            not_up += 1;
+                            if not_up == HEALTH_ANSWERS_TRUSTED {
+                                tracing::warn!(
+                                    route = self.route,
+                                    status = status.as_u16(),
+                                    answers = not_up,
+                                    "hold.probe_path keeps answering without passing; held \
+                                     requests probe the upstream instead. Check the path (it is \
+                                     sent as is, without the upstream URL's path prefix)"
+                                );
+                            }
+                        }
+                        Checked::NoAnswer => {}
+                    }
+                    continue;
                 }
-                continue;
             }
             // Send the oldest held request: only a real request can show that the application
             // (not just a router or a listening socket) answers.

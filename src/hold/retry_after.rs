@@ -33,9 +33,21 @@ impl Outages {
         secs.clamp(self.cfg.retry_after_min, self.cfg.retry_after_max)
     }
 
-    /// Whether the last application answer is older than `horizon`.
+    /// Whether the route has been missing for longer than `horizon`: an outage is open (or
+    /// dormant) since longer than that, and the application has not answered since. Counted
+    /// from the outage's start, not from the last answer: a quiet route (no request all night)
+    /// is not "missing" before a request finds it so.
     pub fn beyond_horizon(&self, horizon: Duration) -> bool {
-        self.since_healthy() > horizon
+        if !self.in_outage() {
+            return false;
+        }
+        let Some(started) = self.lock().outage.as_ref().map(|o| o.started) else {
+            return false;
+        };
+        let missing_for = Instant::now()
+            .saturating_duration_since(started)
+            .min(self.since_healthy());
+        missing_for > horizon
     }
 
     /// A route-missing 404 passed through because of the horizon. Warns once (until the
@@ -58,10 +70,10 @@ impl Outages {
         self.wake_all(&mut st, HoldOutcome::released, || Wake::Release);
     }
 
-    /// Whether a new request should wait before being sent: an outage is open, and it is not a
-    /// route-missing one past the horizon (whose 404s pass straight through).
+    /// Whether a new request should wait before being sent: an outage is open and awake, and it
+    /// is not a route-missing one past the horizon (whose 404s pass straight through).
     pub fn holds_before_dispatch(&self, horizon: Duration) -> bool {
-        if !self.in_outage() {
+        if !self.is_active() {
             return false;
         }
         let past_horizon = self.beyond_horizon(horizon);

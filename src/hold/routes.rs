@@ -10,10 +10,14 @@
 //! (1 while no route is in an outage).
 //!
 //! A route is the Host sent upstream and the configured endpoint (`routes.endpoints`) the path
-//! falls under; paths under no endpoint share one route per Host. With no router in between
-//! (`routes.behind_router = false`) there is one route: connection failures are the
-//! upstream's, not a route's. At most [`MAX_ROUTES`] are kept: when full, routes with no outage
-//! that no request is using are dropped; if none can be, the rest share one overflow route.
+//! falls under; paths under no endpoint share one route per Host. Only a router's own answers
+//! (route-missing 404, its 503) open a route's outage: connection failures are the upstream's,
+//! whichever route met them, and open the one upstream-wide outage ([`Hold::upstream`]) that
+//! any application answer ends. With no router in between (`routes.behind_router = false`)
+//! there is only that one. A route's outage goes dormant once nobody waits in it (it no longer
+//! holds new requests nor keeps `holdfast_upstream_up` at 0, and remembers its start for the
+//! horizon). At most [`MAX_ROUTES`] are kept: when full, routes without an awake outage that no
+//! request is using are dropped; if none can be, the rest share the upstream-wide one.
 
 use std::collections::HashMap;
 use std::sync::RwLock;
@@ -89,7 +93,7 @@ impl Hold {
         if routes.len() >= MAX_ROUTES {
             // Nobody is using these (this map holds the only reference) and nothing is held
             // for them: they start afresh if they come back.
-            routes.retain(|_, r| Arc::strong_count(r) > 1 || r.in_outage());
+            routes.retain(|_, r| Arc::strong_count(r) > 1 || r.is_active());
             if routes.len() >= MAX_ROUTES {
                 return self.shared_route.clone();
             }
@@ -111,6 +115,12 @@ impl Hold {
         ));
         routes.insert(key, route.clone());
         route
+    }
+
+    /// The upstream-wide outage: connection failures (refused, DNS, a connection closed unread)
+    /// are the upstream's, whichever route met them, and any application answer ends it.
+    pub fn upstream(&self) -> &Arc<Outages> {
+        &self.shared_route
     }
 
     /// Routes kept now (for tests).

@@ -32,7 +32,9 @@ struct Exchange {
     ticket: Ticket,
     /// The tracked session it carries, if any.
     carried: Option<Carried>,
-    /// The outage state of its route.
+    /// The outage state of its route (a router's answers).
+    route: Arc<Outages>,
+    /// The outage it waits in, or last met: its route's, or the upstream-wide one.
     outages: Arc<Outages>,
     /// The client's HTTP version (for synthetic answers).
     version: Version,
@@ -78,7 +80,8 @@ impl Proxy {
         };
         let mut ex = Exchange {
             carried: self.carried(&target),
-            outages: self.route_of(&target),
+            route: self.route_of(&target),
+            outages: self.hold.upstream().clone(),
             target,
             handle: BodyHandle::new(
                 body,
@@ -96,6 +99,9 @@ impl Proxy {
 
         // Hold before dispatch while an outage is known: nothing is sent into a known gap, and
         // the body needs no copy for a replay because it was never sent.
+        if !ex.outages.is_active() {
+            ex.outages = ex.route.clone();
+        }
         if self.hold.enabled() && ex.outages.holds_before_dispatch(self.horizon) {
             // Cold paths are boxed: the request's future stays small, and hyper moves it.
             match Box::pin(ex.outages.wait(&mut ex.ticket, &ex.handle)).await {
@@ -122,7 +128,7 @@ impl Proxy {
                 let is_get = ex.target.method == Method::GET;
                 c.sent = c.session.apply(&mut ex.target.headers, is_get);
             }
-            let (verdict, response) = self.attempt(&ex.target, &ex.outages, body).await;
+            let (verdict, response) = self.attempt(&ex.target, &ex.route, body).await;
             // A HEAD's answer has no body, so no body signature could be checked: a router's 404
             // to it looks like the application's. It passes, but proves nothing.
             let proves = verdict == Verdict::Application
@@ -138,7 +144,7 @@ impl Proxy {
                     self.application(&mut ex, answer, proves).await
                 }
                 (Verdict::RouterPassthrough(reason), Some(answer)) => {
-                    Next::Answer(self.router_passed(reason, answer, &ex.outages))
+                    Next::Answer(self.router_passed(reason, answer, &ex.route))
                 }
                 // Sent, then broken before any answer: the application may have run it. Safe to
                 // run twice (read-only, or an idempotent tool): once more, at most.
@@ -154,7 +160,7 @@ impl Proxy {
                     // proves nothing: a port proxy may accept and then reset while the backend
                     // is still starting.)
                     if reason == FailReason::UpstreamTls {
-                        ex.outages.answered();
+                        self.answered(&ex.route);
                     }
                     let status = answer.map(|(head, _)| head.status);
                     Next::Answer(self.failed(reason, version, status))
@@ -181,6 +187,12 @@ impl Proxy {
         }
     }
 
+    /// The application answered on `route`: its outage, and the upstream-wide one, are over.
+    fn answered(&self, route: &Outages) {
+        route.answered();
+        self.hold.upstream().answered();
+    }
+
     /// Whether `status` to a HEAD could be a router's answer that only its (absent) body would
     /// tell apart: some signature matches that status.
     fn unprovable_head(&self, target: &Target, status: StatusCode) -> bool {
@@ -199,7 +211,7 @@ impl Proxy {
             };
             return Next::Answer((self.pass(&mut head, peek, None), note));
         }
-        ex.outages.answered();
+        self.answered(&ex.route);
         if head.status == StatusCode::NOT_FOUND {
             // The server did not run a request it answered with a session 404, so it may go
             // again once the session is back.
@@ -268,7 +280,13 @@ impl Proxy {
     /// The one decision about a missing backend: hold the request and send it again once the
     /// backend is back, or answer 503 now.
     async fn hold_for(&self, missing: Missing, ex: &mut Exchange) -> Next {
-        let outages = ex.outages.clone();
+        // A failed connection is the upstream's; a router's answer is its route's.
+        let outages = if missing.reason.is_connect_failure() {
+            self.hold.upstream().clone()
+        } else {
+            ex.route.clone()
+        };
+        ex.outages = outages.clone();
         outages.missing(missing.reason);
         let (ticket, handle) = (&mut ex.ticket, &ex.handle);
         // Stop the failed attempt's body first, if its connection still reads it: whatever

@@ -21,6 +21,7 @@ use http::header::{HeaderValue, ACCEPT, HOST};
 use http::{Method, Request, Uri};
 use http_body_util::BodyExt;
 
+use crate::hold::Checked;
 use crate::replay::BodyHandle;
 use crate::signature::Signature;
 use crate::upstream::Client;
@@ -45,18 +46,18 @@ impl crate::hold::Health for HealthCheck {
     fn check<'a>(
         &'a self,
         host: Option<&'a HeaderValue>,
-    ) -> Pin<Box<dyn Future<Output = bool> + Send + 'a>> {
+    ) -> Pin<Box<dyn Future<Output = Checked> + Send + 'a>> {
         Box::pin(async move {
             // No answer in time is no answer.
             tokio::time::timeout(HEALTH_TIMEOUT, self.ask(host))
                 .await
-                .unwrap_or_default()
+                .unwrap_or(Checked::NoAnswer)
         })
     }
 }
 
 impl HealthCheck {
-    async fn ask(&self, host: Option<&HeaderValue>) -> bool {
+    async fn ask(&self, host: Option<&HeaderValue>) -> Checked {
         let body = BodyHandle::from_bytes(Bytes::new())
             .attempt()
             .expect("an empty body can be sent");
@@ -67,12 +68,12 @@ impl HealthCheck {
         headers.insert(HOST, host.unwrap_or(&self.upstream_host).clone());
         headers.insert(ACCEPT, HeaderValue::from_static("*/*"));
         let Ok(resp) = self.client.request(req).await else {
-            return false;
+            return Checked::NoAnswer;
         };
         let (head, mut body) = resp.into_parts();
         if head.status.is_server_error() && !self.signatures.iter().any(|s| s.status == head.status)
         {
-            return false;
+            return Checked::NotUp(head.status);
         }
         // Read what a signature needs to look at; a body that breaks or is longer proves the
         // application no less (routers send short answers).
@@ -84,7 +85,7 @@ impl HealthCheck {
                         read.extend_from_slice(&data);
                     }
                 }
-                Some(Err(_)) => return false,
+                Some(Err(_)) => return Checked::NoAnswer,
                 None => break,
             }
         }
@@ -92,6 +93,10 @@ impl HealthCheck {
             .signatures
             .iter()
             .any(|s| s.matches(head.status, &head.headers, Some(&read)));
-        !routers && !head.status.is_server_error()
+        if routers || head.status.is_server_error() {
+            Checked::NotUp(head.status)
+        } else {
+            Checked::Up
+        }
     }
 }

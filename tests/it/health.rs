@@ -153,3 +153,41 @@ fn a_health_path_must_be_a_path() {
         Some("/healthz?full=1")
     );
 }
+
+/// A health path that answers without ever passing (a 503 for a degraded dependency while MCP
+/// works) must not hold everyone forever: after enough such answers the held request probes,
+/// as it would without a health path, and is answered.
+#[tokio::test]
+async fn a_health_path_that_never_passes_stops_deciding_alone() {
+    let port = Reserved::new();
+    let mut raw = raw_config(&port.url());
+    raw.routes.behind_router = Some(false);
+    raw.hold.probe_path = "/healthz".into();
+    raw.hold.timeout_secs = 30.0;
+    raw.hold.backoff_initial_ms = 2;
+    raw.hold.backoff_max_ms = 4;
+    let hf = Holdfast::start_with(raw).await;
+    let url = hf.url("/mcp");
+    let call = tokio::spawn(async move { post_json(&url, CALL).await });
+    hf.metric_until("holdfast_held_requests", |v| v == 1.0)
+        .await;
+    let up = crate::support::http::Upstream::serve(port.listen(), |seen| async move {
+        if seen.uri.starts_with("/healthz") {
+            crate::support::http::response(503, &[], "degraded")
+        } else {
+            crate::support::http::response(200, &[("content-type", "application/json")], "{}")
+        }
+    });
+    let got = within(call).await.unwrap();
+    assert_eq!(got.status, 200, "{}", got.text());
+    let health_checks = up
+        .seen()
+        .iter()
+        .filter(|s| s.uri.starts_with("/healthz"))
+        .count();
+    assert_eq!(
+        health_checks, 20,
+        "the health path decided alone for 20 answers, then the held request probed"
+    );
+    up.stop().await;
+}

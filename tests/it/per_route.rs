@@ -43,6 +43,7 @@ async fn a_bogus_host_is_held_alone_and_the_real_route_is_answered_at_once() {
     let up = router().await;
     let mut raw = raw_config(&up.url());
     raw.routes.behind_router = Some(true);
+    raw.hold.timeout_secs = 1.0;
     let hf = Holdfast::start_with(raw).await;
 
     // A client with a Host the router has no route for: held, the route presumed missing.
@@ -75,8 +76,62 @@ async fn a_bogus_host_is_held_alone_and_the_real_route_is_answered_at_once() {
         .filter(|s| s.header("host") == Some("mcp.example"))
         .count();
     assert_eq!(to_good, 5);
-    assert!(!bogus.is_finished(), "the bogus Host is still held");
-    bogus.abort();
+
+    // Once the bogus request gives up (its hold times out into a 503) nobody waits for that
+    // route: its outage goes dormant and no longer says the upstream is down.
+    assert_eq!(within(bogus).await.unwrap().status, 503);
+    hf.metric_until("holdfast_upstream_up", |v| v == 1.0).await;
+    assert_eq!(hf.metric("holdfast_held_requests").await, 0.0);
+    // The real route still answers; the bogus one is held again when asked for again.
+    assert_eq!(within(post(&hf, "mcp.example")).await.status, 200);
+}
+
+#[tokio::test]
+async fn a_refused_connection_is_the_upstreams_whichever_host_met_it() {
+    // Refused for every Host alike: one upstream-wide outage, and the first answer ends it.
+    let port = http::Reserved::new();
+    let mut raw = raw_config(&port.url());
+    raw.routes.behind_router = Some(true);
+    let hf = Holdfast::start_with(raw).await;
+    let held = tokio::spawn({
+        let url = hf.url("/mcp");
+        async move {
+            http::call(
+                ::http::Request::post(url)
+                    .header("host", "a.example")
+                    .header("content-type", "application/json")
+                    .body(Full::new(Bytes::from_static(CALL.as_bytes())))
+                    .unwrap(),
+            )
+            .await
+        }
+    });
+    hf.metric_until("holdfast_held_requests", |v| v == 1.0)
+        .await;
+    // Another Host's request is held before it is sent: the upstream is gone, not a route.
+    let other = tokio::spawn({
+        let url = hf.url("/mcp");
+        async move {
+            http::call(
+                ::http::Request::post(url)
+                    .header("host", "b.example")
+                    .header("content-type", "application/json")
+                    .body(Full::new(Bytes::from_static(CALL.as_bytes())))
+                    .unwrap(),
+            )
+            .await
+        }
+    });
+    hf.metric_until("holdfast_held_requests", |v| v == 2.0)
+        .await;
+    let up = Upstream::serve(port.listen(), |_| async {
+        response(200, &[("content-type", "application/json")], "{}")
+    });
+    assert_eq!(within(held).await.unwrap().status, 200);
+    assert_eq!(within(other).await.unwrap().status, 200);
+    assert_eq!(hf.metric("holdfast_outages_total").await, 1.0, "one outage");
+    assert_eq!(hf.metric("holdfast_upstream_up").await, 1.0);
+    up.stop().await;
 }
 
 #[tokio::test]
