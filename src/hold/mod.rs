@@ -301,10 +301,13 @@ impl Outages {
         })
     }
 
-    /// Nobody waits in this route's outage any more and no prober runs for it: it goes dormant.
+    /// The prober stopped because nobody waits in this route's outage any more: it goes dormant.
     /// A route that nobody asks for again (a bogus Host, a router restart longer than the hold)
     /// must not keep `holdfast_upstream_up` at 0, nor keep its slot in the routes; it still
-    /// remembers when it began, for the horizon.
+    /// remembers when it began, for the horizon. Only a prober's end puts it to sleep: a 503
+    /// answered at once (a router's 502, which is never held) leaves the outage awake, so the
+    /// next request is held before it is sent into the gap. (With holding off nothing is ever
+    /// held, so a route's outage stays awake until the application answers on it.)
     fn sleep_if_idle(&self, st: &State) {
         if self.may_sleep
             && st.outage.is_some()
@@ -321,11 +324,9 @@ impl Outages {
     pub fn answering_503(&self) {
         // Counted in the open outage only: if an answer closed it meanwhile, this 503 must not
         // reopen a phantom one.
-        let mut st = self.lock();
-        if let Some(o) = st.outage.as_mut() {
+        if let Some(o) = self.lock().outage.as_mut() {
             o.answered_503 += 1;
         }
-        self.sleep_if_idle(&st);
     }
 
     /// The reason of the open outage's latest failure (for requests that never got an attempt).

@@ -227,6 +227,91 @@ mod tests {
         assert_eq!(metrics.upstream_up.get(), 1);
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn shutdown_answers_every_route_and_holds_nothing_after() {
+        let (hold, metrics) = hold(10);
+        let routes = [
+            hold.route(Some(&host("a")), None),
+            hold.route(Some(&host("b")), None),
+            hold.upstream().clone(),
+        ];
+        let waiters: Vec<_> = routes
+            .iter()
+            .map(|r| {
+                r.missing(RewriteReason::RouteMissing404);
+                let r = r.clone();
+                tokio::spawn(async move {
+                    let body = BodyHandle::empty();
+                    r.wait(&mut Ticket::default(), &body).await
+                })
+            })
+            .collect();
+        for _ in 0..1000 {
+            if metrics.held_requests.get() == 3 {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(metrics.held_requests.get(), 3);
+        hold.shutdown();
+        for w in waiters {
+            assert_eq!(w.await.unwrap(), Released::Shutdown);
+        }
+        // A route first seen after shutdown holds nothing either.
+        let late = hold.route(Some(&host("late")), None);
+        late.missing(RewriteReason::RouteMissing404);
+        let body = BodyHandle::empty();
+        assert_eq!(
+            late.wait(&mut Ticket::default(), &body).await,
+            Released::Shutdown
+        );
+        assert_eq!(metrics.held_requests.get(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_route_nobody_waits_in_goes_dormant_and_wakes_when_met_again() {
+        let (hold, metrics) = hold(10);
+        let a = hold.route(Some(&host("a")), None);
+        a.missing(RewriteReason::RouteMissing404);
+        assert!(a.is_active());
+        assert_eq!(metrics.upstream_up.get(), 0);
+        // Answered 503 at once (a router's 502): still awake, the next request is held.
+        a.answering_503();
+        assert!(a.is_active());
+        // A held request that gives up: the prober finds nobody waiting and stops; dormant.
+        let body = BodyHandle::empty();
+        let mut ticket = Ticket::default();
+        ticket.deadline = Some(tokio::time::Instant::now() + Duration::from_secs(1));
+        assert_eq!(a.wait(&mut ticket, &body).await, Released::TimedOut);
+        for _ in 0..100 {
+            tokio::time::advance(Duration::from_secs(30)).await;
+            if !a.is_active() {
+                break;
+            }
+        }
+        assert!(a.in_outage() && !a.is_active());
+        assert_eq!(metrics.upstream_up.get(), 1);
+        assert!(!a.holds_before_dispatch(Duration::from_secs(120)));
+        // Met again: awake, and counted again.
+        a.missing(RewriteReason::RouteMissing404);
+        assert!(a.is_active());
+        assert_eq!(metrics.upstream_up.get(), 0);
+        assert_eq!(metrics.outages.get(), 1, "the same outage");
+        // The upstream-wide outage never sleeps: a refused upstream stays down until it answers.
+        let up = hold.upstream();
+        up.missing(RewriteReason::ConnectRefused);
+        let mut ticket = Ticket::default();
+        ticket.deadline = Some(tokio::time::Instant::now() + Duration::from_secs(1));
+        assert_eq!(up.wait(&mut ticket, &body).await, Released::TimedOut);
+        for _ in 0..10 {
+            tokio::time::advance(Duration::from_secs(30)).await;
+        }
+        assert!(up.is_active());
+        a.answered();
+        up.answered();
+        assert_eq!(metrics.upstream_up.get(), 1);
+    }
+
     #[tokio::test]
     async fn routes_are_bounded_and_unused_ones_go_first() {
         let (hold, _) = hold(10);
