@@ -280,8 +280,10 @@ mod tests {
         assert!(a.is_active());
         // A held request that gives up: the prober finds nobody waiting and stops; dormant.
         let body = BodyHandle::empty();
-        let mut ticket = Ticket::default();
-        ticket.deadline = Some(tokio::time::Instant::now() + Duration::from_secs(1));
+        let mut ticket = Ticket {
+            deadline: Some(tokio::time::Instant::now() + Duration::from_secs(1)),
+            ..Ticket::default()
+        };
         assert_eq!(a.wait(&mut ticket, &body).await, Released::TimedOut);
         for _ in 0..100 {
             tokio::time::advance(Duration::from_secs(30)).await;
@@ -300,8 +302,10 @@ mod tests {
         // The upstream-wide outage never sleeps: a refused upstream stays down until it answers.
         let up = hold.upstream();
         up.missing(RewriteReason::ConnectRefused);
-        let mut ticket = Ticket::default();
-        ticket.deadline = Some(tokio::time::Instant::now() + Duration::from_secs(1));
+        let mut ticket = Ticket {
+            deadline: Some(tokio::time::Instant::now() + Duration::from_secs(1)),
+            ..Ticket::default()
+        };
         assert_eq!(up.wait(&mut ticket, &body).await, Released::TimedOut);
         for _ in 0..10 {
             tokio::time::advance(Duration::from_secs(30)).await;
