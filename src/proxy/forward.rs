@@ -3,7 +3,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use http::header::{HeaderValue, HOST};
+use http::header::HOST;
 use http::uri::PathAndQuery;
 use http::{Method, Request, Response, StatusCode, Uri, Version};
 use hyper::body::Incoming;
@@ -452,16 +452,13 @@ impl Proxy {
         mut parts: http::request::Parts,
         peer: SocketAddr,
     ) -> Result<Target, &'static str> {
-        let uri = self.upstream_uri(&parts.uri)?;
+        // What two parties could read differently is refused before anything else.
+        super::request::check_path(parts.uri.path())?;
+        super::request::check_transfer_encoding(&parts.headers)?;
         // The client's host: `Host` on HTTP/1.1, `:authority` on HTTP/2. Kept as a header value:
         // in "preserve" mode it goes back as it came.
-        let client_host = match parts.headers.get(HOST) {
-            Some(host) => host.to_str().is_ok().then(|| host.clone()),
-            None => parts
-                .uri
-                .authority()
-                .and_then(|a| HeaderValue::from_str(a.as_str()).ok()),
-        };
+        let client_host = super::request::client_host(parts.version, &parts.uri, &parts.headers)?;
+        let uri = self.upstream_uri(&parts.uri)?;
         let headers = &mut parts.headers;
         headers::strip_hop_by_hop(headers);
         headers::add_forwarded(headers, peer.ip(), self.client_proto, client_host.clone());

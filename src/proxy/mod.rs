@@ -18,6 +18,7 @@
 //! - `answer`: what the client gets: passed through, 503, 502.
 //! - `resume`: re-establishing a session the upstream forgot.
 //! - [`headers`]: hop-by-hop removal, Host, X-Forwarded-*.
+//! - `request`: what is refused with a 400 (ambiguous framing, Host, dot segments).
 //! - [`body`]: streaming response bodies under idle timeouts.
 //!
 //! [`classify`]: crate::classify
@@ -28,6 +29,7 @@ pub mod body;
 mod forward;
 pub mod headers;
 mod health;
+mod request;
 mod resume;
 
 use std::net::SocketAddr;

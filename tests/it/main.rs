@@ -23,6 +23,7 @@ mod session;
 mod session_ts;
 mod shutdown;
 mod sse;
+mod strict;
 mod support;
 mod tls;
 mod upstream_pool;

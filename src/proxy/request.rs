@@ -1,0 +1,202 @@
+//! What holdfast refuses to forward: a request whose framing or target two parties could read
+//! differently (RFC 9112 §3.2 and §6.1, RFC 9113 §8.3.1). Each gets a 400, as nginx and HAProxy
+//! answer them, instead of reaching an upstream that may read it another way.
+
+use http::header::{HeaderMap, HeaderValue, HOST, TRANSFER_ENCODING};
+use http::uri::Authority;
+use http::{Uri, Version};
+
+/// The client's host: `Host` on HTTP/1.x, `:authority` on HTTP/2, checked. `None` only for an
+/// HTTP/1.0 request without one.
+pub(super) fn client_host(
+    version: Version,
+    uri: &Uri,
+    headers: &HeaderMap,
+) -> Result<Option<HeaderValue>, &'static str> {
+    let mut hosts = headers.get_all(HOST).iter();
+    let host = hosts.next();
+    if hosts.next().is_some() {
+        return Err("more than one Host header");
+    }
+    if let Some(host) = host {
+        if !is_host(host.as_bytes()) {
+            return Err("the Host header is not a host[:port]");
+        }
+    }
+    if version == Version::HTTP_2 {
+        if let Some(authority) = uri.authority() {
+            // :authority is the request's host; a Host that names another is malformed.
+            if host.is_some_and(|h| {
+                !h.as_bytes()
+                    .eq_ignore_ascii_case(authority.as_str().as_bytes())
+            }) {
+                return Err("the Host header and :authority disagree");
+            }
+            return HeaderValue::from_str(authority.as_str())
+                .map(Some)
+                .map_err(|_| "the request's :authority is not a host[:port]");
+        }
+    }
+    match host {
+        Some(host) => Ok(Some(host.clone())),
+        None if version == Version::HTTP_11 => Err("an HTTP/1.1 request needs a Host header"),
+        None => Ok(uri
+            .authority()
+            .and_then(|a| HeaderValue::from_str(a.as_str()).ok())),
+    }
+}
+
+/// Whether `value` is a `host[:port]`: no user information, no path, no spaces, a port of
+/// digits that fits 16 bits.
+fn is_host(value: &[u8]) -> bool {
+    if value.is_empty() || value.contains(&b'@') {
+        return false;
+    }
+    let Ok(authority) = Authority::try_from(value) else {
+        return false;
+    };
+    let text = authority.as_str();
+    let port = if text.starts_with('[') {
+        text.rsplit_once("]:").map(|(_, p)| p)
+    } else {
+        text.rsplit_once(':').map(|(_, p)| p)
+    };
+    port.is_none_or(|p| p.bytes().all(|b| b.is_ascii_digit()) && p.parse::<u16>().is_ok())
+}
+
+/// A request body's framing must be plain: no `Transfer-Encoding` at all, or a single final
+/// `chunked`. Anything else (`chunked, chunked`, `gzip, chunked`, two headers) is read
+/// differently by different servers, the stuff of request smuggling.
+pub(super) fn check_transfer_encoding(headers: &HeaderMap) -> Result<(), &'static str> {
+    let mut codings = headers
+        .get_all(TRANSFER_ENCODING)
+        .iter()
+        .flat_map(|v| v.as_bytes().split(|b| *b == b','))
+        .map(|c| c.trim_ascii())
+        .filter(|c| !c.is_empty());
+    match (codings.next(), codings.next()) {
+        (None, _) => Ok(()),
+        (Some(c), None) if c.eq_ignore_ascii_case(b"chunked") => Ok(()),
+        _ => Err("a Transfer-Encoding other than a single chunked"),
+    }
+}
+
+/// A path with `.` or `..` segments (also percent-encoded) is refused: joined under the
+/// upstream URL's path prefix it could leave it (`/api` + `/../admin`), and the path that
+/// decides expected routes would not be the path the upstream serves.
+pub(super) fn check_path(path: &str) -> Result<(), &'static str> {
+    let dot = |segment: &str| {
+        let decoded = segment.replace("%2e", ".").replace("%2E", ".");
+        decoded == "." || decoded == ".."
+    };
+    if path.split('/').any(dot) {
+        return Err("a path with . or .. segments");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.append(*k, HeaderValue::from_static(v));
+        }
+        h
+    }
+
+    fn host(
+        version: Version,
+        uri: &str,
+        pairs: &[(&'static str, &'static str)],
+    ) -> Result<Option<HeaderValue>, &'static str> {
+        client_host(version, &uri.parse().unwrap(), &headers(pairs))
+    }
+
+    #[test]
+    fn hosts() {
+        let one = host(Version::HTTP_11, "/mcp", &[("host", "mcp.example:8080")]);
+        assert_eq!(one.unwrap().unwrap(), "mcp.example:8080");
+        for bad in [
+            "evil example",
+            "evil.example/../x",
+            "user@evil.example",
+            "a:b",
+            "",
+        ] {
+            assert!(
+                host(Version::HTTP_11, "/mcp", &[("host", bad)]).is_err(),
+                "{bad:?}"
+            );
+        }
+        assert!(host(Version::HTTP_11, "/mcp", &[("host", "a"), ("host", "a")]).is_err());
+        assert!(
+            host(Version::HTTP_11, "/mcp", &[]).is_err(),
+            "1.1 needs a Host"
+        );
+        assert_eq!(host(Version::HTTP_10, "/mcp", &[]).unwrap(), None);
+        assert_eq!(
+            host(
+                Version::HTTP_11,
+                "[::1]:80/".trim_end_matches('/'),
+                &[("host", "[::1]:80")]
+            )
+            .ok()
+            .flatten()
+            .unwrap(),
+            "[::1]:80"
+        );
+    }
+
+    #[test]
+    fn http2_authority_wins_and_must_agree() {
+        let uri = "http://mcp.example/mcp";
+        assert_eq!(
+            host(Version::HTTP_2, uri, &[]).unwrap().unwrap(),
+            "mcp.example"
+        );
+        assert_eq!(
+            host(Version::HTTP_2, uri, &[("host", "MCP.example")])
+                .unwrap()
+                .unwrap(),
+            "mcp.example"
+        );
+        assert!(host(Version::HTTP_2, uri, &[("host", "other.example")]).is_err());
+    }
+
+    #[test]
+    fn transfer_encodings() {
+        assert!(check_transfer_encoding(&headers(&[])).is_ok());
+        assert!(check_transfer_encoding(&headers(&[("transfer-encoding", "chunked")])).is_ok());
+        assert!(check_transfer_encoding(&headers(&[("transfer-encoding", "Chunked ")])).is_ok());
+        for bad in [
+            &[("transfer-encoding", "chunked, chunked")][..],
+            &[
+                ("transfer-encoding", "chunked"),
+                ("transfer-encoding", "chunked"),
+            ],
+            &[("transfer-encoding", "gzip, chunked")],
+            &[("transfer-encoding", "gzip")],
+        ] {
+            assert!(check_transfer_encoding(&headers(bad)).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn dot_segments() {
+        for ok in ["/", "/mcp", "/mcp/x.json", "/a..b/", "/.well-known/oauth"] {
+            assert!(check_path(ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "/../admin",
+            "/mcp/..",
+            "/./mcp",
+            "/mcp/%2e%2e/admin",
+            "/%2E/x",
+        ] {
+            assert!(check_path(bad).is_err(), "{bad}");
+        }
+    }
+}

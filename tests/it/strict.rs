@@ -1,0 +1,74 @@
+//! Requests holdfast refuses with a 400, as nginx and HAProxy do (issue 11), with the exact
+//! bytes the adversarial run sent: ambiguous body framing, a missing, doubled or malformed
+//! Host, dot segments. None of them reaches the upstream.
+
+use crate::support::http::{response, Upstream};
+use crate::support::mcp::raw_http;
+use crate::support::proxy::{raw_config, Holdfast};
+use crate::support::within;
+
+async fn upstream() -> Upstream {
+    Upstream::start(|_| async { response(200, &[("content-type", "application/json")], "{}") })
+        .await
+}
+
+async fn status(hf: &Holdfast, request: &str) -> String {
+    within(raw_http(hf.addr, request.as_bytes()))
+        .await
+        .expect("an answer")
+        .status_line
+}
+
+#[tokio::test]
+async fn ambiguous_requests_are_400_and_never_forwarded() {
+    let up = upstream().await;
+    let hf = Holdfast::start(&up.url()).await;
+    let body = "5\r\nhello\r\n0\r\n\r\n";
+    for request in [
+        format!("POST /mcp HTTP/1.1\r\nHost: mcp.example\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n{body}"),
+        format!("POST /mcp HTTP/1.1\r\nHost: mcp.example\r\nTransfer-Encoding: chunked, chunked\r\n\r\n{body}"),
+        "GET /mcp HTTP/1.1\r\n\r\n".to_string(),
+        "GET /mcp HTTP/1.1\r\nHost: mcp.example\r\nHost: mcp.example\r\n\r\n".to_string(),
+        "GET /mcp HTTP/1.1\r\nHost: mcp.example\r\nHost: other.example\r\n\r\n".to_string(),
+        "GET /mcp HTTP/1.1\r\nHost: evil example\r\n\r\n".to_string(),
+        "GET /mcp HTTP/1.1\r\nHost: evil.example/../x\r\n\r\n".to_string(),
+        "GET /mcp HTTP/1.1\r\nHost: user@evil.example\r\n\r\n".to_string(),
+        "GET /mcp/../admin HTTP/1.1\r\nHost: mcp.example\r\n\r\n".to_string(),
+        "GET /mcp/%2e%2e/admin HTTP/1.1\r\nHost: mcp.example\r\n\r\n".to_string(),
+    ] {
+        assert_eq!(
+            status(&hf, &request).await,
+            "HTTP/1.1 400 Bad Request",
+            "{request:?}"
+        );
+    }
+    assert!(
+        up.seen().is_empty(),
+        "nothing reached the upstream: {:?}",
+        up.seen().len()
+    );
+    // The controls: the same requests, well formed, pass.
+    for request in [
+        format!("POST /mcp HTTP/1.1\r\nHost: mcp.example\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n{body}"),
+        "GET /mcp HTTP/1.1\r\nHost: mcp.example:8080\r\nConnection: close\r\n\r\n".to_string(),
+        "GET /mcp HTTP/1.0\r\n\r\n".to_string(),
+    ] {
+        let line = status(&hf, &request).await;
+        assert!(line.ends_with(" 200 OK"), "{request:?}: {line}");
+    }
+    assert_eq!(up.seen().len(), 3);
+}
+
+#[tokio::test]
+async fn a_dot_segment_cannot_leave_the_upstream_prefix() {
+    let up = upstream().await;
+    let mut raw = raw_config(&format!("{}/api", up.url()));
+    raw.routes.endpoints = vec!["/".into()];
+    let hf = Holdfast::start_with(raw).await;
+    let escape = "GET /../admin HTTP/1.1\r\nHost: mcp.example\r\n\r\n";
+    assert_eq!(status(&hf, escape).await, "HTTP/1.1 400 Bad Request");
+    assert!(up.seen().is_empty());
+    let fine = "GET /mcp HTTP/1.1\r\nHost: mcp.example\r\nConnection: close\r\n\r\n";
+    assert_eq!(status(&hf, fine).await, "HTTP/1.1 200 OK");
+    assert_eq!(up.seen()[0].uri, "/api/mcp");
+}
