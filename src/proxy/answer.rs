@@ -100,6 +100,11 @@ impl Proxy {
         peek: Peeked,
         learn: Option<Option<HeaderValue>>,
     ) -> Response<ProxyBody> {
+        // Transfer-Encoding wins over Content-Length (RFC 9112 §6.3): hyper read the body by
+        // its chunks, and a stale Content-Length passed on would cut it short for the client.
+        if head.headers.contains_key(http::header::TRANSFER_ENCODING) {
+            head.headers.remove(CONTENT_LENGTH);
+        }
         headers::strip_hop_by_hop(&mut head.headers);
         let is_sse = headers::is_event_stream(&head.headers);
         let prefix = peek.complete.or(peek.prefix);

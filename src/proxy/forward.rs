@@ -523,6 +523,13 @@ impl Proxy {
             Ok(Ok(resp)) => resp,
         };
         let (head, body) = resp.into_parts();
+        // 101 answers an upgrade, and holdfast never asks for one (`Upgrade` is hop-by-hop): an
+        // unsolicited 101 is a protocol error, not something to hand a client. (hyper reads
+        // 100 and 103 Early Hints itself and passes neither: the final answer follows.)
+        if head.status == StatusCode::SWITCHING_PROTOCOLS {
+            tracing::debug!("the upstream answered 101 to a request that asked for no upgrade");
+            return (Verdict::Failed(FailReason::Protocol), None);
+        }
         let peek = if self.signatures.iter().any(|s| s.status == head.status) {
             // Boxed: only a status some signature could match is peeked at.
             match Box::pin(self.peek(&head.headers, body)).await {

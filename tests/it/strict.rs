@@ -72,3 +72,64 @@ async fn a_dot_segment_cannot_leave_the_upstream_prefix() {
     assert_eq!(status(&hf, fine).await, "HTTP/1.1 200 OK");
     assert_eq!(up.seen()[0].uri, "/api/mcp");
 }
+
+/// An upstream on a raw socket that answers every request with `answer`, bytes as given.
+async fn raw_upstream(answer: &'static [u8]) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut stream, _)) = listener.accept().await else {
+                return;
+            };
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut byte = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") {
+                    if stream.read(&mut byte).await.unwrap_or(0) == 0 {
+                        return;
+                    }
+                    head.push(byte[0]);
+                }
+                let _ = stream.write_all(answer).await;
+                let _ = stream.shutdown().await;
+            });
+        }
+    });
+    url
+}
+
+/// Content-Length and Transfer-Encoding both: the chunks win, and the client gets every byte
+/// (RFC 9112 §6.3), whatever the stale length said.
+#[tokio::test]
+async fn transfer_encoding_wins_over_a_stale_content_length() {
+    for length in ["3", "0", "100"] {
+        let answer: &'static [u8] = Box::leak(
+            format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {length}\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"
+            )
+            .into_bytes()
+            .into_boxed_slice(),
+        );
+        let hf = Holdfast::start(&raw_upstream(answer).await).await;
+        let got = crate::support::http::get(&hf.url("/mcp")).await;
+        assert_eq!(got.status, 200);
+        assert_eq!(got.text(), "hello", "Content-Length: {length}");
+    }
+}
+
+/// A 101 to a request that asked for no upgrade is the upstream's protocol error: a 502, never
+/// a bare 101 handed to the client.
+#[tokio::test]
+async fn an_unsolicited_101_is_a_502() {
+    let hf =
+        Holdfast::start(&raw_upstream(b"HTTP/1.1 101 Switching Protocols\r\n\r\n").await).await;
+    let got = crate::support::http::post_json(
+        &hf.url("/mcp"),
+        r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#,
+    )
+    .await;
+    assert_eq!(got.status, 502);
+    assert_eq!(got.header("holdfast-reason"), Some("upstream_protocol"));
+}
