@@ -263,6 +263,11 @@ async fn serve_proxy(
         // Slowloris guard: a client must finish its request head within this time.
         .header_read_timeout(config.header_read_timeout)
         .max_buf_size(config.max_header_bytes);
+    // Only a count other than hyper's default is set: setting one moves hyper's header
+    // buffer from the stack to a heap allocation per request.
+    if config.max_headers != crate::config::defaults::MAX_HEADERS {
+        builder.http1().max_headers(config.max_headers);
+    }
     builder
         .http2()
         .timer(TokioTimer::new())

@@ -69,6 +69,8 @@ pub struct Config {
     pub header_read_timeout: Duration,
     /// Concurrent client connections.
     pub max_connections: usize,
+    /// Most header lines in a request or upstream response head.
+    pub max_headers: usize,
     /// Drain time on shutdown.
     pub drain_timeout: Duration,
     /// Hold and replay.

@@ -52,6 +52,9 @@ pub mod defaults {
     pub const HEADER_READ_TIMEOUT_SECS: f64 = 120.0;
     /// Concurrent client connections; past this, accepting pauses until one closes.
     pub const MAX_CONNECTIONS: usize = 10_000;
+    /// Most header lines in a request head or an upstream response head: hyper's default, and
+    /// HAProxy's (`tune.http.maxhdr` 101). A larger count costs a heap allocation per request.
+    pub const MAX_HEADERS: usize = 100;
     /// Time in-flight requests get to finish after SIGTERM before streams are closed. Below
     /// Kubernetes' default 30 s grace period, so holdfast closes streams itself before SIGKILL.
     pub const DRAIN_TIMEOUT_SECS: f64 = 20.0;
@@ -341,6 +344,8 @@ pub struct RawLimits {
     pub header_read_timeout_secs: f64,
     /// Concurrent client connections.
     pub max_connections: usize,
+    /// Most header lines in a head, both ways.
+    pub max_headers: usize,
 }
 
 /// `[shutdown]`.
@@ -417,6 +422,7 @@ impl Default for RawLimits {
             max_header_bytes: defaults::MAX_HEADER_BYTES,
             header_read_timeout_secs: defaults::HEADER_READ_TIMEOUT_SECS,
             max_connections: defaults::MAX_CONNECTIONS,
+            max_headers: defaults::MAX_HEADERS,
         }
     }
 }

@@ -278,6 +278,9 @@ impl Config {
         if raw.limits.max_header_bytes < 8192 {
             v.fail::<()>("limits.max_header_bytes", "must be at least 8192".into());
         }
+        if !(1..=10_000).contains(&raw.limits.max_headers) {
+            v.fail::<()>("limits.max_headers", "must be between 1 and 10000".into());
+        }
         if raw.limits.max_connections == 0 {
             v.fail::<()>("limits.max_connections", "must be at least 1".into());
         }
@@ -320,6 +323,7 @@ impl Config {
             max_header_bytes: raw.limits.max_header_bytes,
             header_read_timeout: header_read_timeout.expect(ok),
             max_connections: raw.limits.max_connections,
+            max_headers: raw.limits.max_headers,
             drain_timeout: drain_timeout.expect(ok),
             hold: Hold {
                 enabled: h.enabled,

@@ -167,6 +167,7 @@ impl Proxy {
             cfg.pool_idle_timeout,
             cfg.upstream_tls.as_ref().map(|t| t.config.clone()),
             metrics.upstream_closed.clone(),
+            (cfg.max_headers != crate::config::defaults::MAX_HEADERS).then_some(cfg.max_headers),
         ));
         Self {
             upstream: cfg.upstream.clone(),

@@ -116,6 +116,8 @@ enum Inner {
         connector: UpstreamConnector,
         pool: Arc<Pool>,
         closed: ClosedCounters,
+        /// Most header lines in a response head, when not hyper's default.
+        max_headers: Option<usize>,
     },
     /// `https://`: hyper-util's client (HTTP/1.1, or HTTP/2 by ALPN). Boxed: it is large, and
     /// the plain variant is the common one.
@@ -133,6 +135,7 @@ impl Client {
         pool_idle: Duration,
         tls: Option<Arc<rustls::ClientConfig>>,
         closed: ClosedCounters,
+        max_headers: Option<usize>,
     ) -> Client {
         let inner = match tls {
             None => Inner::Http1 {
@@ -140,17 +143,22 @@ impl Client {
                 connector: UpstreamConnector::new(connect_timeout, None),
                 pool: Pool::new(pool_idle, closed.idle.clone()),
                 closed,
+                max_headers,
             },
-            Some(tls) => Inner::Pooled(Box::new(
-                HyperClient::builder(TokioExecutor::new())
+            Some(tls) => Inner::Pooled(Box::new({
+                let mut builder = HyperClient::builder(TokioExecutor::new());
+                if let Some(max) = max_headers {
+                    builder.http1_max_headers(max);
+                }
+                builder
                     .pool_timer(TokioTimer::new())
                     .timer(TokioTimer::new())
                     .pool_idle_timeout(pool_idle)
                     // A request on a pooled connection that the upstream closed before anything
                     // was written is handed back by hyper and sent on a new connection.
                     .retry_canceled_requests(true)
-                    .build(UpstreamConnector::new(connect_timeout, Some(tls))),
-            )),
+                    .build(UpstreamConnector::new(connect_timeout, Some(tls)))
+            })),
         };
         Client { inner }
     }
@@ -167,7 +175,8 @@ impl Client {
                 connector,
                 pool,
                 closed,
-            } => send_http1(base, connector, pool, closed, req).await,
+                max_headers,
+            } => send_http1(base, connector, pool, closed, *max_headers, req).await,
             Inner::Pooled(client) => client
                 .request(req)
                 .await
@@ -193,6 +202,7 @@ async fn send_http1(
     connector: &UpstreamConnector,
     pool: &Arc<Pool>,
     closed: &ClosedCounters,
+    max_headers: Option<usize>,
     mut req: Request<ReplayBody>,
 ) -> Result<Response<UpstreamBody>, SendError> {
     origin_form(req.uri_mut());
@@ -204,7 +214,10 @@ async fn send_http1(
         let (mut conn, pooled) = match pool.checkout() {
             Some(conn) => (conn, true),
             // Boxed: a new connection is the rare case, and its future is large.
-            None => (Box::pin(connect(connector, base)).await?, false),
+            None => (
+                Box::pin(connect(connector, base, max_headers)).await?,
+                false,
+            ),
         };
         // A pooled connection became idle when its last response ended; hyper may still be
         // finishing that exchange, so wait until it takes a new request (or turns out closed).
@@ -298,7 +311,11 @@ fn unacknowledged(err: &hyper::Error, conn: &Conn, mark: u64) -> bool {
 }
 
 /// A new HTTP/1 connection, driven by its own task.
-async fn connect(connector: &UpstreamConnector, uri: &Uri) -> Result<Conn, SendError> {
+async fn connect(
+    connector: &UpstreamConnector,
+    uri: &Uri,
+    max_headers: Option<usize>,
+) -> Result<Conn, SendError> {
     use tower_service::Service;
     let io = connector
         .clone()
@@ -308,10 +325,13 @@ async fn connect(connector: &UpstreamConnector, uri: &Uri) -> Result<Conn, SendE
     let tcp = io
         .tcp_handle()
         .expect("the HTTP/1 path connects to http:// upstreams only");
-    let (sender, conn) = http1::Builder::new()
-        .handshake(io)
-        .await
-        .map_err(SendError::Exchange)?;
+    let mut builder = http1::Builder::new();
+    // Only a count other than hyper's default is set: setting one costs a heap allocation
+    // per response (hyper's header buffer leaves the stack).
+    if let Some(max) = max_headers {
+        builder.max_headers(max);
+    }
+    let (sender, conn) = builder.handshake(io).await.map_err(SendError::Exchange)?;
     tokio::spawn(async move {
         if let Err(error) = conn.await {
             tracing::debug!(%error, "upstream connection ended with an error");

@@ -62,7 +62,7 @@ async fn a_pooled_connection_the_upstream_closed_is_not_used_even_before_hyper_n
         closing.recv().unwrap();
         drop(stream);
     });
-    let conn = connect(&connector(), &base).await.unwrap();
+    let conn = connect(&connector(), &base, None).await.unwrap();
     let tcp = conn.tcp.clone();
     let counted = Counter::default();
     let pool = Pool::new(Duration::from_secs(60), counted.clone());
@@ -91,7 +91,7 @@ async fn a_request_written_into_a_closed_connection_is_proven_unread() {
         // Accepts, then closes at once: the backend died as the request was on its way.
         drop(listener.accept().unwrap());
     });
-    let conn = connect(&connector(), &base).await.unwrap();
+    let conn = connect(&connector(), &base, None).await.unwrap();
     server.join().unwrap();
     block_until_closed(&conn.tcp);
 
@@ -138,7 +138,7 @@ async fn a_request_the_upstream_read_before_closing_may_have_run() {
         read_head(&mut stream);
         drop(stream);
     });
-    let conn = connect(&connector(), &base).await.unwrap();
+    let conn = connect(&connector(), &base, None).await.unwrap();
     let closed = ClosedCounters::default();
     let result = send_on(conn, false, &closed, request("/mcp")).await;
     server.join().unwrap();
@@ -178,6 +178,7 @@ async fn an_answered_request_returns_its_connection_to_the_pool() {
         Duration::from_secs(60),
         None,
         closed.clone(),
+        None,
     );
     for _ in 0..2 {
         let resp = client
@@ -224,7 +225,7 @@ async fn a_request_the_upstream_read_and_then_reset_is_not_proven_unread() {
         drop(stream);
     });
     let closed = ClosedCounters::default();
-    let mut conn = connect(&connector(), &base).await.unwrap();
+    let mut conn = connect(&connector(), &base, None).await.unwrap();
     for _ in 0..WARM {
         let (resp, back) = match send_on(conn, true, &closed, request("/mcp")).await {
             Ok(answered) => answered,

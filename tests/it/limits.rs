@@ -122,3 +122,63 @@ async fn a_connection_that_never_sends_is_closed() {
         .unwrap();
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
 }
+
+/// A request with `n` header lines besides Host, and its head as holdfast answers it.
+async fn head_with_headers(hf: &Holdfast, n: usize) -> String {
+    let mut s = TcpStream::connect(hf.addr).await.unwrap();
+    let extra: String = (0..n).map(|i| format!("x-h{i}: v\r\n")).collect();
+    let req = format!("GET /mcp HTTP/1.1\r\nhost: x\r\nconnection: close\r\n{extra}\r\n");
+    let _ = s.write_all(req.as_bytes()).await;
+    tokio::time::timeout(Duration::from_secs(10), read_head(&mut s))
+        .await
+        .unwrap()
+}
+
+/// The header-count limit is explicit (`limits.max_headers`), both ways: a request head over it
+/// is a 431, an upstream response head over it a 502; raised, both pass.
+#[tokio::test]
+async fn the_header_count_limit_is_the_configured_one_both_ways() {
+    let many: Vec<(String, String)> = (0..150).map(|i| (format!("x-r{i}"), "v".into())).collect();
+    let up = Upstream::start(move |_| {
+        let many = many.clone();
+        async move {
+            let pairs: Vec<(&str, &str)> =
+                many.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+            response(200, &pairs, "ok")
+        }
+    })
+    .await;
+    let hf = Holdfast::start(&up.url()).await;
+    // 101 lines with Host and Connection: over the default 100.
+    assert!(head_with_headers(&hf, 99).await.starts_with("HTTP/1.1 431"));
+    // Within it, the request goes, and the 150-header answer is over the limit too.
+    assert!(head_with_headers(&hf, 90).await.starts_with("HTTP/1.1 502"));
+
+    assert_eq!(up.seen().len(), 1, "the refused request head never left");
+    let own = "holdfast_requests_total{method=\"GET\",status=\"431\"}";
+    assert_eq!(
+        hf.metric_or_zero(own).await,
+        0.0,
+        "refused by holdfast's own parser"
+    );
+
+    let mut raw = raw_config(&up.url());
+    raw.limits.max_headers = 400;
+    let hf = Holdfast::start_with(raw).await;
+    // The 150-header answer passes now.
+    let head = head_with_headers(&hf, 10).await;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(head.contains("x-r149: v"));
+    // And a 301-line request head is taken and forwarded: the test upstream, at hyper's default,
+    // refuses it itself, and that 431 is an answer holdfast passed (and counted), not one its
+    // own parser gave (those never reach the proxy).
+    assert!(head_with_headers(&hf, 299)
+        .await
+        .starts_with("HTTP/1.1 431"));
+    let passed = "holdfast_requests_total{method=\"GET\",status=\"431\"}";
+    assert_eq!(
+        hf.metric_or_zero(passed).await,
+        1.0,
+        "holdfast forwarded it"
+    );
+}
