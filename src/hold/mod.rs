@@ -29,7 +29,7 @@
 //! - `retry_after`: Retry-After from observed outages, and the horizon.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -121,13 +121,6 @@ pub struct Outages {
     /// Whether this route's outage goes dormant once nobody waits in it: a route's, not the
     /// upstream's (a refused connection stays an outage until the application answers).
     may_sleep: bool,
-    /// Time zero of `last_healthy_nanos`.
-    epoch: Instant,
-    /// When the application last answered (or the start), in nanoseconds since `epoch`: an
-    /// atomic, because every answered request sets it and must not take the lock for that.
-    last_healthy_nanos: AtomicU64,
-    /// The horizon warning was logged since the application last answered.
-    horizon_warned: AtomicBool,
     state: Mutex<State>,
 }
 
@@ -150,6 +143,8 @@ struct Outage {
     timed_out: u64,
     cancelled: u64,
     rejected: u64,
+    /// The horizon's warning was logged for this outage.
+    horizon_warned: bool,
 }
 
 struct Waiter {
@@ -192,9 +187,6 @@ impl Outages {
             in_outage: AtomicBool::new(false),
             active: AtomicBool::new(false),
             may_sleep,
-            epoch: Instant::now(),
-            last_healthy_nanos: AtomicU64::new(0),
-            horizon_warned: AtomicBool::new(false),
             state: Mutex::new(State {
                 outage: None,
                 waiters: BTreeMap::new(),
@@ -230,19 +222,11 @@ impl Outages {
 
     /// The application answered: close any open outage and release every held request.
     pub fn answered(&self) {
-        let now = Instant::now();
-        // The hot path (no outage): two atomics, no lock.
-        let since_epoch = now.saturating_duration_since(self.epoch).as_nanos();
-        self.last_healthy_nanos.store(
-            u64::try_from(since_epoch).unwrap_or(u64::MAX),
-            Ordering::Release,
-        );
-        if self.horizon_warned.load(Ordering::Relaxed) {
-            self.horizon_warned.store(false, Ordering::Relaxed);
-        }
+        // The hot path (no outage): one atomic load, no lock.
         if !self.in_outage() {
             return;
         }
+        let now = Instant::now();
         let mut st = self.lock();
         if st.outage.is_none() {
             return;
@@ -250,6 +234,9 @@ impl Outages {
         self.wake_all(&mut st, HoldOutcome::released, || Wake::Release);
         let outage = st.outage.take().expect("checked above");
         self.in_outage.store(false, Ordering::Release);
+        if self.may_sleep {
+            self.shared.route_outages.fetch_sub(1, Ordering::AcqRel);
+        }
         let duration = now.saturating_duration_since(outage.started);
         // A dormant outage was already counted out, and its length (a route nobody asked for
         // in hours) says nothing about how long a restart takes.
@@ -290,6 +277,9 @@ impl Outages {
         st.outage.get_or_insert_with(|| {
             self.in_outage.store(true, Ordering::Release);
             self.active.store(true, Ordering::Release);
+            if self.may_sleep {
+                self.shared.route_outages.fetch_add(1, Ordering::AcqRel);
+            }
             self.shared.outage_count(true, &self.metrics.upstream_up);
             self.metrics.outages.inc();
             tracing::warn!(
@@ -382,6 +372,7 @@ impl Outage {
             timed_out: 0,
             cancelled: 0,
             rejected: 0,
+            horizon_warned: false,
         }
     }
 
@@ -418,7 +409,8 @@ mod tests {
         outages_with(config(timeout))
     }
 
-    fn outages_with(cfg: HoldConfig) -> (Arc<Outages>, Arc<Metrics>) {
+    /// What the hold's unit tests build outages from: `cfg`, fresh metrics, no health check.
+    pub(super) fn template(cfg: HoldConfig) -> (Template, Arc<Metrics>) {
         let metrics = Arc::new(Metrics::register(&mut Registry::default()));
         let template = Template {
             cfg,
@@ -429,6 +421,11 @@ mod tests {
             health: None,
             metrics: metrics.clone(),
         };
+        (template, metrics)
+    }
+
+    fn outages_with(cfg: HoldConfig) -> (Arc<Outages>, Arc<Metrics>) {
+        let (template, metrics) = template(cfg);
         let o = Outages::new(&template, Shared::new(), "test".into(), None);
         (Arc::new(o), metrics)
     }

@@ -4,14 +4,6 @@
 use super::*;
 
 impl Outages {
-    /// How long since the application last answered (or since start).
-    pub(super) fn since_healthy(&self) -> Duration {
-        let last = Duration::from_nanos(self.last_healthy_nanos.load(Ordering::Acquire));
-        Instant::now()
-            .saturating_duration_since(self.epoch)
-            .saturating_sub(last)
-    }
-
     /// Retry-After for a 503 of a request that waited `waited`: from observed outages (their
     /// median, minus the time already waited, within bounds) or the fixed value.
     pub fn retry_after(&self, waited: Duration) -> Duration {
@@ -34,7 +26,7 @@ impl Outages {
     }
 
     /// Whether the route has been missing for longer than `horizon`: an outage is open (or
-    /// dormant) since longer than that, and the application has not answered since. Counted
+    /// dormant) since longer than that (an application answer would have ended it). Counted
     /// from the outage's start, not from the last answer: a quiet route (no request all night)
     /// is not "missing" before a request finds it so.
     pub fn beyond_horizon(&self, horizon: Duration) -> bool {
@@ -44,22 +36,19 @@ impl Outages {
         let Some(started) = self.lock().outage.as_ref().map(|o| o.started) else {
             return false;
         };
-        let missing_for = Instant::now()
-            .saturating_duration_since(started)
-            .min(self.since_healthy());
-        missing_for > horizon
+        Instant::now().saturating_duration_since(started) > horizon
     }
 
-    /// A route-missing 404 passed through because of the horizon. Warns once (until the
-    /// application answers again) and releases every held request: past the horizon they are to
+    /// A route-missing 404 passed through because of the horizon. Warns once per outage and
+    /// releases every held request: past the horizon they are to
     /// get the router's 404 at once, not wait for their turn as the probe.
     pub fn horizon_exceeded(&self, horizon: Duration, upstream: &str) {
         let mut st = self.lock();
         // Still an outage for the metrics and alerts (`holdfast_upstream_up` 0), and now a
         // route-missing one, whatever it started as: new requests are no longer held for it.
-        self.open(&mut st, RewriteReason::RouteMissing404)
-            .last_reason = RewriteReason::RouteMissing404;
-        if !self.horizon_warned.swap(true, Ordering::Relaxed) {
+        let outage = self.open(&mut st, RewriteReason::RouteMissing404);
+        outage.last_reason = RewriteReason::RouteMissing404;
+        if !std::mem::replace(&mut outage.horizon_warned, true) {
             tracing::warn!(
                 horizon_secs = horizon.as_secs_f64(),
                 upstream,

@@ -93,7 +93,14 @@ impl Hold {
         if routes.len() >= MAX_ROUTES {
             // Nobody is using these (this map holds the only reference) and nothing is held
             // for them: they start afresh if they come back.
-            routes.retain(|_, r| Arc::strong_count(r) > 1 || r.is_active());
+            routes.retain(|_, r| {
+                let keep = Arc::strong_count(r) > 1 || r.is_active();
+                if !keep && r.in_outage() {
+                    // A dormant outage forgotten with its route.
+                    self.shared.route_outages.fetch_sub(1, Ordering::AcqRel);
+                }
+                keep
+            });
             if routes.len() >= MAX_ROUTES {
                 return self.shared_route.clone();
             }
@@ -123,6 +130,13 @@ impl Hold {
         &self.shared_route
     }
 
+    /// Whether any outage is open that a request's own route could be part of: one of a route,
+    /// or the upstream-wide one. While none is, nothing needs a request's route, and its lookup
+    /// (a lock and a hash) is skipped.
+    pub fn routes_out(&self) -> bool {
+        self.shared.route_outages.load(Ordering::Acquire) > 0 || self.shared_route.in_outage()
+    }
+
     /// Routes kept now (for tests).
     pub fn routes(&self) -> usize {
         self.routes.read().expect("routes lock").len()
@@ -142,10 +156,8 @@ impl Hold {
 mod tests {
     use super::*;
     use crate::replay::BodyHandle;
-    use prometheus_client::registry::Registry;
 
     fn hold_with(max_requests: usize, per_route: bool) -> (Hold, Arc<Metrics>) {
-        let metrics = Arc::new(Metrics::register(&mut Registry::default()));
         let cfg = HoldConfig {
             enabled: true,
             timeout: Duration::from_secs(60),
@@ -159,14 +171,7 @@ mod tests {
             retry_after_max: Duration::from_secs(30),
             probe_path: None,
         };
-        let template = Template {
-            cfg,
-            retry_after: Duration::from_secs(2),
-            probe_uri: "http://127.0.0.1:9/".parse().unwrap(),
-            connector: Connector::new(Duration::from_secs(1)),
-            health: None,
-            metrics: metrics.clone(),
-        };
+        let (template, metrics) = crate::hold::tests::template(cfg);
         let hold = Hold::new(template, per_route);
         (hold, metrics)
     }

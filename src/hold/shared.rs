@@ -14,6 +14,9 @@ pub(super) struct Shared {
     /// lock, not an atomic, so the gauge follows the count in order.
     open: Mutex<usize>,
     pub(super) shutting_down: AtomicBool,
+    /// Routes with an outage, awake or dormant: while there are none (and the upstream-wide
+    /// one is closed), a request needs no route of its own and its lookup is skipped.
+    pub(super) route_outages: AtomicUsize,
     /// Durations of the last outages, newest last.
     pub(super) history: Mutex<VecDeque<Duration>>,
 }
@@ -25,6 +28,7 @@ impl Shared {
             buffered: AtomicUsize::new(0),
             open: Mutex::new(0),
             shutting_down: AtomicBool::new(false),
+            route_outages: AtomicUsize::new(0),
             history: Mutex::new(VecDeque::new()),
         })
     }

@@ -32,8 +32,9 @@ struct Exchange {
     ticket: Ticket,
     /// The tracked session it carries, if any.
     carried: Option<Carried>,
-    /// The outage state of its route (a router's answers).
-    route: Arc<Outages>,
+    /// The outage state of its route (a router's answers), looked up only when an outage is
+    /// open somewhere: see [`Proxy::route`].
+    route: std::sync::OnceLock<Arc<Outages>>,
     /// The outage it waits in, or last met: its route's, or the upstream-wide one.
     outages: Arc<Outages>,
     /// The client's HTTP version (for synthetic answers).
@@ -80,7 +81,7 @@ impl Proxy {
         };
         let mut ex = Exchange {
             carried: self.carried(&target),
-            route: self.route_of(&target),
+            route: std::sync::OnceLock::new(),
             outages: self.hold.upstream().clone(),
             target,
             handle: BodyHandle::new(
@@ -99,8 +100,8 @@ impl Proxy {
 
         // Hold before dispatch while an outage is known: nothing is sent into a known gap, and
         // the body needs no copy for a replay because it was never sent.
-        if !ex.outages.is_active() {
-            ex.outages = ex.route.clone();
+        if !ex.outages.is_active() && self.hold.routes_out() {
+            ex.outages = self.route(&ex).clone();
         }
         if self.hold.enabled() && ex.outages.holds_before_dispatch(self.horizon) {
             // Cold paths are boxed: the request's future stays small, and hyper moves it.
@@ -128,7 +129,8 @@ impl Proxy {
                 let is_get = ex.target.method == Method::GET;
                 c.sent = c.session.apply(&mut ex.target.headers, is_get);
             }
-            let (verdict, response) = self.attempt(&ex.target, &ex.route, body).await;
+            let route = self.hold.routes_out().then(|| self.route(&ex).as_ref());
+            let (verdict, response) = self.attempt(&ex.target, route, body).await;
             // A HEAD's answer has no body, so no body signature could be checked: a router's 404
             // to it looks like the application's. It passes, but proves nothing.
             let proves = verdict == Verdict::Application
@@ -144,7 +146,7 @@ impl Proxy {
                     self.application(&mut ex, answer, proves).await
                 }
                 (Verdict::RouterPassthrough(reason), Some(answer)) => {
-                    Next::Answer(self.router_passed(reason, answer, &ex.route))
+                    Next::Answer(self.router_passed(reason, answer, self.route(&ex)))
                 }
                 // Sent, then broken before any answer: the application may have run it. Safe to
                 // run twice (read-only, or an idempotent tool): once more, at most.
@@ -160,7 +162,7 @@ impl Proxy {
                     // proves nothing: a port proxy may accept and then reset while the backend
                     // is still starting.)
                     if reason == FailReason::UpstreamTls {
-                        self.answered(&ex.route);
+                        self.answered(&ex);
                     }
                     let status = answer.map(|(head, _)| head.status);
                     Next::Answer(self.failed(reason, version, status))
@@ -187,9 +189,17 @@ impl Proxy {
         }
     }
 
-    /// The application answered on `route`: its outage, and the upstream-wide one, are over.
-    fn answered(&self, route: &Outages) {
-        route.answered();
+    /// The outage state of the request's route, looked up once, when first needed.
+    fn route<'a>(&self, ex: &'a Exchange) -> &'a Arc<Outages> {
+        ex.route.get_or_init(|| self.route_of(&ex.target))
+    }
+
+    /// The application answered the request: its route's outage, and the upstream-wide one,
+    /// are over. (With no outage open anywhere, two atomic loads.)
+    fn answered(&self, ex: &Exchange) {
+        if self.hold.routes_out() {
+            self.route(ex).answered();
+        }
         self.hold.upstream().answered();
     }
 
@@ -211,7 +221,7 @@ impl Proxy {
             };
             return Next::Answer((self.pass(&mut head, peek, None), note));
         }
-        self.answered(&ex.route);
+        self.answered(ex);
         if head.status == StatusCode::NOT_FOUND {
             // The server did not run a request it answered with a session 404, so it may go
             // again once the session is back.
@@ -284,7 +294,7 @@ impl Proxy {
         let outages = if missing.reason.is_connect_failure() {
             self.hold.upstream().clone()
         } else {
-            ex.route.clone()
+            self.route(ex).clone()
         };
         ex.outages = outages.clone();
         outages.missing(missing.reason);
@@ -476,10 +486,12 @@ impl Proxy {
 
     /// One attempt at the upstream and its verdict. The response comes back with verdicts that
     /// pass it through.
+    /// `route` is the request's route while an outage is open anywhere (else no route is past
+    /// its horizon).
     pub(super) async fn attempt(
         &self,
         target: &Target,
-        outages: &Outages,
+        route: Option<&Outages>,
         body: ReplayBody,
     ) -> (Verdict, Option<Answer>) {
         let mut req = Request::new(body);
@@ -496,7 +508,7 @@ impl Proxy {
             signatures: &self.signatures,
             route_expected,
             beyond_horizon: status == Some(StatusCode::NOT_FOUND)
-                && outages.beyond_horizon(self.horizon),
+                && route.is_some_and(|r| r.beyond_horizon(self.horizon)),
         };
         let resp = match sent {
             Err(_elapsed) => {

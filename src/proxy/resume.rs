@@ -281,7 +281,8 @@ impl Proxy {
     ) -> Result<OwnAnswer, Resume> {
         let handle = BodyHandle::from_bytes(body);
         let body = handle.attempt().expect("a new body can be sent");
-        match self.attempt(target, &self.route_of(target), body).await {
+        let route = self.hold.routes_out().then(|| self.route_of(target));
+        match self.attempt(target, route.as_deref(), body).await {
             (Verdict::Application, Some((head, peek))) => {
                 let reply = if read_reply {
                     self.read_reply(&head, peek).await
