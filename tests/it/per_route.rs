@@ -26,7 +26,8 @@ async fn router() -> Upstream {
     .await
 }
 
-async fn post(hf: &Holdfast, host: &str) -> http::Got {
+/// A tools/call to holdfast's `/mcp` with `host` as its Host.
+fn call(hf: &Holdfast, host: &str) -> impl std::future::Future<Output = http::Got> + 'static {
     http::call(
         ::http::Request::post(hf.url("/mcp"))
             .header("host", host)
@@ -35,7 +36,10 @@ async fn post(hf: &Holdfast, host: &str) -> http::Got {
             .body(Full::new(Bytes::from_static(CALL.as_bytes())))
             .unwrap(),
     )
-    .await
+}
+
+async fn post(hf: &Holdfast, host: &str) -> http::Got {
+    call(hf, host).await
 }
 
 #[tokio::test]
@@ -47,13 +51,7 @@ async fn a_bogus_host_is_held_alone_and_the_real_route_is_answered_at_once() {
     let hf = Holdfast::start_with(raw).await;
 
     // A client with a Host the router has no route for: held, the route presumed missing.
-    let bogus = tokio::spawn(http::call(
-        ::http::Request::post(hf.url("/mcp"))
-            .header("host", "nobody.example")
-            .header("content-type", "application/json")
-            .body(Full::new(Bytes::from_static(CALL.as_bytes())))
-            .unwrap(),
-    ));
+    let bogus = tokio::spawn(call(&hf, "nobody.example"));
     hf.metric_until("holdfast_held_requests", |v| v == 1.0)
         .await;
     assert_eq!(
@@ -93,35 +91,11 @@ async fn a_refused_connection_is_the_upstreams_whichever_host_met_it() {
     let mut raw = raw_config(&port.url());
     raw.routes.behind_router = Some(true);
     let hf = Holdfast::start_with(raw).await;
-    let held = tokio::spawn({
-        let url = hf.url("/mcp");
-        async move {
-            http::call(
-                ::http::Request::post(url)
-                    .header("host", "a.example")
-                    .header("content-type", "application/json")
-                    .body(Full::new(Bytes::from_static(CALL.as_bytes())))
-                    .unwrap(),
-            )
-            .await
-        }
-    });
+    let held = tokio::spawn(call(&hf, "a.example"));
     hf.metric_until("holdfast_held_requests", |v| v == 1.0)
         .await;
     // Another Host's request is held before it is sent: the upstream is gone, not a route.
-    let other = tokio::spawn({
-        let url = hf.url("/mcp");
-        async move {
-            http::call(
-                ::http::Request::post(url)
-                    .header("host", "b.example")
-                    .header("content-type", "application/json")
-                    .body(Full::new(Bytes::from_static(CALL.as_bytes())))
-                    .unwrap(),
-            )
-            .await
-        }
-    });
+    let other = tokio::spawn(call(&hf, "b.example"));
     hf.metric_until("holdfast_held_requests", |v| v == 2.0)
         .await;
     let up = Upstream::serve(port.listen(), |_| async {
