@@ -13,18 +13,32 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
-use crate::classify::{FailReason, RewriteReason};
+use crate::classify::RewriteReason;
 use crate::idempotent::SafeKind;
 use crate::upstream::ClosedCounters;
 
 mod atomic;
+mod labels;
 pub use atomic::{AtomicHistogram, RequestCounters};
+pub use labels::*;
 
 /// Buckets of `holdfast_request_duration_seconds`, in seconds: from 1 ms (a proxied answer on
 /// loopback) to 5 min (a long tool call answered as JSON). Measured to the response *head*: a
 /// stream's lifetime is not a request's latency.
 pub const DURATION_BUCKETS: [f64; 16] = [
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0,
+];
+
+/// Buckets of `holdfast_hold_duration_seconds`: from a probe's first backoff (25 ms) to past the
+/// longest sensible hold timeout.
+pub const HOLD_BUCKETS: [f64; 14] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 15.0, 30.0, 60.0,
+];
+
+/// Buckets of `holdfast_outage_duration_seconds`: a container recreation takes from under a
+/// second to minutes (image pulls).
+pub const OUTAGE_BUCKETS: [f64; 13] = [
+    0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0,
 ];
 
 /// All of holdfast's metrics.
@@ -73,317 +87,6 @@ pub struct Metrics {
     /// `holdfast_upstream_closed_connections_total{when}`: upstream connections found closed
     /// before the upstream read a request on them (plain `http://` upstreams).
     pub upstream_closed: ClosedCounters,
-}
-
-/// Label set of `holdfast_safe_retries_total`.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct RetryLabel {
-    /// Why running it twice is safe.
-    pub kind: RetryKind,
-}
-
-/// Bounded values of `kind` (mirrors [`SafeKind`]).
-#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
-#[allow(non_camel_case_types)]
-pub enum RetryKind {
-    /// A read-only JSON-RPC method.
-    read_only_method,
-    /// A tool the server announced read-only or idempotent.
-    annotated_tool,
-    /// A tool in `retry.idempotent_tools`.
-    configured_tool,
-}
-
-impl From<SafeKind> for RetryLabel {
-    fn from(kind: SafeKind) -> Self {
-        let kind = match kind {
-            SafeKind::ReadOnlyMethod => RetryKind::read_only_method,
-            SafeKind::AnnotatedTool => RetryKind::annotated_tool,
-            SafeKind::ConfiguredTool => RetryKind::configured_tool,
-        };
-        RetryLabel { kind }
-    }
-}
-
-/// Label set of `holdfast_upstream_closed_connections_total`.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ClosedLabel {
-    /// When the close was found.
-    pub when: ClosedWhen,
-}
-
-/// Bounded values of `when`.
-#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
-#[allow(non_camel_case_types)]
-pub enum ClosedWhen {
-    /// A pooled connection, before it carried the request: the request took another one.
-    idle,
-    /// A new connection closed before the request was written: held (or answered 503).
-    before_request,
-    /// Written, none of it acknowledged by the upstream's TCP: held (or answered 503).
-    unacknowledged,
-}
-
-/// Label set of `holdfast_session_resumes_total`.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ResumeLabel {
-    /// What became of the session.
-    pub outcome: ResumeOutcome,
-}
-
-/// Bounded resume outcomes.
-#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
-#[allow(non_camel_case_types)]
-pub enum ResumeOutcome {
-    /// Re-established upstream; the request went out again on the new session.
-    resumed,
-    /// Re-establishing failed (refused, an error, the server forgot again): the client got the
-    /// server's 404 (or the 503 of a missing backend).
-    failed,
-    /// A 404 for a session holdfast never saw opened (or already forgot): passed through.
-    not_tracked,
-}
-
-impl From<ResumeOutcome> for ResumeLabel {
-    fn from(outcome: ResumeOutcome) -> Self {
-        ResumeLabel { outcome }
-    }
-}
-
-/// Buckets of `holdfast_hold_duration_seconds`: from a probe's first backoff (25 ms) to past the
-/// longest sensible hold timeout.
-pub const HOLD_BUCKETS: [f64; 14] = [
-    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 15.0, 30.0, 60.0,
-];
-
-/// Buckets of `holdfast_outage_duration_seconds`: a container recreation takes from under a
-/// second to minutes (image pulls).
-pub const OUTAGE_BUCKETS: [f64; 13] = [
-    0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0,
-];
-
-/// Label set of `holdfast_holds_total`.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct HoldLabel {
-    /// How the hold ended.
-    pub outcome: HoldOutcome,
-}
-
-/// Bounded hold outcomes.
-#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
-#[allow(non_camel_case_types)]
-pub enum HoldOutcome {
-    /// The outage ended (or the request went out as the probe): sent.
-    released,
-    /// Held for `hold.timeout_secs`: answered 503.
-    timed_out,
-    /// The client went away while held: never sent.
-    cancelled,
-    /// The hold was full (requests or bytes): answered 503 at once.
-    queue_full,
-    /// The body was larger than `hold.max_body_bytes`, so it could not be replayed: 503.
-    body_too_large,
-    /// holdfast is shutting down: 503.
-    shutdown,
-}
-
-impl From<HoldOutcome> for HoldLabel {
-    fn from(outcome: HoldOutcome) -> Self {
-        HoldLabel { outcome }
-    }
-}
-
-/// Label set of `holdfast_response_aborts_total`.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct AbortLabel {
-    /// Why the response was cut off.
-    pub reason: Abort,
-}
-
-/// Bounded abort reasons.
-#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
-#[allow(non_camel_case_types)]
-pub enum Abort {
-    /// The upstream's body failed (reset, EOF mid-body).
-    upstream_error,
-    /// No frame within `streams.idle_timeout_secs`.
-    idle_timeout,
-}
-
-/// Label set of `holdfast_rewrites_total`.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ReasonLabel {
-    /// Why the backend counted as missing.
-    pub reason: Reason,
-    /// What the client got instead of the upstream's answer.
-    pub action: RewriteAction,
-}
-
-/// What holdfast did instead of passing a "backend missing" to the client. Bounded.
-#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
-#[allow(non_camel_case_types)]
-pub enum RewriteAction {
-    /// The client was answered 503 + Retry-After.
-    answered_503,
-    /// The request was held, to be sent again once the backend is back.
-    held,
-}
-
-impl RewriteAction {
-    /// Every value, for pre-creating the series.
-    pub const ALL: [RewriteAction; 2] = [RewriteAction::answered_503, RewriteAction::held];
-}
-
-/// Bounded rewrite reasons (mirrors [`RewriteReason`]).
-#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
-#[allow(non_camel_case_types)]
-pub enum Reason {
-    /// Connection refused.
-    connect_refused,
-    /// Connect timed out.
-    connect_timeout,
-    /// Name did not resolve.
-    dns,
-    /// Host or network unreachable.
-    unreachable,
-    /// Other connect failure.
-    connect_error,
-    /// The connection closed before the upstream read the request.
-    connection_closed,
-    /// A router's route-missing 404.
-    route_missing_404,
-    /// A router's own 5xx.
-    router_unavailable,
-}
-
-impl ReasonLabel {
-    /// The series for `reason` and `action`.
-    pub fn new(r: RewriteReason, action: RewriteAction) -> Self {
-        let reason = match r {
-            RewriteReason::ConnectRefused => Reason::connect_refused,
-            RewriteReason::ConnectTimeout => Reason::connect_timeout,
-            RewriteReason::Dns => Reason::dns,
-            RewriteReason::Unreachable => Reason::unreachable,
-            RewriteReason::ConnectError => Reason::connect_error,
-            RewriteReason::ConnectionClosed => Reason::connection_closed,
-            RewriteReason::RouteMissing404 => Reason::route_missing_404,
-            RewriteReason::RouterUnavailable => Reason::router_unavailable,
-        };
-        ReasonLabel { reason, action }
-    }
-}
-
-/// Label set of `holdfast_upstream_failures_total`.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct FailLabel {
-    /// Why the request failed.
-    pub reason: Fail,
-}
-
-/// Bounded failure reasons (mirrors [`FailReason`]).
-#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
-#[allow(non_camel_case_types)]
-pub enum Fail {
-    /// No response head in time.
-    response_timeout,
-    /// Connection broke after sending.
-    upstream_reset,
-    /// Not HTTP.
-    upstream_protocol,
-    /// The client's body failed.
-    client_body,
-    /// TLS to the upstream failed (certificate not trusted, wrong name, protocol mismatch).
-    upstream_tls,
-}
-
-impl From<FailReason> for FailLabel {
-    fn from(r: FailReason) -> Self {
-        let reason = match r {
-            FailReason::ResponseTimeout => Fail::response_timeout,
-            FailReason::UpstreamReset => Fail::upstream_reset,
-            FailReason::Protocol => Fail::upstream_protocol,
-            FailReason::ClientBody => Fail::client_body,
-            FailReason::UpstreamTls => Fail::upstream_tls,
-        };
-        FailLabel { reason }
-    }
-}
-
-/// Label set of `holdfast_router_passthrough_total`.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct PassLabel {
-    /// Why the router's answer was not masked.
-    pub reason: Pass,
-}
-
-/// Bounded pass-through reasons.
-#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
-#[allow(non_camel_case_types)]
-pub enum Pass {
-    /// The path is not one the application is known to serve.
-    route_not_expected,
-    /// Missing for longer than the horizon.
-    horizon_exceeded,
-}
-
-/// Label set of `holdfast_requests_total`.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct RequestLabels {
-    /// Request method, folded into a bounded set.
-    pub method: Method,
-    /// Status code the client saw (bounded by HTTP: 100..=999).
-    pub status: u16,
-}
-
-/// Methods as a bounded label.
-#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
-#[allow(clippy::upper_case_acronyms)]
-pub enum Method {
-    /// GET.
-    GET,
-    /// POST.
-    POST,
-    /// DELETE.
-    DELETE,
-    /// PUT.
-    PUT,
-    /// PATCH.
-    PATCH,
-    /// HEAD.
-    HEAD,
-    /// OPTIONS.
-    OPTIONS,
-    /// Anything else (extension methods are unbounded).
-    OTHER,
-}
-
-impl Method {
-    /// Every value, in declaration order (the order `as usize` follows).
-    pub const ALL: [Method; 8] = [
-        Method::GET,
-        Method::POST,
-        Method::DELETE,
-        Method::PUT,
-        Method::PATCH,
-        Method::HEAD,
-        Method::OPTIONS,
-        Method::OTHER,
-    ];
-}
-
-impl From<&http::Method> for Method {
-    fn from(m: &http::Method) -> Self {
-        match *m {
-            http::Method::GET => Method::GET,
-            http::Method::POST => Method::POST,
-            http::Method::DELETE => Method::DELETE,
-            http::Method::PUT => Method::PUT,
-            http::Method::PATCH => Method::PATCH,
-            http::Method::HEAD => Method::HEAD,
-            http::Method::OPTIONS => Method::OPTIONS,
-            _ => Method::OTHER,
-        }
-    }
 }
 
 impl Metrics {
