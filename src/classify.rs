@@ -85,11 +85,14 @@ pub enum RewriteReason {
     RouteMissing404,
     /// A router said "no server" / could not dial with a known 5xx signature.
     RouterUnavailable,
+    /// holdfast is paused for a planned restart (`holdfast pause`): never a verdict of the
+    /// classifier, only the reason of a request held through a pause that got its 503.
+    Paused,
 }
 
 impl RewriteReason {
     /// Every reason, for pre-registering metrics and for docs.
-    pub const ALL: [RewriteReason; 8] = [
+    pub const ALL: [RewriteReason; 9] = [
         RewriteReason::ConnectRefused,
         RewriteReason::ConnectTimeout,
         RewriteReason::Dns,
@@ -98,13 +101,16 @@ impl RewriteReason {
         RewriteReason::ConnectionClosed,
         RewriteReason::RouteMissing404,
         RewriteReason::RouterUnavailable,
+        RewriteReason::Paused,
     ];
 
     /// Whether the request failed to connect (as opposed to a router answering).
     pub fn is_connect_failure(&self) -> bool {
         !matches!(
             self,
-            RewriteReason::RouteMissing404 | RewriteReason::RouterUnavailable
+            RewriteReason::RouteMissing404
+                | RewriteReason::RouterUnavailable
+                | RewriteReason::Paused
         )
     }
 
@@ -119,6 +125,7 @@ impl RewriteReason {
             RewriteReason::ConnectionClosed => "connection_closed",
             RewriteReason::RouteMissing404 => "route_missing_404",
             RewriteReason::RouterUnavailable => "router_unavailable",
+            RewriteReason::Paused => "paused",
         }
     }
 }

@@ -65,6 +65,18 @@ pub enum Command {
     /// Ask the admin listener's /readyz; exit 0 when ready, 1 otherwise (for container
     /// HEALTHCHECKs: a minimal image has no curl). Uses the configured admin address.
     Healthcheck,
+    /// Pause for a planned restart: new requests are held before they are sent; returns once
+    /// nothing is in flight (exit 0) or when the drain timeout passes (exit 3, naming what is
+    /// still in flight; the pause stays). holdfast resumes by itself once a new instance
+    /// answers, after pause.max_secs, or with `holdfast resume`. Uses the configured admin
+    /// address and admin_token_file.
+    Pause {
+        /// Longest wait for requests in flight (SSE streams included) to finish.
+        #[arg(long, default_value_t = 30.0, value_name = "SECS")]
+        drain_timeout: f64,
+    },
+    /// End a pause now: held requests go out, oldest first.
+    Resume,
     /// Run a self-contained demonstration: an embedded MCP backend that is recreated every few
     /// seconds, and two clients calling it, one directly and one through holdfast.
     Demo {

@@ -13,27 +13,84 @@ fn main() -> ExitCode {
     match cli.command {
         Some(Command::CheckConfig) => check_config(&cli),
         Some(Command::Healthcheck) => healthcheck(&cli),
+        Some(Command::Pause { drain_timeout }) => pause(&cli, Some(drain_timeout)),
+        Some(Command::Resume) => pause(&cli, None),
         Some(Command::Demo { duration, period }) => demo(duration, period),
         None => run(&cli),
     }
 }
 
+/// The configured admin address (flag, environment or file); a valid upstream is not needed.
+fn admin_addr(cli: &Cli, command: &str) -> Result<std::net::SocketAddr, ExitCode> {
+    let fig = config::figment(cli.config.as_deref(), &cli.flags());
+    fig.extract_inner::<String>("admin")
+        .ok()
+        .and_then(|a| a.parse().ok())
+        .ok_or_else(|| {
+            eprintln!("{command}: no valid admin address configured");
+            ExitCode::from(EXIT_CONFIG)
+        })
+}
+
+fn current_thread_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+}
+
+/// `holdfast pause` (with a drain timeout) and `holdfast resume` (without).
+fn pause(cli: &Cli, drain_timeout: Option<f64>) -> ExitCode {
+    let command = if drain_timeout.is_some() {
+        "pause"
+    } else {
+        "resume"
+    };
+    let addr = match admin_addr(cli, command) {
+        Ok(a) => a,
+        Err(code) => return code,
+    };
+    let fig = config::figment(cli.config.as_deref(), &cli.flags());
+    let token = match fig.extract_inner::<Option<String>>("admin_token_file") {
+        Ok(Some(file)) => match config::AdminToken::read(std::path::Path::new(&file)) {
+            Ok(t) => Some(t),
+            Err(e) => {
+                eprintln!("{command}: admin_token_file: {e}");
+                return ExitCode::from(EXIT_CONFIG);
+            }
+        },
+        _ => None,
+    };
+    let runtime = current_thread_runtime();
+    let outcome = match drain_timeout {
+        Some(secs) if !(secs.is_finite() && secs >= 0.0) => {
+            eprintln!("pause: --drain-timeout must be a number of seconds");
+            return ExitCode::from(EXIT_CONFIG);
+        }
+        Some(secs) => runtime.block_on(holdfast::admin::client::pause(
+            addr,
+            token.as_ref(),
+            // The admin caps a drain at an hour too.
+            Duration::from_secs_f64(secs.min(3600.0)),
+        )),
+        None => runtime.block_on(holdfast::admin::client::resume(addr, token.as_ref())),
+    };
+    if outcome.code == 0 {
+        println!("{}", outcome.message);
+    } else {
+        eprintln!("{command}: {}", outcome.message);
+    }
+    ExitCode::from(outcome.code)
+}
+
 /// `holdfast healthcheck`: exit 0 when the admin listener says ready. Needs only the admin
 /// address (flag, environment or file), not a valid upstream.
 fn healthcheck(cli: &Cli) -> ExitCode {
-    let fig = config::figment(cli.config.as_deref(), &cli.flags());
-    let admin = fig
-        .extract_inner::<String>("admin")
-        .ok()
-        .and_then(|a| a.parse::<std::net::SocketAddr>().ok());
-    let Some(admin) = admin else {
-        eprintln!("healthcheck: no valid admin address configured");
-        return ExitCode::from(EXIT_CONFIG);
+    let admin = match admin_addr(cli, "healthcheck") {
+        Ok(a) => a,
+        Err(code) => return code,
     };
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
+    let runtime = current_thread_runtime();
     if runtime.block_on(holdfast::admin::is_ready(admin, Duration::from_secs(3))) {
         ExitCode::SUCCESS
     } else {

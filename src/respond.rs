@@ -120,8 +120,13 @@ pub fn admin_not_found() -> Response<ProxyBody> {
     build(
         StatusCode::NOT_FOUND,
         "text/plain; charset=utf-8",
-        "not found: try /metrics, /healthz or /readyz\n".into(),
+        "not found: try GET /metrics, /healthz, /readyz, /status, or POST /pause, /resume\n".into(),
     )
+}
+
+/// A JSON answer from the admin port (`/status`, `/pause`, `/resume`).
+pub fn admin_json(status: StatusCode, body: &serde_json::Value) -> Response<ProxyBody> {
+    build(status, "application/json", format!("{body}\n").into())
 }
 
 fn build(status: StatusCode, content_type: &'static str, body: Bytes) -> Response<ProxyBody> {

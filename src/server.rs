@@ -136,14 +136,14 @@ pub async fn run(
 
     let admin_addr = admin_listener.local_addr()?;
     let (admin_stop_tx, admin_stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let admin_task = tokio::spawn(admin::serve(
-        admin_listener,
-        Arc::new(registry),
-        ready.clone(),
-        async move {
-            let _ = admin_stop_rx.await;
-        },
-    ));
+    let admin = Arc::new(admin::Admin {
+        registry: Arc::new(registry),
+        ready: ready.clone(),
+        control: admin::Control::new(proxy.clone(), config.admin_token.clone()),
+    });
+    let admin_task = tokio::spawn(admin::serve(admin_listener, admin, async move {
+        let _ = admin_stop_rx.await;
+    }));
 
     tracing::info!(
         listen = %listener.local_addr()?,

@@ -30,6 +30,7 @@ use http::Uri;
 
 use crate::tls::{self, Identity, TlsError};
 
+mod pause;
 mod raw;
 mod retry;
 mod validate;
@@ -83,7 +84,13 @@ pub struct Config {
     pub sessions: Sessions,
     /// `[retry]`.
     pub retry: Retry,
+    /// `[pause]`.
+    pub pause: Pause,
+    /// The admin token (`admin_token_file`, read at start).
+    pub admin_token: Option<AdminToken>,
 }
+
+pub use pause::{AdminToken, Pause};
 
 /// Validated `[retry]` (what `crate::idempotent` is built from).
 #[derive(Debug, Clone, Default)]

@@ -109,6 +109,10 @@ pub mod defaults {
     pub const RETRY_ENABLED: bool = true;
     /// Learn which tools are safe from the annotations in `tools/list` answers.
     pub const RETRY_LEARN_ANNOTATIONS: bool = true;
+    /// Longest a pause lasts before holdfast resumes by itself. A planned restart (drain, stop,
+    /// start) takes seconds; MCP clients' own request timeouts are typically 60 s, so a request
+    /// held since the pause began is released before most clients give up on it.
+    pub const PAUSE_MAX_SECS: f64 = 60.0;
 }
 
 /// Phase one: what figment deserializes. Every field optional-by-default so that each layer may
@@ -146,6 +150,28 @@ pub struct RawConfig {
     pub sessions: RawSessions,
     /// `[retry]`.
     pub retry: RawRetry,
+    /// `[pause]`.
+    pub pause: RawPause,
+    /// A file holding the bearer token that the admin endpoints which change state (`POST
+    /// /pause`, `POST /resume`) require; unset: only loopback peers may call them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub admin_token_file: Option<String>,
+}
+
+/// `[pause]`: planned restarts (`holdfast pause`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawPause {
+    /// Longest a pause lasts before holdfast resumes by itself.
+    pub max_secs: f64,
+}
+
+impl Default for RawPause {
+    fn default() -> Self {
+        Self {
+            max_secs: defaults::PAUSE_MAX_SECS,
+        }
+    }
 }
 
 /// `[retry]`: sending a request that may have reached the application once more, when doing so
@@ -374,6 +400,8 @@ impl Default for RawConfig {
             tls: RawTls::default(),
             sessions: RawSessions::default(),
             retry: RawRetry::default(),
+            pause: RawPause::default(),
+            admin_token_file: None,
         }
     }
 }

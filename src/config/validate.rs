@@ -274,6 +274,8 @@ impl Config {
             );
         }
         let retry = v.retry(&raw.retry);
+        let pause = v.pause(&raw.pause);
+        let admin_token = v.admin_token(raw.admin_token_file.as_deref());
         // hyper's HTTP/1 read buffer cannot be smaller than 8 KiB.
         if raw.limits.max_header_bytes < 8192 {
             v.fail::<()>("limits.max_header_bytes", "must be at least 8192".into());
@@ -348,6 +350,8 @@ impl Config {
                 idle_timeout: sessions_idle.expect(ok),
             },
             retry: retry.expect(ok),
+            pause: pause.expect(ok),
+            admin_token: admin_token.expect(ok),
         })
     }
 }
@@ -380,7 +384,7 @@ impl Validator<'_> {
         }
     }
 
-    fn secs(&mut self, key: &str, value: f64) -> Option<Duration> {
+    pub(super) fn secs(&mut self, key: &str, value: f64) -> Option<Duration> {
         if value.is_finite() && value > 0.0 && value < 1e9 {
             Some(Duration::from_secs_f64(value))
         } else {

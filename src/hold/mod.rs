@@ -43,12 +43,14 @@ use crate::metrics::{HoldOutcome, Metrics};
 use crate::replay::BodyHandle;
 use crate::upstream::Connector;
 
+mod pause;
 mod prober;
 mod queue;
 mod retry_after;
 mod routes;
 mod shared;
 
+pub use pause::{PauseStart, PauseStatus};
 pub use prober::backoff;
 pub use queue::{Released, Ticket};
 pub use routes::Hold;
@@ -93,6 +95,9 @@ pub struct Template {
     pub connector: Connector,
     /// The health check, with `hold.probe_path`.
     pub health: Option<Arc<dyn Health>>,
+    /// What a pause asks to see whether the application is there, without `hold.probe_path`
+    /// (a request that runs nothing: `OPTIONS` on the first endpoint).
+    pub presence: Option<Arc<dyn Health>>,
     /// Where to count.
     pub metrics: Arc<Metrics>,
 }
@@ -112,6 +117,7 @@ pub struct Outages {
     probe_uri: Uri,
     connector: Connector,
     health: Option<Arc<dyn Health>>,
+    presence: Option<Arc<dyn Health>>,
     metrics: Arc<Metrics>,
     /// Fast path: requests read this before taking the lock. An outage exists (it may be
     /// dormant).
@@ -130,6 +136,10 @@ struct State {
     waiters: BTreeMap<u64, Waiter>,
     next_seq: u64,
     prober_running: bool,
+    /// A pause for a planned restart (the upstream-wide outage only).
+    paused: Option<pause::Paused>,
+    /// Pauses begun, to tell a pause's watcher from the next one's.
+    pauses: u64,
 }
 
 struct Outage {
@@ -145,6 +155,9 @@ struct Outage {
     rejected: u64,
     /// The horizon's warning was logged for this outage.
     horizon_warned: bool,
+    /// Opened by a pause, and nothing has shown the upstream gone yet: not counted as an
+    /// outage (`holdfast_upstream_up` stays 1), and it closes without an outage duration.
+    paused_only: bool,
 }
 
 struct Waiter {
@@ -183,6 +196,7 @@ impl Outages {
             probe_uri: t.probe_uri,
             connector: t.connector,
             health: t.health,
+            presence: t.presence,
             metrics: t.metrics,
             in_outage: AtomicBool::new(false),
             active: AtomicBool::new(false),
@@ -192,6 +206,8 @@ impl Outages {
                 waiters: BTreeMap::new(),
                 next_seq: 0,
                 prober_running: false,
+                paused: None,
+                pauses: 0,
             }),
         }
     }
@@ -226,21 +242,29 @@ impl Outages {
         if !self.in_outage() {
             return;
         }
-        let now = Instant::now();
         let mut st = self.lock();
-        if st.outage.is_none() {
+        if st.outage.is_none() || !self.pause_ends_on_answer(&mut st) {
             return;
         }
-        self.wake_all(&mut st, HoldOutcome::released, || Wake::Release);
-        let outage = st.outage.take().expect("checked above");
+        self.close(&mut st);
+    }
+
+    /// Closes the open outage and releases every held request, oldest first.
+    fn close(&self, st: &mut State) {
+        let now = Instant::now();
+        self.wake_all(st, HoldOutcome::released, || Wake::Release);
+        let Some(outage) = st.outage.take() else {
+            return;
+        };
         self.in_outage.store(false, Ordering::Release);
         if self.may_sleep {
             self.shared.route_outages.fetch_sub(1, Ordering::AcqRel);
         }
         let duration = now.saturating_duration_since(outage.started);
         // A dormant outage was already counted out, and its length (a route nobody asked for
-        // in hours) says nothing about how long a restart takes.
-        if self.active.swap(false, Ordering::AcqRel) {
+        // in hours) says nothing about how long a restart takes. A pause that never saw the
+        // upstream gone was no outage at all.
+        if self.active.swap(false, Ordering::AcqRel) && !outage.paused_only {
             self.shared.outage_count(false, &self.metrics.upstream_up);
             self.metrics.outage_duration.observe(duration.as_secs_f64());
             let mut history = self.shared.history.lock().expect("history lock");
@@ -248,6 +272,10 @@ impl Outages {
             if history.len() > OUTAGE_HISTORY {
                 history.pop_front();
             }
+        }
+        if outage.paused_only {
+            // The pause's own line says how it ended.
+            return;
         }
         tracing::info!(
             route = self.route,
@@ -267,6 +295,7 @@ impl Outages {
     pub fn missing(&self, reason: RewriteReason) {
         let mut st = self.lock();
         self.open(&mut st, reason).last_reason = reason;
+        self.mark_gone(&mut st, reason);
     }
 
     fn open<'a>(&self, st: &'a mut State, reason: RewriteReason) -> &'a mut Outage {
@@ -280,15 +309,26 @@ impl Outages {
             if self.may_sleep {
                 self.shared.route_outages.fetch_add(1, Ordering::AcqRel);
             }
-            self.shared.outage_count(true, &self.metrics.upstream_up);
-            self.metrics.outages.inc();
-            tracing::warn!(
-                route = self.route,
-                reason = reason.as_str(),
-                "upstream outage started"
-            );
-            Outage::new(reason)
+            let paused = reason == RewriteReason::Paused;
+            if !paused {
+                self.count_outage_start(reason);
+            }
+            Outage {
+                paused_only: paused,
+                ..Outage::new(reason)
+            }
         })
+    }
+
+    /// An outage begins: counted, and said.
+    fn count_outage_start(&self, reason: RewriteReason) {
+        self.shared.outage_count(true, &self.metrics.upstream_up);
+        self.metrics.outages.inc();
+        tracing::warn!(
+            route = self.route,
+            reason = reason.as_str(),
+            "upstream outage started"
+        );
     }
 
     /// The prober stopped because nobody waits in this route's outage any more: it goes dormant.
@@ -373,6 +413,7 @@ impl Outage {
             cancelled: 0,
             rejected: 0,
             horizon_warned: false,
+            paused_only: false,
         }
     }
 
@@ -419,6 +460,7 @@ mod tests {
             probe_uri: "http://127.0.0.1:9/".parse().unwrap(),
             connector: Connector::new(Duration::from_secs(1)),
             health: None,
+            presence: None,
             metrics: metrics.clone(),
         };
         (template, metrics)

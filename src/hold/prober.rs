@@ -42,6 +42,12 @@ impl Outages {
                         if !st.waiters.is_empty()
                             && !self.shared.shutting_down.load(Ordering::Acquire) =>
                     {
+                        // Paused before the upstream went: the instance that would answer is the
+                        // one about to stop. Nothing is sent until it is gone (the pause watches
+                        // for that).
+                        if st.paused.as_ref().is_some_and(|p| p.gone.is_none()) {
+                            continue;
+                        }
                         o.last_reason
                     }
                     _ => {

@@ -82,7 +82,12 @@ impl Outages {
             let bytes = body.expected_bytes(self.cfg.max_body_bytes);
             let now = Instant::now();
             let first = ticket.first_held.is_none();
-            let deadline = *ticket.deadline.get_or_insert(now + self.cfg.timeout);
+            // Held by a pause: at least until the pause ends by itself, so that what a planned
+            // restart holds is released to the new instance rather than answered 503 before.
+            let deadline = *ticket.deadline.get_or_insert_with(|| {
+                let own = now + self.cfg.timeout;
+                st.paused.as_ref().map_or(own, |p| own.max(p.until))
+            });
             ticket.first_held.get_or_insert(now);
             if deadline <= now {
                 self.refuse(&mut st, HoldOutcome::timed_out);

@@ -173,6 +173,8 @@ pub enum Reason {
     route_missing_404,
     /// A router's own 5xx.
     router_unavailable,
+    /// Held through a planned restart (`holdfast pause`).
+    paused,
 }
 
 impl ReasonLabel {
@@ -187,6 +189,7 @@ impl ReasonLabel {
             RewriteReason::ConnectionClosed => Reason::connection_closed,
             RewriteReason::RouteMissing404 => Reason::route_missing_404,
             RewriteReason::RouterUnavailable => Reason::router_unavailable,
+            RewriteReason::Paused => Reason::paused,
         };
         ReasonLabel { reason, action }
     }
@@ -302,5 +305,28 @@ impl From<&http::Method> for Method {
             http::Method::OPTIONS => Method::OPTIONS,
             _ => Method::OTHER,
         }
+    }
+}
+
+/// Label set of `holdfast_pauses_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PauseLabel {
+    /// How the pause's drain ended.
+    pub outcome: PauseOutcome,
+}
+
+/// Bounded drain outcomes of a pause.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)]
+pub enum PauseOutcome {
+    /// Nothing was in flight any more before the drain timeout.
+    drained,
+    /// Requests or streams were still in flight when the drain timeout passed.
+    drain_timeout,
+}
+
+impl From<PauseOutcome> for PauseLabel {
+    fn from(outcome: PauseOutcome) -> Self {
+        PauseLabel { outcome }
     }
 }

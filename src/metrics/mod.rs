@@ -87,6 +87,10 @@ pub struct Metrics {
     /// `holdfast_upstream_closed_connections_total{when}`: upstream connections found closed
     /// before the upstream read a request on them (plain `http://` upstreams).
     pub upstream_closed: ClosedCounters,
+    /// `holdfast_paused`: 1 while a pause (`holdfast pause`) holds new requests.
+    pub paused: Gauge,
+    /// `holdfast_pauses_total{outcome}`: pauses, by how their drain ended.
+    pub pauses: Family<PauseLabel, Counter>,
 }
 
 impl Metrics {
@@ -112,6 +116,8 @@ impl Metrics {
             session_resumes: Family::default(),
             safe_retries: Family::default(),
             upstream_closed: ClosedCounters::default(),
+            paused: Gauge::default(),
+            pauses: Family::default(),
         };
         // Start "up": holdfast has no evidence of an outage until a request meets one.
         m.upstream_up.set(1);
@@ -161,6 +167,9 @@ impl Metrics {
             SafeKind::ConfiguredTool,
         ] {
             let _ = m.safe_retries.get_or_create(&kind.into());
+        }
+        for outcome in [PauseOutcome::drained, PauseOutcome::drain_timeout] {
+            let _ = m.pauses.get_or_create(&outcome.into());
         }
         let closed = Family::<ClosedLabel, Counter>::default();
         let when = |when| closed.get_or_create(&ClosedLabel { when }).clone();
@@ -255,6 +264,16 @@ impl Metrics {
             "session_resumes",
             "The application's 404s to requests on a session, by what holdfast made of them",
             m.session_resumes.clone(),
+        );
+        r.register(
+            "paused",
+            "1 while holdfast is paused for a planned restart (new requests are held)",
+            m.paused.clone(),
+        );
+        r.register(
+            "pauses",
+            "Pauses for a planned restart, by how their drain ended",
+            m.pauses.clone(),
         );
         r.register(
             "response_aborts",

@@ -10,6 +10,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use tokio::time::Instant;
 
 use super::body::{ProxyBody, Timed};
+use super::in_flight::Flight;
 use super::{headers, Note, Proxy, BODY_ID_WAIT};
 use crate::classify::{FailReason, RewriteReason};
 use crate::hold::{Outages, Ticket};
@@ -99,6 +100,7 @@ impl Proxy {
         head: &mut http::response::Parts,
         peek: Peeked,
         learn: Option<Option<HeaderValue>>,
+        flight: Option<Flight>,
     ) -> Response<ProxyBody> {
         // Transfer-Encoding wins over Content-Length (RFC 9112 §6.3): hyper read the body by
         // its chunks, and a stale Content-Length passed on would cut it short for the client.
@@ -110,15 +112,22 @@ impl Proxy {
         let prefix = peek.complete.or(peek.prefix);
         let timed = Timed::new(prefix, peek.rest, self.stream_idle_timeout)
             .counting_aborts(&self.metrics.response_aborts);
+        // The request stays in flight (for a pause's drain) as long as its body streams.
         let body = if is_sse {
             head.headers
                 .entry(X_ACCEL_BUFFERING)
                 .or_insert(HeaderValue::from_static("no"));
+            if let Some(f) = &flight {
+                f.streaming();
+            }
             timed
-                .with_guard(SseGuard::new(&self.metrics.sse_streams_active))
+                .with_guard((SseGuard::new(&self.metrics.sse_streams_active), flight))
                 .boxed_unsync()
         } else {
-            timed.boxed_unsync()
+            match flight {
+                Some(f) => timed.with_guard(f).boxed_unsync(),
+                None => timed.boxed_unsync(),
+            }
         };
         let body = match learn {
             Some(host) => {

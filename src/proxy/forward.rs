@@ -11,6 +11,7 @@ use tokio::time::Instant;
 
 use super::answer::{client_gone, Answer, Peeked};
 use super::body::ProxyBody;
+use super::in_flight::Flight;
 use super::resume::Gone;
 use super::{headers, Carried, Note, Proxy, Target, BODY_ID_WAIT};
 use crate::classify::{
@@ -47,6 +48,9 @@ struct Exchange {
     sent_again: bool,
     /// Sent again at once after its connection closed unread: the next such close is held.
     closed_once: bool,
+    /// In flight (for a pause's drain) from its first attempt until its answer's body ends;
+    /// not while it waits in the hold.
+    flight: Option<Flight>,
 }
 
 /// What the attempt loop does after one attempt.
@@ -96,6 +100,7 @@ impl Proxy {
             replay: false,
             sent_again: false,
             closed_once: false,
+            flight: None,
         };
 
         // Hold before dispatch while an outage is known: nothing is sent into a known gap, and
@@ -129,6 +134,9 @@ impl Proxy {
                 let is_get = ex.target.method == Method::GET;
                 c.sent = c.session.apply(&mut ex.target.headers, is_get);
             }
+            if ex.flight.is_none() {
+                ex.flight = Some(self.in_flight.enter(&ex.target.method));
+            }
             let route = self.hold.routes_out().then(|| self.route(&ex).as_ref());
             let (verdict, response) = self.attempt(&ex.target, route, body).await;
             // A HEAD's answer has no body, so no body signature could be checked: a router's 404
@@ -146,7 +154,8 @@ impl Proxy {
                     self.application(&mut ex, answer, proves).await
                 }
                 (Verdict::RouterPassthrough(reason), Some(answer)) => {
-                    Next::Answer(self.router_passed(reason, answer, self.route(&ex)))
+                    let flight = ex.flight.take();
+                    Next::Answer(self.router_passed(reason, answer, self.route(&ex), flight))
                 }
                 // Sent, then broken before any answer: the application may have run it. Safe to
                 // run twice (read-only, or an idempotent tool): once more, at most.
@@ -197,6 +206,11 @@ impl Proxy {
     /// The application answered the request: its route's outage, and the upstream-wide one,
     /// are over. (With no outage open anywhere, two atomic loads.)
     fn answered(&self, ex: &Exchange) {
+        if self.note_hosts {
+            if let Some(host) = ex.target.headers.get(HOST) {
+                self.in_flight.note_host(host);
+            }
+        }
         if self.hold.routes_out() {
             self.route(ex).answered();
         }
@@ -219,7 +233,7 @@ impl Proxy {
                 upstream_status: Some(head.status),
                 action: "passed",
             };
-            return Next::Answer((self.pass(&mut head, peek, None), note));
+            return Next::Answer((self.pass(&mut head, peek, None, ex.flight.take()), note));
         }
         self.answered(ex);
         if head.status == StatusCode::NOT_FOUND {
@@ -248,7 +262,7 @@ impl Proxy {
         };
         let learn = (head.status.is_success() && self.answers_tools_list(ex))
             .then(|| ex.target.headers.get(HOST).cloned());
-        Next::Answer((self.pass(&mut head, peek, learn), note))
+        Next::Answer((self.pass(&mut head, peek, learn, ex.flight.take()), note))
     }
 
     /// A router answered by itself with something the client must see as it is.
@@ -257,6 +271,7 @@ impl Proxy {
         reason: PassReason,
         answer: Answer,
         outages: &Outages,
+        flight: Option<Flight>,
     ) -> (Response<ProxyBody>, Note) {
         let (mut head, peek) = answer;
         let label = match reason {
@@ -274,7 +289,7 @@ impl Proxy {
             upstream_status: Some(head.status),
             action: "router_passed",
         };
-        (self.pass(&mut head, peek, None), note)
+        (self.pass(&mut head, peek, None, flight), note)
     }
 
     /// The 503 for a request that could not be sent (again): the outage's reason, if one is open.
@@ -298,6 +313,10 @@ impl Proxy {
         };
         ex.outages = outages.clone();
         outages.missing(missing.reason);
+        if !Arc::ptr_eq(&outages, self.hold.upstream()) {
+            // A route's outage is news to a pause too: the old instance is gone.
+            self.hold.upstream().saw_gone(missing.reason);
+        }
         let (ticket, handle) = (&mut ex.ticket, &ex.handle);
         // Stop the failed attempt's body first, if its connection still reads it: whatever
         // comes next (a 503 that reads the rest of the body for its JSON-RPC id, or a hold) is
@@ -317,6 +336,8 @@ impl Proxy {
             let answer = self.unavailable(missing.reason, &outages, ticket, handle);
             return Next::Answer(answer.await);
         }
+        // Waiting in the hold is not being in flight: a pause's drain does not wait for it.
+        ex.flight = None;
         // The upstream's "missing" is kept from the client: counted as intercepted and held.
         self.metrics
             .rewrites

@@ -32,9 +32,11 @@ const HEALTH_TIMEOUT: Duration = Duration::from_secs(5);
 /// Body bytes read from a health answer to check it against the router signatures.
 const HEALTH_PEEK: usize = 4096;
 
-/// `GET hold.probe_path` on the upstream.
+/// `GET hold.probe_path` on the upstream (or a pause's presence check: `OPTIONS` on the first
+/// endpoint, which runs nothing on an MCP server).
 pub(super) struct HealthCheck {
     pub(super) client: Arc<Client>,
+    pub(super) method: Method,
     /// The upstream's scheme and authority with the probe path.
     pub(super) uri: Uri,
     /// The Host when a route has none of its own.
@@ -62,7 +64,7 @@ impl HealthCheck {
             .attempt()
             .expect("an empty body can be sent");
         let mut req = Request::new(body);
-        *req.method_mut() = Method::GET;
+        *req.method_mut() = self.method.clone();
         *req.uri_mut() = self.uri.clone();
         let headers = req.headers_mut();
         headers.insert(HOST, host.unwrap_or(&self.upstream_host).clone());

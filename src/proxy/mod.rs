@@ -29,6 +29,7 @@ pub mod body;
 mod forward;
 pub mod headers;
 mod health;
+pub mod in_flight;
 mod request;
 mod resume;
 
@@ -42,7 +43,7 @@ use tokio::time::Instant;
 
 use crate::classify::ExpectedRoutes;
 use crate::config::{Config, HostHeader};
-use crate::hold::{Health, Hold, Outages, Template};
+use crate::hold::{Health, Hold, Outages, PauseStart, PauseStatus, Template};
 use crate::metrics::Metrics;
 use crate::replay::CopyBudget;
 use crate::session::Sessions;
@@ -88,14 +89,24 @@ pub struct Proxy {
     resume_wait: Duration,
     /// Which requests are safe to send twice.
     idempotency: Arc<crate::idempotent::Idempotency>,
+    /// Requests in flight, for a pause's drain.
+    in_flight: Arc<in_flight::InFlight>,
+    /// Remember the Host of answered requests (a pause's presence check needs one a router
+    /// routes): only when the client's Host goes upstream.
+    note_hosts: bool,
+    /// `pause.max_secs`.
+    pause_max: Duration,
     metrics: Arc<Metrics>,
 }
 
 /// The health check of `hold.probe_path`: a GET of `path` on the upstream, through the same
-/// client as every request.
+/// client as every request. A pause's presence check without it: `OPTIONS` on the first
+/// endpoint under the upstream's path prefix (it answers without running anything, and a router
+/// routes it as it routes the endpoint).
 fn health_check(
     cfg: &Config,
     client: &Arc<Client>,
+    method: http::Method,
     path: &http::uri::PathAndQuery,
 ) -> Arc<dyn Health> {
     let mut parts = http::uri::Parts::default();
@@ -104,11 +115,20 @@ fn health_check(
     parts.path_and_query = Some(path.clone());
     Arc::new(health::HealthCheck {
         client: client.clone(),
+        method,
         uri: Uri::from_parts(parts).expect("scheme, authority and path make a URI"),
         upstream_host: http::HeaderValue::from_str(cfg.upstream.authority.as_str())
             .expect("an authority is a header value"),
         signatures: cfg.routes.signatures.clone(),
     })
+}
+
+/// Where a pause's presence check asks: the first endpoint, under the upstream's path prefix.
+fn presence_path(cfg: &Config) -> Option<http::uri::PathAndQuery> {
+    let endpoint = cfg.routes.endpoints.first().map_or("/", String::as_str);
+    format!("{}{endpoint}", cfg.upstream.path_prefix)
+        .parse()
+        .ok()
 }
 
 /// Whether `host` names this machine: `localhost`, or a loopback address.
@@ -204,7 +224,9 @@ impl Proxy {
                         .hold
                         .probe_path
                         .as_ref()
-                        .map(|path| health_check(cfg, &client, path)),
+                        .map(|path| health_check(cfg, &client, http::Method::GET, path)),
+                    presence: presence_path(cfg)
+                        .map(|path| health_check(cfg, &client, http::Method::OPTIONS, &path)),
                     metrics: metrics.clone(),
                 },
                 cfg.routes.behind_router,
@@ -217,6 +239,9 @@ impl Proxy {
                 &cfg.retry.idempotent_tools,
                 &cfg.retry.never_tools,
             )),
+            in_flight: Arc::default(),
+            note_hosts: cfg.host_header == HostHeader::Preserve,
+            pause_max: cfg.pause.max,
             metrics,
         }
     }
@@ -265,6 +290,37 @@ impl Proxy {
             target.headers.get(http::header::HOST),
             self.routes.endpoint_of(target.client.path()),
         )
+    }
+
+    /// Pauses for a planned restart (`holdfast pause`): new requests are held before they are
+    /// sent, while those in flight finish. `who` asked (for the log).
+    pub fn pause(&self, who: &str) -> PauseStart {
+        let host = if self.note_hosts {
+            self.in_flight.last_host()
+        } else {
+            None
+        };
+        self.hold.pause(self.pause_max, who, host)
+    }
+
+    /// Ends a pause (`holdfast resume`). False when none was in progress.
+    pub fn unpause(&self, who: &str) -> bool {
+        self.hold.resume(who)
+    }
+
+    /// The pause in progress, if any.
+    pub fn pause_status(&self) -> Option<PauseStatus> {
+        self.hold.pause_status()
+    }
+
+    /// Requests in flight now.
+    pub fn in_flight(&self) -> &in_flight::InFlight {
+        &self.in_flight
+    }
+
+    /// Counts a pause's drain (`holdfast_pauses_total`).
+    pub fn count_pause(&self, outcome: crate::metrics::PauseOutcome) {
+        self.metrics.pauses.get_or_create(&outcome.into()).inc();
     }
 
     /// Sessions tracked now (for tests and the demo).

@@ -1,8 +1,15 @@
-//! The admin listener: `/metrics` (OpenMetrics text), `/healthz` (the process serves) and
-//! `/readyz` (the proxy listener is up and not draining). Kept off the proxy port so metrics are
-//! never reachable through the public route.
+//! The admin listener: `/metrics` (OpenMetrics text), `/healthz` (the process serves),
+//! `/readyz` (the proxy listener is up and not draining), `/status` (a pause, requests in
+//! flight) and the endpoints that change state, `POST /pause` and `POST /resume` (see
+//! [`control`]). Kept off the proxy port so none of it is reachable through the public route.
+//!
+//! # Layout
+//! - here: the listener and the read-only endpoints.
+//! - [`control`]: pause and resume, and who may call them.
+//! - [`client`]: the other side, for `holdfast healthcheck`, `pause` and `resume`.
 
 use std::future::Future;
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -16,6 +23,12 @@ use tokio::net::TcpListener;
 
 use crate::proxy::body::ProxyBody;
 use crate::respond;
+
+pub mod client;
+pub mod control;
+
+pub use client::is_ready;
+pub use control::Control;
 
 /// Whether the proxy listener is up and not draining (`/readyz`).
 #[derive(Debug, Default)]
@@ -36,17 +49,22 @@ impl Readiness {
 /// OpenMetrics content type.
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
+/// What the admin endpoints read and act on.
+pub struct Admin {
+    /// The metrics registry.
+    pub registry: Arc<Registry>,
+    /// Readiness of the proxy listener.
+    pub ready: Arc<Readiness>,
+    /// Pause and resume.
+    pub control: Control,
+}
+
 /// Serves admin requests until `shutdown`.
-pub async fn serve(
-    listener: TcpListener,
-    registry: Arc<Registry>,
-    ready: Arc<Readiness>,
-    shutdown: impl Future<Output = ()>,
-) {
+pub async fn serve(listener: TcpListener, admin: Arc<Admin>, shutdown: impl Future<Output = ()>) {
     let graceful = GracefulShutdown::new();
     tokio::pin!(shutdown);
     loop {
-        let (stream, _) = tokio::select! {
+        let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(a) => a,
                 Err(e) => {
@@ -56,11 +74,10 @@ pub async fn serve(
             },
             () = &mut shutdown => break,
         };
-        let registry = registry.clone();
-        let ready = ready.clone();
+        let admin = admin.clone();
         let service = service_fn(move |req| {
-            let resp = answer(&req, &registry, &ready);
-            async move { Ok::<_, std::convert::Infallible>(resp) }
+            let admin = admin.clone();
+            async move { Ok::<_, std::convert::Infallible>(answer(&admin, req, peer).await) }
         });
         let conn = hyper::server::conn::http1::Builder::new()
             .timer(TokioTimer::new())
@@ -71,43 +88,16 @@ pub async fn serve(
             let _ = conn.await;
         });
     }
-    // Admin requests are tiny; do not wait for idle keep-alive connections.
+    // Admin requests are tiny (a pause's drain aside, which shutdown ends anyway); do not wait
+    // for idle keep-alive connections.
     drop(graceful);
 }
 
-/// Asks `/readyz` on the admin listener at `addr` (an unspecified address such as `0.0.0.0`
-/// means "this host": loopback is asked). True when it answers 200 within `timeout`.
-pub async fn is_ready(addr: std::net::SocketAddr, timeout: std::time::Duration) -> bool {
-    let target = match addr.ip() {
-        std::net::IpAddr::V4(ip) if ip.is_unspecified() => {
-            std::net::SocketAddr::from((std::net::Ipv4Addr::LOCALHOST, addr.port()))
-        }
-        std::net::IpAddr::V6(ip) if ip.is_unspecified() => {
-            std::net::SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, addr.port()))
-        }
-        _ => addr,
-    };
-    let ask = async {
-        let stream = tokio::net::TcpStream::connect(target).await.ok()?;
-        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-            .await
-            .ok()?;
-        tokio::spawn(conn);
-        let req = Request::get("/readyz")
-            .header(http::header::HOST, target.to_string())
-            .body(http_body_util::Empty::<bytes::Bytes>::new())
-            .ok()?;
-        let resp = sender.send_request(req).await.ok()?;
-        Some(resp.status() == http::StatusCode::OK)
-    };
-    matches!(tokio::time::timeout(timeout, ask).await, Ok(Some(true)))
-}
-
-fn answer(req: &Request<Incoming>, registry: &Registry, ready: &Readiness) -> Response<ProxyBody> {
+async fn answer(admin: &Admin, req: Request<Incoming>, peer: SocketAddr) -> Response<ProxyBody> {
     match (req.method(), req.uri().path()) {
         (&Method::GET, "/metrics") => {
             let mut out = String::new();
-            match prometheus_client::encoding::text::encode(&mut out, registry) {
+            match prometheus_client::encoding::text::encode(&mut out, &admin.registry) {
                 Ok(()) => respond::ok_text(OPENMETRICS, out),
                 // Encoding into a String only fails on a broken metric implementation.
                 Err(e) => {
@@ -117,10 +107,13 @@ fn answer(req: &Request<Incoming>, registry: &Registry, ready: &Readiness) -> Re
             }
         }
         (&Method::GET, "/healthz") => respond::ok_text("text/plain; charset=utf-8", "ok\n".into()),
-        (&Method::GET, "/readyz") if ready.get() => {
+        (&Method::GET, "/readyz") if admin.ready.get() => {
             respond::ok_text("text/plain; charset=utf-8", "ready\n".into())
         }
         (&Method::GET, "/readyz") => respond::not_ready(),
+        (&Method::GET, "/status") => admin.control.status(),
+        (&Method::POST, "/pause") => admin.control.pause(&req, peer).await,
+        (&Method::POST, "/resume") => admin.control.resume(&req, peer),
         _ => respond::admin_not_found(),
     }
 }
