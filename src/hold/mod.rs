@@ -430,6 +430,11 @@ mod tests {
     use std::future::Future;
     use std::pin::Pin;
 
+    /// A hold configuration for unit tests: 60 s timeout, quick backoff.
+    pub(super) fn config_for_tests() -> HoldConfig {
+        config(Duration::from_secs(60))
+    }
+
     fn config(timeout: Duration) -> HoldConfig {
         HoldConfig {
             enabled: true,

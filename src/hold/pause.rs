@@ -15,8 +15,8 @@
 //!   held requests are released to whatever answers; if it is gone and not back, the outage
 //!   goes on as any other (held until the application answers, or their 503).
 //!
-//! A request held by a pause waits at least until the pause would end by itself
-//! (`pause.max_secs`), `hold.timeout_secs` if that is longer.
+//! A request held by a pause waits for the pause to end (at most `pause.max_secs`) and then, if
+//! the upstream is still gone, as long as any held request (`hold.timeout_secs`).
 
 use http::HeaderValue;
 
@@ -252,5 +252,221 @@ impl Outages {
                 Checked::NoAnswer => self.mark_gone(&mut st, RewriteReason::ConnectError),
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::replay::BodyHandle;
+    use std::pin::Pin;
+    use std::sync::atomic::AtomicU32;
+
+    /// A presence check that answers from a script, then "up" forever; counts its calls.
+    struct Scripted {
+        script: Mutex<VecDeque<Checked>>,
+        calls: AtomicU32,
+    }
+
+    impl Health for Scripted {
+        fn check<'a>(
+            &'a self,
+            _host: Option<&'a HeaderValue>,
+        ) -> Pin<Box<dyn std::future::Future<Output = Checked> + Send + 'a>> {
+            self.calls.fetch_add(1, Ordering::AcqRel);
+            let next = self.script.lock().unwrap().pop_front();
+            Box::pin(async move { next.unwrap_or(Checked::Up) })
+        }
+    }
+
+    fn hold(timeout: Duration, presence: Option<Arc<Scripted>>) -> (Hold, Arc<Metrics>) {
+        let cfg = HoldConfig {
+            enabled: true,
+            timeout,
+            max_body_bytes: 1024,
+            max_requests: 100,
+            max_buffered_bytes: 1 << 20,
+            backoff_initial: Duration::from_millis(25),
+            backoff_max: Duration::from_millis(250),
+            retry_after: crate::config::RetryAfter::Observed,
+            retry_after_min: Duration::from_secs(1),
+            retry_after_max: Duration::from_secs(30),
+            probe_path: None,
+        };
+        let (mut template, metrics) = crate::hold::tests::template(cfg);
+        template.presence = presence.map(|p| p as Arc<dyn Health>);
+        (Hold::new(template, false), metrics)
+    }
+
+    /// A request held in the upstream-wide outage on its own task: its outcome, whether it went
+    /// as the probe, and when it left.
+    fn held(hold: &Hold) -> tokio::task::JoinHandle<(Released, bool, Instant)> {
+        let up = hold.upstream().clone();
+        tokio::spawn(async move {
+            let mut ticket = Ticket::default();
+            let released = up.wait(&mut ticket, &BodyHandle::empty()).await;
+            (released, ticket.probe.is_some(), Instant::now())
+        })
+    }
+
+    async fn until_held(metrics: &Metrics, n: i64) {
+        for _ in 0..100_000 {
+            if metrics.held_requests.get() >= n {
+                return;
+            }
+            tokio::task::yield_now().await;
+        }
+        panic!("{} requests held, never {n}", metrics.held_requests.get());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_pause_holds_until_the_upstream_went_and_a_new_instance_answered() {
+        let (hold, metrics) = hold(Duration::from_secs(15), None);
+        let up = hold.upstream().clone();
+        assert_eq!(
+            hold.pause(Duration::from_secs(60), "test", None),
+            PauseStart::Started
+        );
+        assert_eq!(
+            hold.pause(Duration::from_secs(60), "test", None),
+            PauseStart::Already
+        );
+        assert_eq!(metrics.paused.get(), 1);
+        assert_eq!(metrics.upstream_up.get(), 1, "a pause is not an outage");
+        assert!(up.holds_before_dispatch(Duration::from_secs(120)));
+        let first = held(&hold);
+        let second = held(&hold);
+        until_held(&metrics, 2).await;
+
+        // The old instance answers what was in flight: nothing is released, nothing probes.
+        up.answered();
+        tokio::time::advance(Duration::from_secs(5)).await;
+        assert_eq!(metrics.held_requests.get(), 2);
+        assert!(hold.pause_status().is_some_and(|p| !p.upstream_gone));
+
+        // It stops: from now on the pause waits for a new instance, as an outage.
+        up.missing(RewriteReason::ConnectRefused);
+        assert!(hold.pause_status().unwrap().upstream_gone);
+        assert_eq!(metrics.upstream_up.get(), 0);
+        assert_eq!(metrics.outages.get(), 1);
+
+        // The new instance answers: the pause ends, everyone goes out, oldest first.
+        let answered_at = Instant::now();
+        up.answered();
+        assert_eq!(metrics.paused.get(), 0);
+        assert!(hold.pause_status().is_none());
+        let (a, b) = (first.await.unwrap(), second.await.unwrap());
+        assert_eq!((a.0, a.1, a.2), (Released::Go, false, answered_at));
+        assert_eq!((b.0, b.1), (Released::Go, false));
+        assert_eq!(metrics.upstream_up.get(), 1);
+        assert!(!up.in_outage());
+        assert!(!hold.resume("test"), "nothing to resume");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn resume_releases_what_a_pause_held_when_the_upstream_never_went() {
+        let (hold, metrics) = hold(Duration::from_secs(15), None);
+        hold.pause(Duration::from_secs(60), "test", None);
+        let waiter = held(&hold);
+        until_held(&metrics, 1).await;
+        tokio::time::advance(Duration::from_secs(3)).await;
+        assert!(hold.resume("test"));
+        assert_eq!(waiter.await.unwrap().0, Released::Go);
+        assert_eq!(metrics.paused.get(), 0);
+        assert_eq!(metrics.outages.get(), 0, "never an outage");
+        assert!(
+            hold.upstream().shared.history.lock().unwrap().is_empty(),
+            "no outage duration for Retry-After to learn from"
+        );
+        assert!(!hold.upstream().in_outage());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn resumed_while_gone_the_outage_goes_on_and_its_requests_wait_for_the_application() {
+        let (hold, metrics) = hold(Duration::from_secs(15), None);
+        let up = hold.upstream().clone();
+        hold.pause(Duration::from_secs(60), "test", None);
+        let waiter = held(&hold);
+        until_held(&metrics, 1).await;
+        up.missing(RewriteReason::ConnectRefused);
+        assert!(hold.resume("test"));
+        assert!(up.in_outage(), "still gone: an outage like any other");
+        assert_eq!(metrics.held_requests.get(), 1);
+        up.answered();
+        assert_eq!(waiter.await.unwrap().0, Released::Go);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn max_secs_ends_a_pause_and_a_paused_request_waits_that_long() {
+        // The hold timeout (5 s) is shorter than the pause (20 s): the request waits for the
+        // pause, and has its own hold timeout after it.
+        let (hold, metrics) = hold(Duration::from_secs(5), None);
+        let begun = Instant::now();
+        hold.pause(Duration::from_secs(20), "test", None);
+        let waiter = held(&hold);
+        let (released, probe, at) = waiter.await.unwrap();
+        assert_eq!((released, probe), (Released::Go, false));
+        assert_eq!(at - begun, Duration::from_secs(20));
+        assert_eq!(metrics.paused.get(), 0);
+        assert!(!hold.upstream().in_outage());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_presence_check_sees_the_old_instance_go_and_the_new_one_answer() {
+        let presence = Arc::new(Scripted {
+            script: Mutex::new(VecDeque::from([
+                Checked::Up,
+                Checked::Up,
+                Checked::NoAnswer,
+                Checked::NoAnswer,
+            ])),
+            calls: AtomicU32::new(0),
+        });
+        let (hold, metrics) = hold(Duration::from_secs(15), Some(presence.clone()));
+        hold.pause(Duration::from_secs(60), "test", None);
+        let waiter = held(&hold);
+        let (released, probe, _) = waiter.await.unwrap();
+        assert_eq!((released, probe), (Released::Go, false));
+        // Up twice (the old instance), gone twice, then the new instance: five checks. (The
+        // prober's bare connects meanwhile find nothing listening on the probe port, so no
+        // held request goes out as a probe.)
+        assert_eq!(presence.calls.load(Ordering::Acquire), 5);
+        assert_eq!(metrics.paused.get(), 0);
+        assert_eq!(
+            metrics.outages.get(),
+            1,
+            "the gap between instances was an outage"
+        );
+        assert_eq!(
+            metrics
+                .rewrites
+                .get_or_create(&crate::metrics::ReasonLabel::new(
+                    RewriteReason::Paused,
+                    crate::metrics::RewriteAction::answered_503
+                ))
+                .get(),
+            0
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn no_pause_without_holding_nor_while_shutting_down() {
+        let cfg = HoldConfig {
+            enabled: false,
+            ..crate::hold::tests::config_for_tests()
+        };
+        let (template, _) = crate::hold::tests::template(cfg);
+        let off = Hold::new(template, false);
+        assert_eq!(
+            off.pause(Duration::from_secs(60), "test", None),
+            PauseStart::HoldDisabled
+        );
+        let (hold, metrics) = hold(Duration::from_secs(15), None);
+        hold.shutdown();
+        assert_eq!(
+            hold.pause(Duration::from_secs(60), "test", None),
+            PauseStart::ShuttingDown
+        );
+        assert_eq!(metrics.paused.get(), 0);
     }
 }

@@ -82,11 +82,14 @@ impl Outages {
             let bytes = body.expected_bytes(self.cfg.max_body_bytes);
             let now = Instant::now();
             let first = ticket.first_held.is_none();
-            // Held by a pause: at least until the pause ends by itself, so that what a planned
-            // restart holds is released to the new instance rather than answered 503 before.
+            // Held by a pause: through the pause (which ends by itself at `until`), then as any
+            // held request, so what a planned restart holds goes to the new instance rather
+            // than getting its 503 while the old one drains.
             let deadline = *ticket.deadline.get_or_insert_with(|| {
                 let own = now + self.cfg.timeout;
-                st.paused.as_ref().map_or(own, |p| own.max(p.until))
+                st.paused
+                    .as_ref()
+                    .map_or(own, |p| own.max(p.until + self.cfg.timeout))
             });
             ticket.first_held.get_or_insert(now);
             if deadline <= now {
