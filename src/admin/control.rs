@@ -227,3 +227,95 @@ mod tests {
         assert!(drain_timeout(Some("drain_timeout_secs=soon")).is_err());
     }
 }
+
+#[cfg(test)]
+mod access_tests {
+    use super::*;
+    use crate::config::{Config, RawConfig};
+    use http_body_util::BodyExt;
+
+    fn control(token: Option<&str>) -> Control {
+        let raw = RawConfig {
+            upstream: "http://127.0.0.1:9".into(),
+            ..RawConfig::default()
+        };
+        let config = Config::from_raw(&raw, &|_| "test".into()).expect("valid");
+        let mut registry = prometheus_client::registry::Registry::default();
+        let metrics = Arc::new(crate::metrics::Metrics::register(&mut registry));
+        let proxy = Arc::new(Proxy::new(&config, metrics));
+        Control::new(proxy, token.map(AdminToken::for_tests))
+    }
+
+    fn post(path: &str, bearer: Option<&str>) -> Request<()> {
+        let mut req = Request::post(path);
+        if let Some(b) = bearer {
+            req = req.header(AUTHORIZATION, format!("Bearer {b}"));
+        }
+        req.body(()).unwrap()
+    }
+
+    async fn text(resp: Response<ProxyBody>) -> String {
+        let body = resp.into_body().collect().await.unwrap().to_bytes();
+        String::from_utf8(body.to_vec()).unwrap()
+    }
+
+    const LAN: &str = "10.1.2.3:40000";
+    const LOOPBACK: &str = "127.0.0.1:40000";
+    const TOKEN: &str = "s3cret-token-0123456789";
+
+    #[tokio::test(start_paused = true)]
+    async fn without_a_token_only_loopback_may_pause() {
+        let c = control(None);
+        let resp = c.pause(&post("/pause", None), LAN.parse().unwrap()).await;
+        assert_eq!(resp.status(), StatusCode::FORBIDDEN);
+        assert!(text(resp).await.contains("loopback only"));
+        let resp = c.resume(&post("/resume", None), LAN.parse().unwrap());
+        assert_eq!(resp.status(), StatusCode::FORBIDDEN);
+        assert!(c.proxy.pause_status().is_none(), "nothing changed");
+        // IPv4 loopback, and IPv4 loopback as IPv6 sees it on a dual-stack listener.
+        for peer in [LOOPBACK, "[::ffff:127.0.0.1]:40000"] {
+            let q = post("/pause?drain_timeout_secs=0", None);
+            assert_eq!(
+                c.pause(&q, peer.parse().unwrap()).await.status(),
+                StatusCode::OK
+            );
+            assert!(c.proxy.pause_status().is_some());
+            let resp = c.resume(&post("/resume", None), peer.parse().unwrap());
+            assert_eq!(resp.status(), StatusCode::OK);
+            assert!(c.proxy.pause_status().is_none());
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn with_a_token_every_peer_must_present_it() {
+        let c = control(Some(TOKEN));
+        for (peer, bearer) in [
+            (LAN, None),
+            (LOOPBACK, None),
+            (LOOPBACK, Some("wrong-token-0123456789")),
+        ] {
+            let q = post("/pause?drain_timeout_secs=0", bearer);
+            let resp = c.pause(&q, peer.parse().unwrap()).await;
+            assert_eq!(resp.status(), StatusCode::FORBIDDEN, "{peer} {bearer:?}");
+            assert!(text(resp).await.contains("needs the admin token"));
+        }
+        assert!(c.proxy.pause_status().is_none(), "nothing changed");
+        let q = post("/pause?drain_timeout_secs=0", Some(TOKEN));
+        assert_eq!(
+            c.pause(&q, LAN.parse().unwrap()).await.status(),
+            StatusCode::OK
+        );
+        assert!(c.proxy.pause_status().is_some());
+        // Reads stay open.
+        assert_eq!(c.status().status(), StatusCode::OK);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_bad_drain_timeout_is_a_400_and_changes_nothing() {
+        let c = control(None);
+        let q = post("/pause?drain_timeout_secs=soon", None);
+        let resp = c.pause(&q, LOOPBACK.parse().unwrap()).await;
+        assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
+        assert!(c.proxy.pause_status().is_none());
+    }
+}

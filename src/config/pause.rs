@@ -43,6 +43,12 @@ impl AdminToken {
         Ok(AdminToken(token.to_owned()))
     }
 
+    /// A token from a string, for tests elsewhere in the crate.
+    #[cfg(test)]
+    pub(crate) fn for_tests(token: &str) -> AdminToken {
+        AdminToken(token.to_owned())
+    }
+
     /// The token, to send it.
     pub fn as_str(&self) -> &str {
         &self.0

@@ -15,6 +15,7 @@ mod hold_e2e;
 mod limits;
 mod logs;
 mod mcp_e2e;
+mod pause;
 mod per_route;
 mod retry;
 mod rmcp_smoke;
