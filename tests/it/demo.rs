@@ -30,9 +30,20 @@ async fn the_demo_shows_failures_direct_and_none_through_holdfast() {
         tally.resumed >= 1 && tally.resumed <= tally.restarts,
         "{tally:?}"
     );
+    // The planned recreation: the call in flight completed, the pause drained, every call made
+    // during the recreation succeeded.
+    let planned = tally.planned;
+    assert!(planned.slow_ok, "{planned:?}");
+    assert_eq!(planned.pause_exit, 0, "{planned:?}");
+    assert_eq!(
+        (planned.held_ok, planned.held_failed),
+        (holdfast::demo::DURING, 0),
+        "{planned:?}"
+    );
+    assert_eq!(planned.restarts, 1, "{planned:?}");
     assert_eq!(
         tally.executed,
-        tally.direct_ok + tally.holdfast_ok,
+        tally.direct_ok + tally.holdfast_ok + planned.ok(),
         "every successful call ran once and no failed one ran: {tally:?}"
     );
 }
@@ -47,6 +58,12 @@ fn the_demo_binary_runs_and_summarises() {
     assert!(stdout.contains("summary after"), "{stdout}");
     assert!(stdout.contains("through holdfast:"), "{stdout}");
     assert!(stdout.contains("session lived on"), "{stdout}");
+    assert!(
+        stdout.contains(
+            "planned recreation with `holdfast pause`: the slow call in flight completed"
+        ),
+        "{stdout}"
+    );
     assert!(
         stdout.contains("t=  1s"),
         "a live line per second: {stdout}"

@@ -14,6 +14,13 @@
 //! holds and re-established sessions (read from its own `/metrics`), and a summary closes the
 //! run: straight to the backend every call after the first restart fails; through holdfast the
 //! one session lives through every restart.
+//!
+//! A last phase ([`planned`]) shows a planned recreation with `holdfast pause`: a slow call in
+//! flight completes, the calls made while the backend is recreated wait, and each runs once.
+
+mod planned;
+
+pub use planned::{Planned, DURING};
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
@@ -61,6 +68,8 @@ pub struct Tally {
     pub resumed: u64,
     /// Times the backend was recreated.
     pub restarts: u64,
+    /// The planned recreation with `holdfast pause`.
+    pub planned: planned::Planned,
 }
 
 /// The backend's phase in its recreation cycle.
@@ -203,6 +212,8 @@ pub async fn run(opts: DemoOptions) -> std::io::Result<Tally> {
     {
         clients.shutdown().await;
     }
+    let planned =
+        planned::run(&backend, &mut serving, backend_addr, proxy_addr, admin_addr).await?;
     let resumed = scrape(admin_addr).await.resumed as u64;
     holdfast.shutdown().await?;
     if let Some(task) = serving.take() {
@@ -217,7 +228,8 @@ pub async fn run(opts: DemoOptions) -> std::io::Result<Tally> {
         executed: backend.calls.load(Ordering::Relaxed),
         holdfast_sessions: through.sessions.load(Ordering::Relaxed),
         resumed,
-        restarts,
+        restarts: restarts + planned.restarts,
+        planned,
     };
     println!("\nsummary after {:.0} s:", opts.duration.as_secs_f64());
     println!(
@@ -239,7 +251,19 @@ pub async fn run(opts: DemoOptions) -> std::io::Result<Tally> {
         },
         tally.resumed
     );
-    let answered = tally.direct_ok + tally.holdfast_ok;
+    println!(
+        "  planned recreation with `holdfast pause`: the slow call in flight {}, {} of {} calls \
+         made during the recreation ok, {} failed",
+        if planned.slow_ok {
+            "completed"
+        } else {
+            "FAILED"
+        },
+        planned.held_ok,
+        planned::DURING,
+        planned.held_failed
+    );
+    let answered = tally.direct_ok + tally.holdfast_ok + planned.ok();
     println!(
         "  the backend executed {} tool calls: {}",
         tally.executed,
@@ -406,6 +430,10 @@ impl Backend {
         match method {
             "notifications/initialized" => reply(StatusCode::ACCEPTED, &[], ""),
             "tools/call" => {
+                if msg["params"]["name"] == "slow" {
+                    // A long tool call: in flight when a planned recreation begins.
+                    tokio::time::sleep(planned::SLOW).await;
+                }
                 let n = self.calls.fetch_add(1, Ordering::Relaxed) + 1;
                 let result = serde_json::json!({"jsonrpc": "2.0", "id": id, "result": {
                     "content": [{"type": "text", "text": n.to_string()}]}});
