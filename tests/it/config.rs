@@ -928,3 +928,50 @@ fn an_environment_problem_names_the_variable() {
         Ok(())
     });
 }
+
+#[test]
+fn a_pause_must_end_and_an_admin_token_must_be_worth_the_name() {
+    let mut raw = raw_with_upstream("http://b:1");
+    raw.pause.max_secs = 0.0;
+    let err = validate(&raw).unwrap_err();
+    assert!(problem(&err, "pause.max_secs").message.contains("positive"));
+
+    let dir = crate::support::files::TempDir::new("admin-token");
+    let mut raw = raw_with_upstream("http://b:1");
+    let missing = dir.path().join("absent");
+    raw.admin_token_file = Some(missing.to_str().unwrap().into());
+    let err = validate(&raw).unwrap_err();
+    assert!(
+        problem(&err, "admin_token_file")
+            .message
+            .contains("cannot read"),
+        "{err}"
+    );
+
+    let short = dir.write("short", "abc\n");
+    raw.admin_token_file = Some(short.to_str().unwrap().into());
+    let err = validate(&raw).unwrap_err();
+    assert!(
+        problem(&err, "admin_token_file")
+            .message
+            .contains("at least 16"),
+        "{err}"
+    );
+
+    let spaced = dir.write("spaced", "0123456789 abcdef\n");
+    raw.admin_token_file = Some(spaced.to_str().unwrap().into());
+    let err = validate(&raw).unwrap_err();
+    assert!(
+        problem(&err, "admin_token_file")
+            .message
+            .contains("one line"),
+        "{err}"
+    );
+
+    let good = dir.write("good", "  0123456789abcdef\n");
+    raw.admin_token_file = Some(good.to_str().unwrap().into());
+    let config = validate(&raw).expect("a good token");
+    let token = config.admin_token.expect("read");
+    assert_eq!(token.as_str(), "0123456789abcdef");
+    assert!(!format!("{token:?}").contains("0123"), "Debug hides it");
+}
