@@ -7,6 +7,7 @@ mod demo;
 mod deploy_container;
 mod deploy_nginx;
 mod deploy_observability;
+mod deploy_pause;
 mod exactly_once;
 mod forwarding;
 mod health;
