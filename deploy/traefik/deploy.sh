@@ -5,8 +5,8 @@
 #   deploy/traefik/deploy.sh                  # after `docker compose pull` or `build` of mcp
 #   COMPOSE_FILE=deploy/traefik/compose.holdfast-in-front.yaml DRAIN_SECS=10 deploy/traefik/deploy.sh
 #
-# 1. `holdfast pause` (the image's /usr/local/bin/holdfast): new calls are held in holdfast before they are sent; the calls in flight
-#    finish on the old instance (up to DRAIN_SECS). Exit 3 means something was still in flight
+# 1. `holdfast pause`: new calls are held in holdfast before they are sent; the calls in
+#    flight finish on the old instance (up to DRAIN_SECS). Exit 3 means something was still in flight
 #    then, typically a client's standalone GET stream, which carries no call: the deploy goes
 #    on, and the stream's reconnect is held like any other request.
 # 2. The MCP server is recreated; `--wait` returns once it runs (or is healthy, if it has a
