@@ -261,6 +261,7 @@ impl Outages {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::hold::tests::until_held;
     use crate::replay::BodyHandle;
     use std::pin::Pin;
     use std::sync::atomic::AtomicU32;
@@ -283,19 +284,7 @@ mod tests {
     }
 
     fn hold(timeout: Duration, presence: Option<Arc<Scripted>>) -> (Hold, Arc<Metrics>) {
-        let cfg = HoldConfig {
-            enabled: true,
-            timeout,
-            max_body_bytes: 1024,
-            max_requests: 100,
-            max_buffered_bytes: 1 << 20,
-            backoff_initial: Duration::from_millis(25),
-            backoff_max: Duration::from_millis(250),
-            retry_after: crate::config::RetryAfter::Observed,
-            retry_after_min: Duration::from_secs(1),
-            retry_after_max: Duration::from_secs(30),
-            probe_path: None,
-        };
+        let cfg = crate::hold::tests::config(timeout);
         let (mut template, metrics) = crate::hold::tests::template(cfg);
         template.presence = presence.map(|p| p as Arc<dyn Health>);
         (Hold::new(template, false), metrics)
@@ -310,16 +299,6 @@ mod tests {
             let released = up.wait(&mut ticket, &BodyHandle::empty()).await;
             (released, ticket.probe.is_some(), Instant::now())
         })
-    }
-
-    async fn until_held(metrics: &Metrics, n: i64) {
-        for _ in 0..100_000 {
-            if metrics.held_requests.get() >= n {
-                return;
-            }
-            tokio::task::yield_now().await;
-        }
-        panic!("{} requests held, never {n}", metrics.held_requests.get());
     }
 
     #[tokio::test(start_paused = true)]
@@ -456,7 +435,7 @@ mod tests {
     async fn no_pause_without_holding_nor_while_shutting_down() {
         let cfg = HoldConfig {
             enabled: false,
-            ..crate::hold::tests::config_for_tests()
+            ..crate::hold::tests::config(Duration::from_secs(60))
         };
         let (template, _) = crate::hold::tests::template(cfg);
         let off = Hold::new(template, false);

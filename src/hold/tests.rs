@@ -6,12 +6,8 @@ use prometheus_client::registry::Registry;
 use std::future::Future;
 use std::pin::Pin;
 
-/// A hold configuration for unit tests: 60 s timeout, quick backoff.
-pub(super) fn config_for_tests() -> HoldConfig {
-    config(Duration::from_secs(60))
-}
-
-fn config(timeout: Duration) -> HoldConfig {
+/// The hold configuration of these tests: quick backoff, `timeout`.
+pub(super) fn config(timeout: Duration) -> HoldConfig {
     HoldConfig {
         enabled: true,
         timeout,
@@ -65,7 +61,7 @@ fn spawn_waiter(o: &Arc<Outages>) -> tokio::task::JoinHandle<(Released, bool)> {
 
 /// Yields until `n` requests are held (the spawned waiters have queued up). Bounded: a
 /// regression that never holds fails here instead of hanging the suite.
-async fn until_held(metrics: &Metrics, n: i64) {
+pub(super) async fn until_held(metrics: &Metrics, n: i64) {
     for _ in 0..100_000 {
         if metrics.held_requests.get() >= n {
             return;
