@@ -110,24 +110,22 @@ impl Proxy {
         headers::strip_hop_by_hop(&mut head.headers);
         let is_sse = headers::is_event_stream(&head.headers);
         let prefix = peek.complete.or(peek.prefix);
+        if let (true, Some(f)) = (is_sse, &flight) {
+            f.streaming();
+        }
         let timed = Timed::new(prefix, peek.rest, self.stream_idle_timeout)
-            .counting_aborts(&self.metrics.response_aborts);
+            .counting_aborts(&self.metrics.response_aborts)
+            .in_flight(flight);
         // The request stays in flight (for a pause's drain) as long as its body streams.
         let body = if is_sse {
             head.headers
                 .entry(X_ACCEL_BUFFERING)
                 .or_insert(HeaderValue::from_static("no"));
-            if let Some(f) = &flight {
-                f.streaming();
-            }
             timed
-                .with_guard((SseGuard::new(&self.metrics.sse_streams_active), flight))
+                .with_guard(SseGuard::new(&self.metrics.sse_streams_active))
                 .boxed_unsync()
         } else {
-            match flight {
-                Some(f) => timed.with_guard(f).boxed_unsync(),
-                None => timed.boxed_unsync(),
-            }
+            timed.boxed_unsync()
         };
         let body = match learn {
             Some(host) => {

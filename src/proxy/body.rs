@@ -15,6 +15,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use tokio::time::{Instant, Sleep};
 
+use super::in_flight::Flight;
 use crate::metrics::{Abort, AbortLabel};
 
 /// Boxed error type of bodies.
@@ -45,6 +46,8 @@ pin_project_lite::pin_project! {
         idle: Duration,
         sleep: Option<Pin<Box<Sleep>>>,
         guard: Option<Box<dyn Send>>,
+        // Not boxed with `guard`: every forwarded response has one, and a box is an allocation.
+        flight: Option<Flight>,
         aborts: Option<Family<AbortLabel, Counter>>,
     }
 }
@@ -58,6 +61,7 @@ impl<B> Timed<B> {
             idle,
             sleep: None,
             guard: None,
+            flight: None,
             aborts: None,
         }
     }
@@ -65,6 +69,12 @@ impl<B> Timed<B> {
     /// Counts aborted responses (`holdfast_response_aborts_total`) in `family`.
     pub fn counting_aborts(mut self, family: &Family<AbortLabel, Counter>) -> Self {
         self.aborts = Some(family.clone());
+        self
+    }
+
+    /// Keeps the request in flight (for a pause's drain) exactly as long as the body.
+    pub fn in_flight(mut self, flight: Option<Flight>) -> Self {
+        self.flight = flight;
         self
     }
 
@@ -98,11 +108,13 @@ where
             }
             Poll::Ready(Some(Err(e))) => {
                 *this.guard = None;
+                *this.flight = None;
                 count_abort(this.aborts, Abort::upstream_error);
                 Poll::Ready(Some(Err(e.into())))
             }
             Poll::Ready(None) => {
                 *this.guard = None;
+                *this.flight = None;
                 Poll::Ready(None)
             }
             Poll::Pending => {
@@ -112,6 +124,7 @@ where
                     .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline(idle))));
                 ready!(sleep.as_mut().poll(cx));
                 *this.guard = None;
+                *this.flight = None;
                 count_abort(this.aborts, Abort::idle_timeout);
                 Poll::Ready(Some(Err(Box::new(IdleTimeout(idle)))))
             }

@@ -6,10 +6,11 @@
 //! application. `holdfast pause` waits until nothing is in flight, and names what still is when
 //! its drain timeout passes.
 //!
-//! One uncontended lock per request on entry and one on exit: a pause must know the age of each
-//! request, and a counter alone cannot say how old the oldest one is.
+//! One uncontended lock per request on entry and one on exit, each a slot taken or freed in a
+//! slab (no allocation once it has grown to the peak concurrency): a pause must know the age of
+//! each request, and a counter alone cannot say how old the oldest one is. Finding the oldest
+//! scans the slab, which only a pause or a status read does.
 
-use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -32,9 +33,35 @@ pub struct InFlight {
 
 #[derive(Default)]
 struct Inner {
-    next: u64,
-    /// By entry order: the first is the oldest.
-    requests: BTreeMap<u64, Entry>,
+    /// A slot per request in flight; `None` is free.
+    slots: Vec<Option<Entry>>,
+    /// Free slots, most recently freed last.
+    free: Vec<usize>,
+    /// Slots taken.
+    len: usize,
+}
+
+impl Inner {
+    fn take(&mut self, entry: Entry) -> usize {
+        self.len += 1;
+        match self.free.pop() {
+            Some(i) => {
+                self.slots[i] = Some(entry);
+                i
+            }
+            None => {
+                self.slots.push(Some(entry));
+                self.slots.len() - 1
+            }
+        }
+    }
+
+    fn release(&mut self, i: usize) {
+        if self.slots.get_mut(i).and_then(Option::take).is_some() {
+            self.len -= 1;
+            self.free.push(i);
+        }
+    }
 }
 
 struct Entry {
@@ -46,7 +73,7 @@ struct Entry {
 /// One request in flight; it leaves when this is dropped (with its response body, if any).
 pub struct Flight {
     registry: Arc<InFlight>,
-    id: u64,
+    slot: usize,
 }
 
 /// A request still in flight, as a pause reports it.
@@ -67,26 +94,21 @@ impl InFlight {
 
     /// A request is about to be sent.
     pub fn enter(self: &Arc<Self>, method: &Method) -> Flight {
-        let mut inner = self.lock();
-        inner.next += 1;
-        let id = inner.next;
-        inner.requests.insert(
-            id,
-            Entry {
-                since: Instant::now(),
-                method: method.clone(),
-                stream: false,
-            },
-        );
+        let entry = Entry {
+            since: Instant::now(),
+            method: method.clone(),
+            stream: false,
+        };
+        let slot = self.lock().take(entry);
         Flight {
             registry: self.clone(),
-            id,
+            slot,
         }
     }
 
     /// Requests in flight now.
     pub fn len(&self) -> usize {
-        self.lock().requests.len()
+        self.lock().len
     }
 
     /// Whether nothing is in flight.
@@ -97,16 +119,22 @@ impl InFlight {
     /// The oldest `n` requests in flight, oldest first.
     pub fn oldest(&self, n: usize) -> Vec<Pending> {
         let now = Instant::now();
-        self.lock()
-            .requests
-            .values()
-            .take(n)
-            .map(|e| Pending {
-                method: e.method.clone(),
-                age: now.saturating_duration_since(e.since),
-                stream: e.stream,
+        let mut pending: Vec<(Instant, Pending)> = self
+            .lock()
+            .slots
+            .iter()
+            .flatten()
+            .map(|e| {
+                let p = Pending {
+                    method: e.method.clone(),
+                    age: now.saturating_duration_since(e.since),
+                    stream: e.stream,
+                };
+                (e.since, p)
             })
-            .collect()
+            .collect();
+        pending.sort_by_key(|(since, _)| *since);
+        pending.into_iter().take(n).map(|(_, p)| p).collect()
     }
 
     /// Waits until nothing is in flight (true) or `deadline` passes (false).
@@ -152,7 +180,7 @@ impl InFlight {
 impl Flight {
     /// Its answer is an SSE stream.
     pub fn streaming(&self) {
-        if let Some(e) = self.registry.lock().requests.get_mut(&self.id) {
+        if let Some(Some(e)) = self.registry.lock().slots.get_mut(self.slot) {
             e.stream = true;
         }
     }
@@ -162,8 +190,8 @@ impl Drop for Flight {
     fn drop(&mut self) {
         let empty = {
             let mut inner = self.registry.lock();
-            inner.requests.remove(&self.id);
-            inner.requests.is_empty()
+            inner.release(self.slot);
+            inner.len == 0
         };
         if empty && self.registry.draining.load(Ordering::Acquire) > 0 {
             self.registry.drained.notify_waiters();
@@ -223,6 +251,23 @@ mod tests {
         assert!(flights.is_empty());
         // Nothing in flight: at once.
         assert!(flights.drained(Instant::now()).await);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_reused_slot_does_not_make_a_young_request_look_old() {
+        let flights = Arc::new(InFlight::default());
+        let first = flights.enter(&Method::POST);
+        tokio::time::advance(Duration::from_secs(1)).await;
+        let second = flights.enter(&Method::GET);
+        drop(first);
+        tokio::time::advance(Duration::from_secs(1)).await;
+        let third = flights.enter(&Method::DELETE);
+        let oldest: Vec<_> = flights.oldest(10).into_iter().map(|p| p.method).collect();
+        assert_eq!(oldest, [Method::GET, Method::DELETE]);
+        assert_eq!(flights.oldest(1)[0].age, Duration::from_secs(1));
+        assert_eq!(flights.len(), 2);
+        drop((second, third));
+        assert!(flights.is_empty());
     }
 
     #[test]
