@@ -127,7 +127,7 @@ fn demo(duration: f64, period: f64) -> ExitCode {
 /// `holdfast check-config`: the effective configuration as TOML, or every problem.
 fn check_config(cli: &Cli) -> ExitCode {
     let fig = config::figment(cli.config.as_deref(), &cli.flags());
-    match config::Config::from_figment(&fig) {
+    match config::load(cli.config.as_deref(), &cli.flags()) {
         Ok(_) => {
             let raw: RawConfig = fig.extract().expect("validated above");
             print!(

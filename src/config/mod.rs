@@ -30,6 +30,7 @@ use http::Uri;
 
 use crate::tls::{self, Identity, TlsError};
 
+mod layers;
 mod pause;
 mod raw;
 mod retry;
@@ -332,31 +333,37 @@ pub const ENV_PREFIX: &str = "HOLDFAST_";
 /// `file` is the `--config` flag; when absent `HOLDFAST_CONFIG` is consulted. `flags` holds only
 /// the values the user actually passed on the command line.
 pub fn figment(file: Option<&Path>, flags: &RawFlags) -> Figment {
-    let file: Option<PathBuf> = file
-        .map(Path::to_path_buf)
-        .or_else(|| std::env::var_os(CONFIG_ENV).map(PathBuf::from));
     let mut fig = Figment::from(Named(
         Serialized::defaults(RawConfig::default()),
         ORIGIN_DEFAULT,
     ));
-    if let Some(path) = file {
+    if let Some(path) = config_file(file) {
         // `file_exact`: a missing file is an error, not silently an empty layer.
         fig = fig.merge(Toml::file_exact(path));
     }
-    fig.merge(
-        Env::prefixed(ENV_PREFIX)
-            .split("__")
-            // HOLDFAST_CONFIG names the file; it is not a key.
-            .ignore(&["config"])
-            // Kubernetes injects service links for a Service named `holdfast` into every pod
-            // (HOLDFAST_PORT=tcp://…, HOLDFAST_SERVICE_HOST, HOLDFAST_PORT_8080_TCP_ADDR, …).
-            // They are not settings; without this filter they would be unknown keys.
-            .filter(|key| {
-                let key = key.as_str().to_ascii_lowercase();
-                !(key == "port" || key.starts_with("port_") || key.starts_with("service_"))
-            }),
-    )
-    .merge(Named(Serialized::defaults(flags), ORIGIN_FLAG))
+    fig.merge(env_layer())
+        .merge(Named(Serialized::defaults(flags), ORIGIN_FLAG))
+}
+
+/// The configuration file: `--config`, else `HOLDFAST_CONFIG`.
+fn config_file(flag: Option<&Path>) -> Option<PathBuf> {
+    flag.map(Path::to_path_buf)
+        .or_else(|| std::env::var_os(CONFIG_ENV).map(PathBuf::from))
+}
+
+/// The environment layer: `HOLDFAST_*` variables, `__` between nested keys.
+fn env_layer() -> Env {
+    Env::prefixed(ENV_PREFIX)
+        .split("__")
+        // HOLDFAST_CONFIG names the file; it is not a key.
+        .ignore(&["config"])
+        // Kubernetes injects service links for a Service named `holdfast` into every pod
+        // (HOLDFAST_PORT=tcp://…, HOLDFAST_SERVICE_HOST, HOLDFAST_PORT_8080_TCP_ADDR, …).
+        // They are not settings; without this filter they would be unknown keys.
+        .filter(|key| {
+            let key = key.as_str().to_ascii_lowercase();
+            !(key == "port" || key.starts_with("port_") || key.starts_with("service_"))
+        })
 }
 
 const ORIGIN_DEFAULT: &str = "default";
@@ -379,6 +386,27 @@ impl<P: figment::Provider> figment::Provider for Named<P> {
 }
 
 /// Loads and validates: the one entry point the binary uses.
+///
+/// A value that a higher layer overrides is still checked in its own layer: a mistyped `listen`
+/// in the file is an error even when `--listen` is given, because the file would start failing
+/// the day the flag goes away.
 pub fn load(file: Option<&Path>, flags: &RawFlags) -> Result<Config, ConfigError> {
-    Config::from_figment(&figment(file, flags))
+    let merged = Config::from_figment(&figment(file, flags));
+    let hidden = layers::hidden_problems(config_file(file).as_deref(), env_layer());
+    match merged {
+        Ok(config) if hidden.is_empty() => Ok(config),
+        Ok(_) => Err(ConfigError { problems: hidden }),
+        Err(mut e) => {
+            for p in hidden {
+                if !e
+                    .problems
+                    .iter()
+                    .any(|q| q.key == p.key && q.origin == p.origin)
+                {
+                    e.problems.push(p);
+                }
+            }
+            Err(e)
+        }
+    }
 }

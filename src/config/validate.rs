@@ -608,7 +608,7 @@ impl Validator<'_> {
 }
 
 /// Names where `key`'s value came from in the terms a user knows.
-fn describe_origin(key: &str, md: Option<&figment::Metadata>) -> String {
+pub(super) fn describe_origin(key: &str, md: Option<&figment::Metadata>) -> String {
     let Some(md) = md else {
         return ORIGIN_DEFAULT.into();
     };

@@ -975,3 +975,33 @@ fn a_pause_must_end_and_an_admin_token_must_be_worth_the_name() {
     assert_eq!(token.as_str(), "0123456789abcdef");
     assert!(!format!("{token:?}").contains("0123"), "Debug hides it");
 }
+
+#[test]
+fn a_mistyped_value_is_an_error_even_where_a_higher_layer_overrides_it() {
+    jailed(|jail| {
+        jail.create_file("bad.toml", "upstream = \"http://b:1\"\nlisten = 8080\n")?;
+        let flags = RawFlags {
+            listen: Some("127.0.0.1:1003".into()),
+            ..RawFlags::default()
+        };
+        let err = load_err(Some("bad.toml"), &flags);
+        let p = problem(&err, "listen");
+        assert!(p.origin.starts_with("file "), "{p}");
+        assert!(p.origin.ends_with("bad.toml"), "{p}");
+        assert!(p.message.contains("string"), "{p}");
+        assert_eq!(err.problems.len(), 1, "reported once: {err}");
+
+        // The environment is a layer too, under the flag.
+        jail.create_file("good.toml", "upstream = \"http://b:1\"\n")?;
+        jail.set_env("HOLDFAST_LIMITS__MAX_CONNECTIONS", "many");
+        let flags = RawFlags::default();
+        let err = load_err(Some("good.toml"), &flags);
+        let p = problem(&err, "limits.max_connections");
+        assert_eq!(
+            p.origin,
+            "environment variable HOLDFAST_LIMITS__MAX_CONNECTIONS"
+        );
+        assert_eq!(err.problems.len(), 1, "reported once: {err}");
+        Ok(())
+    });
+}
