@@ -94,6 +94,8 @@ struct Shared {
     full: bool,
     /// The client's body ended.
     complete: bool,
+    /// When the body was read to its end (the response timeout counts from then).
+    completed_at: Option<Instant>,
     /// The client's trailers, if it sent any.
     trailers: Option<HeaderMap>,
     /// Reading the client's body failed.
@@ -113,6 +115,7 @@ impl Shared {
             replayable: true,
             full: false,
             complete,
+            completed_at: complete.then(Instant::now),
             trailers: None,
             failed: false,
             generation: 0,
@@ -148,8 +151,14 @@ impl Shared {
     fn note_end(&mut self) {
         if self.rest.as_ref().is_some_and(|rest| rest.is_end_stream()) {
             self.rest = None;
-            self.complete = true;
+            self.mark_complete();
         }
+    }
+
+    /// Every byte of the body has been read from the client.
+    fn mark_complete(&mut self) {
+        self.complete = true;
+        self.completed_at.get_or_insert_with(Instant::now);
     }
 
     /// Frees every kept byte.
@@ -311,7 +320,7 @@ impl BodyHandle {
                     },
                     None => {
                         shared.rest = None;
-                        shared.complete = true;
+                        shared.mark_complete();
                     }
                     Some(Err(_)) => {
                         shared.rest = None;
@@ -366,6 +375,25 @@ impl Completion {
     /// it has nothing more to wait for from the client).
     pub fn is_complete(&self) -> bool {
         self.0.lock().expect("request body lock").complete
+    }
+}
+
+impl Completion {
+    /// Completes `timeout` after the body was read to its end: the response timeout, counted
+    /// from the end of the upload (nginx's `proxy_read_timeout`), so an upload slower than it is
+    /// not cut off; a stalled upload is the body's own idle timeout's. Checked only when a
+    /// deadline passes: nothing is woken while the body streams.
+    pub async fn elapsed_after_upload(&self, timeout: Duration) {
+        let mut deadline = Instant::now() + timeout;
+        loop {
+            tokio::time::sleep_until(deadline).await;
+            let completed_at = self.0.lock().expect("request body lock").completed_at;
+            match completed_at {
+                Some(at) if at + timeout <= Instant::now() => return,
+                Some(at) => deadline = at + timeout,
+                None => deadline = Instant::now() + timeout,
+            }
+        }
     }
 }
 
@@ -443,7 +471,7 @@ impl Body for ReplayBody {
             }
             Poll::Ready(None) => {
                 shared.rest = None;
-                shared.complete = true;
+                shared.mark_complete();
                 this.trailers_sent = true;
                 Poll::Ready(None)
             }

@@ -522,7 +522,12 @@ impl Proxy {
         // and the upstream picked h2 by ALPN: hyper's client then sends the request as HTTP/2.
         *req.version_mut() = Version::HTTP_11;
         *req.headers_mut() = target.headers.clone();
-        let sent = tokio::time::timeout(self.response_timeout, self.client.request(req)).await;
+        // The response timeout counts from the end of the upload, not from its start.
+        let uploaded = req.body().completion();
+        let sent = tokio::select! {
+            sent = self.client.request(req) => Ok(sent),
+            () = uploaded.elapsed_after_upload(self.response_timeout) => Err(()),
+        };
 
         // The horizon matters only for a 404 (and costs a lock): asked only then.
         let cx = |route_expected, status: Option<StatusCode>| classify::Context {
@@ -532,7 +537,7 @@ impl Proxy {
                 && route.is_some_and(|r| r.beyond_horizon(self.horizon)),
         };
         let resp = match sent {
-            Err(_elapsed) => {
+            Err(()) => {
                 return (
                     classify::classify(&Outcome::ResponseTimeout, &cx(true, None)),
                     None,

@@ -182,3 +182,58 @@ async fn the_header_count_limit_is_the_configured_one_both_ways() {
         "holdfast forwarded it"
     );
 }
+
+/// Sends a POST of `chunks` to holdfast, `gap` between them (a client uploading slowly), and
+/// returns the whole response.
+async fn slow_upload(hf: &Holdfast, chunks: &[&str], gap: Duration) -> String {
+    let len: usize = chunks.iter().map(|c| c.len()).sum();
+    let mut s = TcpStream::connect(hf.addr).await.unwrap();
+    let head = format!(
+        "POST /mcp HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {len}\r\nconnection: close\r\n\r\n"
+    );
+    s.write_all(head.as_bytes()).await.unwrap();
+    for (i, chunk) in chunks.iter().enumerate() {
+        if i > 0 {
+            // The client itself is slow: this is what is under test, not a wait for an event.
+            tokio::time::sleep(gap).await;
+        }
+        s.write_all(chunk.as_bytes()).await.unwrap();
+    }
+    let mut out = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut out))
+        .await
+        .unwrap()
+        .unwrap();
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[tokio::test]
+async fn the_response_timeout_counts_from_the_end_of_the_upload() {
+    let up = Upstream::start(|seen| async move {
+        if seen.body.as_ref() == b"slow" {
+            // Answers long after the whole body arrived: the timeout still applies.
+            tokio::time::sleep(Duration::from_secs(3)).await;
+        }
+        let body = format!("got {}", String::from_utf8_lossy(&seen.body));
+        response(200, &[], body)
+    })
+    .await;
+    let mut raw = raw_config(&up.url());
+    raw.routes.behind_router = Some(false);
+    raw.client.response_timeout_secs = 0.3;
+    let hf = Holdfast::start_with(raw).await;
+
+    // An upload three times longer than the response timeout, answered at once when done.
+    let got = slow_upload(&hf, &["ab", "cd", "ef"], Duration::from_millis(450)).await;
+    assert!(got.starts_with("HTTP/1.1 200"), "{got}");
+    assert!(got.ends_with("got abcdef"), "{got}");
+
+    // A quick upload the upstream sits on: 502 response_timeout.
+    let got = slow_upload(&hf, &["slow"], Duration::ZERO).await;
+    assert!(got.starts_with("HTTP/1.1 502"), "{got}");
+    assert_eq!(
+        hf.metric("holdfast_upstream_failures_total{reason=\"response_timeout\"}")
+            .await,
+        1.0
+    );
+}
