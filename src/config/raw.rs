@@ -50,7 +50,8 @@ pub mod defaults {
     pub const MAX_HEADER_BYTES: usize = 64 * 1024;
     /// Time a client has to send a complete request head (slowloris guard).
     pub const HEADER_READ_TIMEOUT_SECS: f64 = 120.0;
-    /// Concurrent client connections; past this, accepting pauses until one closes.
+    /// Concurrent client connections; at the limit the longest-idle one makes room, and with
+    /// none idle accepting pauses until one closes or turns idle.
     pub const MAX_CONNECTIONS: usize = 10_000;
     /// Most header lines in a request head or an upstream response head: hyper's default, and
     /// HAProxy's (`tune.http.maxhdr` 101). A larger count costs a heap allocation per request.

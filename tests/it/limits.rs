@@ -65,12 +65,13 @@ async fn a_slow_request_head_is_cut_off() {
 }
 
 #[tokio::test]
-async fn connections_past_the_limit_wait_for_a_free_slot() {
+async fn at_the_connection_limit_an_idle_keep_alive_connection_makes_room() {
     let up = Upstream::start(|_| async { response(200, &[], "ok") }).await;
     let mut raw = raw_config(&up.url());
     raw.limits.max_connections = 1;
     let hf = Holdfast::start_with(raw).await;
 
+    // The first client keeps its connection open, idle after its answer.
     let mut first = TcpStream::connect(hf.addr).await.unwrap();
     first
         .write_all(b"GET /mcp HTTP/1.1\r\nhost: x\r\n\r\n")
@@ -78,22 +79,78 @@ async fn connections_past_the_limit_wait_for_a_free_slot() {
         .unwrap();
     assert!(read_head(&mut first).await.starts_with("HTTP/1.1 200"));
 
-    // The second connection sits in the backlog while the first is open.
+    // A second client is served at once (not after the 120 s keep-alive timeout): the idle
+    // connection was closed to make room.
     let mut second = TcpStream::connect(hf.addr).await.unwrap();
     second
         .write_all(b"GET /mcp HTTP/1.1\r\nhost: x\r\n\r\n")
         .await
         .unwrap();
-    let early = tokio::time::timeout(Duration::from_millis(300), read_head(&mut second)).await;
-    assert!(
-        early.is_err(),
-        "answered past the connection limit: {early:?}"
-    );
-
-    drop(first);
     let head = tokio::time::timeout(Duration::from_secs(10), read_head(&mut second))
         .await
-        .expect("served once a slot is free");
+        .expect("served while the first connection was idle");
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    let mut rest = Vec::new();
+    let closed = tokio::time::timeout(Duration::from_secs(10), first.read_to_end(&mut rest)).await;
+    assert!(
+        matches!(closed, Ok(Ok(0))),
+        "the idle connection was closed: {closed:?}"
+    );
+}
+
+#[tokio::test]
+async fn at_the_connection_limit_a_busy_connection_is_never_cut() {
+    let gate = std::sync::Arc::new(tokio::sync::Semaphore::new(0));
+    let up = Upstream::start({
+        let gate = gate.clone();
+        move |seen| {
+            let gate = gate.clone();
+            async move {
+                if seen.uri == "/mcp/slow" {
+                    gate.acquire().await.unwrap().forget();
+                }
+                response(200, &[], "ok")
+            }
+        }
+    })
+    .await;
+    let mut raw = raw_config(&up.url());
+    raw.limits.max_connections = 1;
+    let hf = Holdfast::start_with(raw).await;
+
+    let mut first = TcpStream::connect(hf.addr).await.unwrap();
+    first
+        .write_all(b"GET /mcp/slow HTTP/1.1\r\nhost: x\r\n\r\n")
+        .await
+        .unwrap();
+    crate::support::within(async {
+        while up.seen().is_empty() {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+
+    // The second client waits while the first connection's request is being answered ...
+    let mut second = TcpStream::connect(hf.addr).await.unwrap();
+    second
+        .write_all(b"GET /mcp HTTP/1.1\r\nhost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let waiting = tokio::spawn(async move {
+        let head = read_head(&mut second).await;
+        (head, second)
+    });
+    // ... the first gets its whole answer ...
+    gate.add_permits(1);
+    let head = tokio::time::timeout(Duration::from_secs(10), read_head(&mut first))
+        .await
+        .unwrap();
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    // ... and only then, idle, makes room.
+    let (head, _second) = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .expect("served once the first connection was idle")
+        .unwrap();
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
 }
 

@@ -32,6 +32,9 @@ use crate::metrics::{HandshakeFailure, Metrics, TlsMetrics};
 use crate::proxy::Proxy;
 use crate::tls;
 
+mod idle;
+use idle::{Idle, Registered, Tracked};
+
 /// holdfast running on a task of the current runtime (the demo, tests and benchmarks run it so).
 pub struct Spawned {
     /// The proxy listener's address.
@@ -216,16 +219,29 @@ async fn serve_connection<I>(
     proxy: Arc<Proxy>,
     peer: SocketAddr,
     watcher: Watcher,
+    registered: Arc<Registered>,
 ) where
     I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
 {
+    let in_service = registered.clone();
     let service = service_fn(move |req| {
-        let proxy = proxy.clone();
-        async move { Ok::<_, std::convert::Infallible>(proxy.handle(req, peer).await) }
+        let (proxy, registered) = (proxy.clone(), in_service.clone());
+        async move {
+            // Busy from the request's start to its response body's end.
+            let busy = registered.begin();
+            let resp = proxy.handle(req, peer).await;
+            Ok::<_, std::convert::Infallible>(resp.map(|body| Tracked::new(body, busy)))
+        }
     });
     let conn = builder.serve_connection(io, service).into_owned();
-    if let Err(e) = watcher.watch(conn).await {
-        tracing::debug!(error = %e, %peer, "client connection ended with an error");
+    tokio::select! {
+        served = watcher.watch(conn) => {
+            if let Err(e) = served {
+                tracing::debug!(error = %e, %peer, "client connection ended with an error");
+            }
+        }
+        // Idle the longest at the connection limit: dropped, as a keep-alive timeout would.
+        () = registered.closed() => {}
     }
 }
 
@@ -279,16 +295,14 @@ async fn serve_proxy(
 
     let graceful = GracefulShutdown::new();
     let mut connections = JoinSet::new();
-    // Past the limit, accepting pauses (connections wait in the kernel's backlog) rather than
-    // being accepted and dropped.
+    // At the limit, the connection just accepted waits until a slot is free (the rest wait in
+    // the kernel's backlog) rather than being dropped; an idle keep-alive connection is closed
+    // to free one at once.
     let permits = Arc::new(Semaphore::new(config.max_connections));
+    let idle = Idle::new();
     tokio::pin!(shutdown);
 
     loop {
-        let permit = tokio::select! {
-            permit = permits.clone().acquire_owned() => permit.expect("semaphore never closed"),
-            () = &mut shutdown => break,
-        };
         let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(a) => a,
@@ -303,6 +317,19 @@ async fn serve_proxy(
             },
             () = &mut shutdown => break,
         };
+        let permit = match permits.clone().try_acquire_owned() {
+            Ok(permit) => permit,
+            Err(_) => {
+                idle.make_room();
+                let permit = tokio::select! {
+                    permit = permits.clone().acquire_owned() => permit.expect("semaphore never closed"),
+                    () = &mut shutdown => break,
+                };
+                idle.room_made();
+                permit
+            }
+        };
+        let registered = Arc::new(idle.register());
         let _ = stream.set_nodelay(true);
         let (proxy, builder, tls) = (proxy.clone(), builder.clone(), tls.clone());
         let first_byte_timeout = config.header_read_timeout;
@@ -312,13 +339,29 @@ async fn serve_proxy(
         connections.spawn(async move {
             match tls {
                 None => {
-                    if sends_within(&stream, first_byte_timeout).await {
-                        serve_connection(builder, TokioIo::new(stream), proxy, peer, watcher).await
+                    let io = TokioIo::new(stream);
+                    tokio::select! {
+                        sends = sends_within(io.inner(), first_byte_timeout) => if sends {
+                            serve_connection(builder, io, proxy, peer, watcher, registered).await
+                        },
+                        () = registered.closed() => {}
                     }
                 }
                 Some(tls) => {
-                    if let Some(stream) = tls.handshake(stream, peer).await {
-                        serve_connection(builder, TokioIo::new(stream), proxy, peer, watcher).await
+                    let handshake = tokio::select! {
+                        stream = tls.handshake(stream, peer) => stream,
+                        () = registered.closed() => None,
+                    };
+                    if let Some(stream) = handshake {
+                        serve_connection(
+                            builder,
+                            TokioIo::new(stream),
+                            proxy,
+                            peer,
+                            watcher,
+                            registered,
+                        )
+                        .await
                     }
                 }
             }
