@@ -150,6 +150,16 @@ impl Registered {
     pub async fn closed(&self) {
         self.conn.close.notified().await;
     }
+
+    /// Told to close: whether it is still idle, so it may. A request may have begun between
+    /// the choice and now; then it stays, and the next connection to turn idle closes instead.
+    pub fn may_close(&self) -> bool {
+        if self.conn.active.load(Ordering::Acquire) == 0 {
+            return true;
+        }
+        self.idle.wanted.store(true, Ordering::Release);
+        false
+    }
 }
 
 /// One request being answered on a connection.
@@ -253,5 +263,22 @@ mod tests {
         tokio::time::timeout(Duration::from_millis(1), busy.closed())
             .await
             .expect("closed as soon as its request ended");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_connection_that_turned_busy_after_it_was_chosen_stays() {
+        let idle = Idle::new();
+        let conn = idle.register();
+        idle.make_room();
+        let request = conn.begin();
+        tokio::time::timeout(Duration::from_millis(1), conn.closed())
+            .await
+            .expect("chosen while idle");
+        assert!(!conn.may_close(), "busy now: it stays");
+        drop(request);
+        tokio::time::timeout(Duration::from_millis(1), conn.closed())
+            .await
+            .expect("closes once idle, as the next to turn idle");
+        assert!(conn.may_close());
     }
 }

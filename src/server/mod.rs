@@ -233,15 +233,23 @@ async fn serve_connection<I>(
             Ok::<_, std::convert::Infallible>(resp.map(|body| Tracked::new(body, busy)))
         }
     });
-    let conn = builder.serve_connection(io, service).into_owned();
-    tokio::select! {
-        served = watcher.watch(conn) => {
-            if let Err(e) = served {
-                tracing::debug!(error = %e, %peer, "client connection ended with an error");
+    let conn = watcher.watch(builder.serve_connection(io, service).into_owned());
+    tokio::pin!(conn);
+    loop {
+        tokio::select! {
+            served = &mut conn => {
+                if let Err(e) = served {
+                    tracing::debug!(error = %e, %peer, "client connection ended with an error");
+                }
+                return;
             }
+            // Idle the longest at the connection limit: dropped, as a keep-alive timeout would.
+            // HTTP/1 requests begin only while this task polls `conn`, so one still idle now
+            // stays idle until it is dropped.
+            () = registered.closed() => if registered.may_close() {
+                return;
+            },
         }
-        // Idle the longest at the connection limit: dropped, as a keep-alive timeout would.
-        () = registered.closed() => {}
     }
 }
 
