@@ -34,6 +34,7 @@ pub mod config;
 pub mod demo;
 pub mod hold;
 pub mod idempotent;
+pub mod listener;
 pub mod metrics;
 pub mod proxy;
 pub mod replay;

@@ -65,13 +65,7 @@ pub async fn serve(listener: TcpListener, admin: Arc<Admin>, shutdown: impl Futu
     tokio::pin!(shutdown);
     loop {
         let (stream, peer) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(a) => a,
-                Err(e) => {
-                    tracing::warn!(error = %e, "admin accept failed");
-                    continue;
-                }
-            },
+            accepted = crate::listener::accept(&listener, "admin") => accepted,
             () = &mut shutdown => break,
         };
         let admin = admin.clone();

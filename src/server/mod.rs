@@ -28,6 +28,8 @@ use tokio_rustls::TlsAcceptor;
 use crate::admin;
 use crate::admin::Readiness;
 use crate::config::{Config, UpstreamVerify};
+use crate::listener;
+pub use crate::listener::bind;
 use crate::metrics::{HandshakeFailure, Metrics, TlsMetrics};
 use crate::proxy::Proxy;
 use crate::tls;
@@ -253,8 +255,6 @@ async fn serve_connection<I>(
     }
 }
 
-/// Pause after a failed accept.
-const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(100);
 /// HTTP/2 ping interval towards clients.
 const H2_KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(30);
 /// How long an HTTP/2 client has to answer a ping.
@@ -312,17 +312,7 @@ async fn serve_proxy(
 
     loop {
         let (stream, peer) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(a) => a,
-                Err(e) => {
-                    // Per-connection errors (a reset before accept) or resource exhaustion (out
-                    // of file descriptors): keep going, but pause, or an exhausted process spins
-                    // a core on failing accepts and floods the log.
-                    tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(ACCEPT_ERROR_PAUSE).await;
-                    continue;
-                }
-            },
+            accepted = listener::accept(&listener, "proxy") => accepted,
             () = &mut shutdown => break,
         };
         let permit = match permits.clone().try_acquire_owned() {
@@ -399,21 +389,4 @@ async fn serve_proxy(
         );
     }
     connections.shutdown().await;
-}
-
-/// Binds a listener, naming the address in the error.
-pub async fn bind(addr: SocketAddr, what: &'static str) -> std::io::Result<TcpListener> {
-    TcpListener::bind(addr)
-        .await
-        .map_err(|source| std::io::Error::new(source.kind(), BindError { addr, what, source }))
-}
-
-/// A listener could not be bound; keeps the OS error as its cause.
-#[derive(Debug, thiserror::Error)]
-#[error("cannot listen on {addr} ({what})")]
-pub struct BindError {
-    addr: SocketAddr,
-    what: &'static str,
-    #[source]
-    source: std::io::Error,
 }
