@@ -43,6 +43,7 @@ pub mod rlimit;
 pub mod server;
 pub mod session;
 pub mod signature;
+pub mod slab;
 pub mod telemetry;
 pub mod tls;
 pub mod upstream;

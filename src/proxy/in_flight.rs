@@ -19,6 +19,8 @@ use http::{HeaderValue, Method};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use crate::slab::Slab;
+
 /// Every request in flight now.
 #[derive(Default)]
 pub struct InFlight {
@@ -31,38 +33,8 @@ pub struct InFlight {
     last_host: Mutex<Option<HeaderValue>>,
 }
 
-#[derive(Default)]
-struct Inner {
-    /// A slot per request in flight; `None` is free.
-    slots: Vec<Option<Entry>>,
-    /// Free slots, most recently freed last.
-    free: Vec<usize>,
-    /// Slots taken.
-    len: usize,
-}
-
-impl Inner {
-    fn take(&mut self, entry: Entry) -> usize {
-        self.len += 1;
-        match self.free.pop() {
-            Some(i) => {
-                self.slots[i] = Some(entry);
-                i
-            }
-            None => {
-                self.slots.push(Some(entry));
-                self.slots.len() - 1
-            }
-        }
-    }
-
-    fn release(&mut self, i: usize) {
-        if self.slots.get_mut(i).and_then(Option::take).is_some() {
-            self.len -= 1;
-            self.free.push(i);
-        }
-    }
-}
+/// A slot per request in flight.
+type Inner = Slab<Entry>;
 
 struct Entry {
     since: Instant,
@@ -99,7 +71,7 @@ impl InFlight {
             method: method.clone(),
             stream: false,
         };
-        let slot = self.lock().take(entry);
+        let slot = self.lock().insert(entry);
         Flight {
             registry: self.clone(),
             slot,
@@ -108,7 +80,7 @@ impl InFlight {
 
     /// Requests in flight now.
     pub fn len(&self) -> usize {
-        self.lock().len
+        self.lock().len()
     }
 
     /// Whether nothing is in flight.
@@ -121,9 +93,7 @@ impl InFlight {
         let now = Instant::now();
         let mut pending: Vec<(Instant, Pending)> = self
             .lock()
-            .slots
             .iter()
-            .flatten()
             .map(|e| {
                 let p = Pending {
                     method: e.method.clone(),
@@ -180,7 +150,7 @@ impl InFlight {
 impl Flight {
     /// Its answer is an SSE stream.
     pub fn streaming(&self) {
-        if let Some(Some(e)) = self.registry.lock().slots.get_mut(self.slot) {
+        if let Some(e) = self.registry.lock().get_mut(self.slot) {
             e.stream = true;
         }
     }
@@ -190,8 +160,8 @@ impl Drop for Flight {
     fn drop(&mut self) {
         let empty = {
             let mut inner = self.registry.lock();
-            inner.release(self.slot);
-            inner.len == 0
+            inner.remove(self.slot);
+            inner.is_empty()
         };
         if empty && self.registry.draining.load(Ordering::Acquire) > 0 {
             self.registry.drained.notify_waiters();

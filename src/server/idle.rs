@@ -22,18 +22,14 @@ use http_body::{Body, Frame, SizeHint};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use crate::slab::Slab;
+
 /// Every client connection's idleness.
 pub struct Idle {
     epoch: Instant,
-    slots: Mutex<Slots>,
+    slots: Mutex<Slab<Arc<Conn>>>,
     /// The accept loop waits for a slot: the next connection to turn idle closes at once.
     wanted: AtomicBool,
-}
-
-#[derive(Default)]
-struct Slots {
-    slots: Vec<Option<Arc<Conn>>>,
-    free: Vec<usize>,
 }
 
 /// One connection's state.
@@ -50,8 +46,7 @@ pub struct Conn {
 pub struct Registered {
     idle: Arc<Idle>,
     slot: usize,
-    /// Its state.
-    pub conn: Arc<Conn>,
+    conn: Arc<Conn>,
 }
 
 impl Idle {
@@ -59,7 +54,7 @@ impl Idle {
     pub fn new() -> Arc<Idle> {
         Arc::new(Idle {
             epoch: Instant::now(),
-            slots: Mutex::new(Slots::default()),
+            slots: Mutex::new(Slab::default()),
             wanted: AtomicBool::new(false),
         })
     }
@@ -75,17 +70,7 @@ impl Idle {
             idle_since: AtomicU64::new(self.now_ms()),
             close: Notify::new(),
         });
-        let mut slots = self.slots.lock().expect("idle lock");
-        let slot = match slots.free.pop() {
-            Some(i) => {
-                slots.slots[i] = Some(conn.clone());
-                i
-            }
-            None => {
-                slots.slots.push(Some(conn.clone()));
-                slots.slots.len() - 1
-            }
-        };
+        let slot = self.slots.lock().expect("idle lock").insert(conn.clone());
         Registered {
             idle: self.clone(),
             slot,
@@ -99,9 +84,7 @@ impl Idle {
         let longest = {
             let slots = self.slots.lock().expect("idle lock");
             slots
-                .slots
                 .iter()
-                .flatten()
                 .filter(|c| c.active.load(Ordering::Acquire) == 0)
                 .min_by_key(|c| c.idle_since.load(Ordering::Acquire))
                 .cloned()
@@ -123,27 +106,16 @@ impl Idle {
 
 impl Drop for Registered {
     fn drop(&mut self) {
-        let mut slots = self.idle.slots.lock().expect("idle lock");
-        if slots
-            .slots
-            .get_mut(self.slot)
-            .and_then(Option::take)
-            .is_some()
-        {
-            slots.free.push(self.slot);
-        }
+        self.idle.slots.lock().expect("idle lock").remove(self.slot);
     }
 }
 
 impl Registered {
     /// A request begins on the connection; it is busy until the returned guard is dropped
     /// (with its response body).
-    pub fn begin(&self) -> Busy {
+    pub fn begin(self: &Arc<Self>) -> Busy {
         self.conn.active.fetch_add(1, Ordering::AcqRel);
-        Busy {
-            idle: self.idle.clone(),
-            conn: self.conn.clone(),
-        }
+        Busy(self.clone())
     }
 
     /// Completes when the connection is to close to make room.
@@ -163,19 +135,15 @@ impl Registered {
 }
 
 /// One request being answered on a connection.
-pub struct Busy {
-    idle: Arc<Idle>,
-    conn: Arc<Conn>,
-}
+pub struct Busy(Arc<Registered>);
 
 impl Drop for Busy {
     fn drop(&mut self) {
-        if self.conn.active.fetch_sub(1, Ordering::AcqRel) == 1 {
-            self.conn
-                .idle_since
-                .store(self.idle.now_ms(), Ordering::Release);
-            if self.idle.wanted.swap(false, Ordering::AcqRel) {
-                self.conn.close.notify_one();
+        let Registered { idle, conn, .. } = &*self.0;
+        if conn.active.fetch_sub(1, Ordering::AcqRel) == 1 {
+            conn.idle_since.store(idle.now_ms(), Ordering::Release);
+            if idle.wanted.swap(false, Ordering::AcqRel) {
+                conn.close.notify_one();
             }
         }
     }
@@ -235,7 +203,7 @@ mod tests {
         let idle = Idle::new();
         let old = idle.register();
         tokio::time::advance(Duration::from_secs(5)).await;
-        let busy = idle.register();
+        let busy = Arc::new(idle.register());
         let request = busy.begin();
         tokio::time::advance(Duration::from_secs(5)).await;
         let young = idle.register();
@@ -268,7 +236,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_connection_that_turned_busy_after_it_was_chosen_stays() {
         let idle = Idle::new();
-        let conn = idle.register();
+        let conn = Arc::new(idle.register());
         idle.make_room();
         let request = conn.begin();
         tokio::time::timeout(Duration::from_millis(1), conn.closed())
