@@ -210,12 +210,7 @@ mod tests {
                 })
             })
             .collect();
-        for _ in 0..1000 {
-            if metrics.held_requests.get() == 2 {
-                break;
-            }
-            tokio::task::yield_now().await;
-        }
+        crate::hold::tests::until_held(&metrics, 2).await;
         assert_eq!(metrics.held_requests.get(), 2);
         assert_eq!(
             b.wait(&mut Ticket::default(), &body).await,
@@ -251,12 +246,7 @@ mod tests {
                 })
             })
             .collect();
-        for _ in 0..1000 {
-            if metrics.held_requests.get() == 3 {
-                break;
-            }
-            tokio::task::yield_now().await;
-        }
+        crate::hold::tests::until_held(&metrics, 3).await;
         assert_eq!(metrics.held_requests.get(), 3);
         hold.shutdown();
         for w in waiters {

@@ -10,7 +10,7 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 
 use crate::support::files::TempDir;
-use crate::support::process::{self, holdfast, Finished, Running, PATIENCE};
+use crate::support::process::{self, holdfast, serving, Finished, Running, PATIENCE};
 
 /// Runs `cmd` to completion, killing it if it has not closed its output within [`PATIENCE`].
 fn finish(cmd: std::process::Command) -> Finished {
@@ -194,19 +194,8 @@ fn proxy_starts_and_exits_0_on_sigterm() {
 fn proxy_answers_503_while_the_upstream_refuses_then_drains_on_sigterm() {
     // Holding off (through a nested environment key), so the 503 comes at once.
     let mut proxy = Running::start(
-        holdfast(&[
-            "--upstream",
-            "http://127.0.0.1:1",
-            "--listen",
-            "127.0.0.1:0",
-            "--admin",
-            "127.0.0.1:0",
-            "--log-format",
-            "json",
-            "--retry-after",
-            "3",
-        ])
-        .env("HOLDFAST_HOLD__ENABLED", "false"),
+        serving("http://127.0.0.1:1", &["--retry-after", "3"])
+            .env("HOLDFAST_HOLD__ENABLED", "false"),
     );
     let line = proxy.wait_for_line("holdfast proxying");
     let event: serde_json::Value =

@@ -4,7 +4,7 @@ use serde_json::Value;
 
 use crate::support::forgetful::ForgetfulServer;
 use crate::support::http::{self, response, Reserved, Upstream};
-use crate::support::process::{holdfast, Running};
+use crate::support::process::{serving, Running};
 
 /// The JSON log lines holdfast wrote.
 fn json_lines(lines: &[String]) -> Vec<Value> {
@@ -20,19 +20,9 @@ async fn access_and_outage_lines_carry_what_operators_need_and_no_secret() {
     let upstream = Reserved::new();
     let url = upstream.url();
     let mut proxy = Running::start(
-        holdfast(&[
-            "--upstream",
-            &url,
-            "--listen",
-            "127.0.0.1:0",
-            "--admin",
-            "127.0.0.1:0",
-            "--log-format",
-            "json",
-            "--access-log",
-        ])
-        // Holding off: the first request is answered 503 at once.
-        .env("HOLDFAST_HOLD__ENABLED", "false"),
+        serving(&url, &["--access-log"])
+            // Holding off: the first request is answered 503 at once.
+            .env("HOLDFAST_HOLD__ENABLED", "false"),
     );
     let started: Value = serde_json::from_str(&proxy.wait_for_line("holdfast proxying")).unwrap();
     let listen = started["listen"].as_str().unwrap().to_string();
@@ -91,17 +81,7 @@ async fn access_and_outage_lines_carry_what_operators_need_and_no_secret() {
 #[tokio::test]
 async fn a_resumed_request_is_logged_as_resumed_and_nothing_recorded_is() {
     let server = ForgetfulServer::start().await;
-    let mut proxy = Running::start(&mut holdfast(&[
-        "--upstream",
-        &server.upstream.url(),
-        "--listen",
-        "127.0.0.1:0",
-        "--admin",
-        "127.0.0.1:0",
-        "--log-format",
-        "json",
-        "--access-log",
-    ]));
+    let mut proxy = Running::start(&mut serving(&server.upstream.url(), &["--access-log"]));
     let started: Value = serde_json::from_str(&proxy.wait_for_line("holdfast proxying")).unwrap();
     let listen = started["listen"].as_str().unwrap().to_string();
     let secret = "s3cr3t-in-the-initialize";
@@ -156,16 +136,7 @@ async fn a_resumed_request_is_logged_as_resumed_and_nothing_recorded_is() {
 #[tokio::test]
 async fn a_loopback_upstream_without_a_stated_topology_is_warned_about() {
     let start = |behind: Option<&str>| {
-        let mut cmd = holdfast(&[
-            "--upstream",
-            "http://127.0.0.1:8000",
-            "--listen",
-            "127.0.0.1:0",
-            "--admin",
-            "127.0.0.1:0",
-            "--log-format",
-            "json",
-        ]);
+        let mut cmd = serving("http://127.0.0.1:8000", &[]);
         if let Some(behind) = behind {
             cmd.env("HOLDFAST_ROUTES__BEHIND_ROUTER", behind);
         }

@@ -26,6 +26,23 @@ pub fn holdfast(args: &[&str]) -> Command {
     cmd
 }
 
+/// `holdfast` proxying to `upstream` on free ports with JSON logs (what the tests that read its
+/// log lines start), then `extra` arguments.
+pub fn serving(upstream: &str, extra: &[&str]) -> Command {
+    let mut cmd = holdfast(&[
+        "--upstream",
+        upstream,
+        "--listen",
+        "127.0.0.1:0",
+        "--admin",
+        "127.0.0.1:0",
+        "--log-format",
+        "json",
+    ]);
+    cmd.args(extra);
+    cmd
+}
+
 /// Sends SIGTERM (what `docker stop` and systemd send) to `child`.
 pub fn sigterm(child: &Child) {
     let pid = child.id().to_string();
