@@ -52,7 +52,9 @@ pub mod defaults {
     pub const HEADER_READ_TIMEOUT_SECS: f64 = 120.0;
     /// Concurrent client connections; at the limit the longest-idle one makes room, and with
     /// none idle accepting pauses until one closes or turns idle.
-    pub const MAX_CONNECTIONS: usize = 10_000;
+    /// From the memory budget (README, "Memory"): 4096 connections, each an open stream, fit
+    /// the shipped 256 MiB limit with the held bodies on top.
+    pub const MAX_CONNECTIONS: usize = 4096;
     /// Most header lines in a request head or an upstream response head: hyper's default, and
     /// HAProxy's (`tune.http.maxhdr` 101). A larger count costs a heap allocation per request.
     pub const MAX_HEADERS: usize = 100;
@@ -66,10 +68,11 @@ pub mod defaults {
     pub const HOLD_TIMEOUT_SECS: f64 = 15.0;
     /// Largest request body kept for a replay (MCP requests are small JSON documents).
     pub const HOLD_MAX_BODY_BYTES: usize = 1024 * 1024;
-    /// Most requests held at once (Knative's activator queue is 10 000 deep too).
-    pub const HOLD_MAX_REQUESTS: usize = 10_000;
-    /// Most request-body bytes held at once, over all held requests.
-    pub const HOLD_MAX_BUFFERED_BYTES: usize = 64 * 1024 * 1024;
+    /// Most requests held at once. From the memory budget (README, "Memory"): a full hold and
+    /// its release fit in 128 MiB, half the shipped Kubernetes limit.
+    pub const HOLD_MAX_REQUESTS: usize = 2048;
+    /// Most request-body bytes held at once, over all held requests (in the memory budget).
+    pub const HOLD_MAX_BUFFERED_BYTES: usize = 32 * 1024 * 1024;
     /// First probe delay of an outage (Envoy's retry backoff base).
     pub const HOLD_BACKOFF_INITIAL_MS: u64 = 25;
     /// Longest probe delay.

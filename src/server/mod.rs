@@ -345,22 +345,28 @@ async fn serve_proxy(
                         () = registered.closed() => {}
                     }
                 }
+                // Boxed: a TLS stream and its connection state are large, and the plain
+                // connection's task (a sidecar's usual case) would otherwise be as large as
+                // the TLS one for as long as it lives.
                 Some(tls) => {
-                    let handshake = tokio::select! {
-                        stream = tls.handshake(stream, peer) => stream,
-                        () = registered.closed() => None,
-                    };
-                    if let Some(stream) = handshake {
-                        serve_connection(
-                            builder,
-                            TokioIo::new(stream),
-                            proxy,
-                            peer,
-                            watcher,
-                            registered,
-                        )
-                        .await
-                    }
+                    Box::pin(async move {
+                        let handshake = tokio::select! {
+                            stream = tls.handshake(stream, peer) => stream,
+                            () = registered.closed() => None,
+                        };
+                        if let Some(stream) = handshake {
+                            serve_connection(
+                                builder,
+                                TokioIo::new(stream),
+                                proxy,
+                                peer,
+                                watcher,
+                                registered,
+                            )
+                            .await
+                        }
+                    })
+                    .await
                 }
             }
             drop(permit);

@@ -11,6 +11,7 @@ mod deploy_pause;
 mod exactly_once;
 mod forwarding;
 mod health;
+mod held_memory;
 mod hold;
 mod hold_e2e;
 mod limits;

@@ -43,6 +43,53 @@ pub fn serving(upstream: &str, extra: &[&str]) -> Command {
     cmd
 }
 
+/// The release binary as `.ci/run` builds it (`target/TRIPLE/release/holdfast`, or
+/// `target/release/holdfast`), for the tests that measure what ships: the newest of them, and
+/// never one older than the sources (a stale build would measure old code).
+pub fn release_binary() -> PathBuf {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let triple = format!("{}-unknown-linux-gnu", std::env::consts::ARCH);
+    let modified = |p: &PathBuf| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    let binary = [
+        root.join("target").join(&triple).join("release/holdfast"),
+        root.join("target/release/holdfast"),
+    ]
+    .into_iter()
+    .filter_map(|p| Some((modified(&p)?, p)))
+    .max()
+    .map(|(_, p)| p)
+    .unwrap_or_else(|| {
+        panic!("no release binary: build it first (`cargo build --release`; .ci/run does)")
+    });
+    let built = modified(&binary).unwrap();
+    let newest_source = std::fs::read_dir(root.join("src"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .flat_map(|e| {
+            let path = e.path();
+            if path.is_dir() {
+                std::fs::read_dir(&path)
+                    .into_iter()
+                    .flatten()
+                    .flatten()
+                    .map(|e| e.path())
+                    .collect()
+            } else {
+                vec![path]
+            }
+        })
+        .filter_map(|p| modified(&p))
+        .max()
+        .unwrap();
+    assert!(
+        built >= newest_source,
+        "{} is older than the sources: rebuild it (`cargo build --release`)",
+        binary.display()
+    );
+    binary
+}
+
 /// Sends SIGTERM (what `docker stop` and systemd send) to `child`.
 pub fn sigterm(child: &Child) {
     let pid = child.id().to_string();
@@ -156,6 +203,11 @@ impl Running {
             lines,
             seen: Vec::new(),
         }
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.0.id()
     }
 
     /// The first stderr line containing `needle`, waiting at most [`PATIENCE`].
