@@ -396,6 +396,9 @@ fn prefix_matches(prefix: &str, path: &str) -> bool {
 }
 
 #[cfg(test)]
+mod props;
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use crate::signature::{Preset, RawHeaderMatch, RawSignature};

@@ -30,6 +30,8 @@ mod forward;
 pub mod headers;
 mod health;
 pub mod in_flight;
+#[cfg(test)]
+mod props;
 mod request;
 mod resume;
 
