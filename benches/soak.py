@@ -28,7 +28,8 @@ import time
 
 BACKEND = r'''
 import asyncio, sys
-SSE = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n\r\n"
+SSE = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+       b"Transfer-Encoding: chunked\r\n\r\n")
 async def serve(r, w):
     try:
         while True:
@@ -44,7 +45,10 @@ async def serve(r, w):
                 n = 0
                 while True:
                     n += 1
-                    w.write(b"event: message\r\ndata: {\"n\":%d}\r\n\r\n" % n)
+                    event = b"event: message\r\ndata: {\"n\":%d}\r\n\r\n" % n
+                    # Chunked, as servers send SSE: a killed backend cuts the stream instead
+                    # of ending it cleanly (as a response delimited by the close would).
+                    w.write(b"%x\r\n%s\r\n" % (len(event), event))
                     await w.drain()
                     await asyncio.sleep(0.1)
             out = b'{"jsonrpc":"2.0","id":1,"result":{"content":[]}}'
@@ -153,6 +157,10 @@ async def streamer(listen, counts, stop):
             while not stop.is_set():
                 line = await asyncio.wait_for(reader.readline(), 30)
                 if not line:
+                    counts["stream cut"] += 1
+                    break
+                if line == b"0\r\n":
+                    counts["stream ended"] += 1
                     break
                 if line.startswith(b"data:"):
                     counts["events"] += 1
