@@ -429,6 +429,9 @@ impl Validator<'_> {
                 "credentials in the upstream URL are not supported".into(),
             );
         }
+        if let Some(problem) = authority_problem(&authority) {
+            return self.fail(key, format!("{problem}: `{value}`"));
+        }
         if uri.query().is_some() {
             return self.fail(key, "the upstream URL must not have a query".into());
         }
@@ -637,5 +640,27 @@ fn remove_path(data: &mut figment::value::Dict, path: &[String]) -> bool {
         // Inside an array (or a scalar): drop the whole value.
         Some(_) => data.remove(first).is_some(),
         None => false,
+    }
+}
+
+/// What is wrong with an upstream URL's `host[:port]`, if anything: an empty host, or a port
+/// that is not a number from 1 to 65535 (`http::Uri` accepts `:99999` and `:0`).
+fn authority_problem(authority: &http::uri::Authority) -> Option<&'static str> {
+    if authority.host().is_empty() {
+        return Some("the URL has no host");
+    }
+    let text = authority.as_str();
+    let port = match text.rfind(']') {
+        // An IPv6 literal: a port only after the bracket.
+        Some(end) => text[end + 1..].strip_prefix(':'),
+        None => text.rsplit_once(':').map(|(_, p)| p),
+    };
+    match port {
+        None => None,
+        Some(p) if p.is_empty() => Some("the URL's port is empty"),
+        Some(p) => match p.parse::<u16>() {
+            Ok(0) | Err(_) => Some("the URL's port must be a number from 1 to 65535"),
+            Ok(_) => None,
+        },
     }
 }

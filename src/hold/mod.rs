@@ -140,6 +140,9 @@ struct State {
     paused: Option<pause::Paused>,
     /// Pauses begun, to tell a pause's watcher from the next one's.
     pauses: u64,
+    /// What the failure that is about to open an outage said (the OS error, the name that did
+    /// not resolve), for the outage's first log line.
+    cause: Option<String>,
 }
 
 struct Outage {
@@ -208,6 +211,7 @@ impl Outages {
                 prober_running: false,
                 paused: None,
                 pauses: 0,
+                cause: None,
             }),
         }
     }
@@ -298,7 +302,18 @@ impl Outages {
         self.mark_gone(&mut st, reason);
     }
 
+    /// Keeps what a failed connection said, for the log line of the outage it is about to
+    /// open; none is kept while an outage is open (its line has been written).
+    pub fn note_cause(&self, cause: impl FnOnce() -> String) {
+        let mut st = self.lock();
+        // A pause's outage has not been said yet either: the gap starts with this failure.
+        if st.outage.as_ref().is_none_or(|o| o.paused_only) {
+            st.cause = Some(cause());
+        }
+    }
+
     fn open<'a>(&self, st: &'a mut State, reason: RewriteReason) -> &'a mut Outage {
+        let cause = st.cause.take();
         // A dormant outage wakes up: its route is still missing, and someone asks for it.
         if st.outage.is_some() && !self.active.swap(true, Ordering::AcqRel) {
             self.shared.outage_count(true, &self.metrics.upstream_up);
@@ -311,7 +326,7 @@ impl Outages {
             }
             let paused = reason == RewriteReason::Paused;
             if !paused {
-                self.count_outage_start(reason);
+                self.count_outage_start(reason, cause.as_deref());
             }
             Outage {
                 paused_only: paused,
@@ -321,14 +336,25 @@ impl Outages {
     }
 
     /// An outage begins: counted, and said.
-    fn count_outage_start(&self, reason: RewriteReason) {
+    fn count_outage_start(&self, reason: RewriteReason, cause: Option<&str>) {
         self.shared.outage_count(true, &self.metrics.upstream_up);
         self.metrics.outages.inc();
-        tracing::warn!(
-            route = self.route,
-            reason = reason.as_str(),
-            "upstream outage started"
-        );
+        let upstream = self.probe_uri.authority().map(|a| a.as_str()).unwrap_or("");
+        match cause {
+            Some(error) => tracing::warn!(
+                route = self.route,
+                upstream,
+                reason = reason.as_str(),
+                error,
+                "upstream outage started"
+            ),
+            None => tracing::warn!(
+                route = self.route,
+                upstream,
+                reason = reason.as_str(),
+                "upstream outage started"
+            ),
+        }
     }
 
     /// The prober stopped because nobody waits in this route's outage any more: it goes dormant.

@@ -186,13 +186,14 @@ impl Outages {
                 "paused: the upstream is gone; resuming when a new instance answers"
             );
         }
+        let cause = st.cause.take();
         if let Some(o) = st.outage.as_mut() {
             o.last_reason = reason;
             if std::mem::replace(&mut o.paused_only, false) {
                 // The outage is the gap between instances: it starts now, not with the pause.
                 o.started = Instant::now();
                 o.first_reason = reason;
-                self.count_outage_start(reason);
+                self.count_outage_start(reason, cause.as_deref());
             }
         }
     }

@@ -555,6 +555,15 @@ impl Proxy {
                     );
                 } else {
                     tracing::debug!(error = %ErrorChain(&err), ?verdict, "upstream request failed");
+                    if matches!(verdict, Verdict::Missing(_)) && !self.hold.upstream().is_active() {
+                        // The outage this opens names it in its first line.
+                        self.hold.upstream().note_cause(|| {
+                            match classify::find_cause::<crate::upstream::ConnectError>(&err) {
+                                Some(connect) => ErrorChain(connect).to_string(),
+                                None => ErrorChain(&err).to_string(),
+                            }
+                        });
+                    }
                 }
                 return (verdict, None);
             }

@@ -150,6 +150,34 @@ fn invalid_configuration_exits_2_listing_every_problem() {
 }
 
 #[test]
+fn an_upstream_url_with_an_impossible_port_or_no_host_is_refused_at_once() {
+    for (url, says) in [
+        ("http://a:99999", "port must be a number from 1 to 65535"),
+        (
+            "http://127.0.0.1:0",
+            "port must be a number from 1 to 65535",
+        ),
+        ("http://a:", "port is empty"),
+        ("http://:8000", "no host"),
+    ] {
+        let out = finish(holdfast(&["check-config", "--upstream", url]));
+        assert_eq!(out.status.code(), Some(2), "{url}: {out:?}");
+        assert!(
+            out.stderr.contains(says) && out.stderr.contains(url),
+            "{url}: {out:?}"
+        );
+    }
+    for url in [
+        "http://[::1]:8000",
+        "https://mcp.example",
+        "http://mcp:65535/mcp",
+    ] {
+        let out = finish(holdfast(&["check-config", "--upstream", url]));
+        assert_eq!(out.status.code(), Some(0), "{url}: {out:?}");
+    }
+}
+
+#[test]
 fn a_port_already_in_use_fails_with_a_message_naming_it() {
     let taken = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = taken.local_addr().unwrap().to_string();

@@ -69,6 +69,27 @@ async fn access_and_outage_lines_carry_what_operators_need_and_no_secret() {
         .find(|l| l["message"] == "upstream outage started")
         .unwrap_or_else(|| panic!("no outage start line:\n{all}"));
     assert_eq!(started["reason"], "connect_refused");
+    // Where, and what the OS said: enough to tell a wrong port from a backend still starting.
+    assert_eq!(started["upstream"], url.trim_start_matches("http://"));
+    let error = started["error"].as_str().unwrap_or_default();
+    assert!(error.contains("Connection refused"), "{started}");
+    // And once at start, before any request: the upstream could not be reached.
+    let at_start = lines
+        .iter()
+        .find(|l| {
+            l["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("the upstream cannot be reached now"))
+        })
+        .unwrap_or_else(|| panic!("no start-up warning:\n{all}"));
+    assert_eq!(at_start["level"], "WARN");
+    assert_eq!(at_start["upstream"], url.trim_start_matches("http://"));
+    assert!(
+        at_start["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("Connection refused")),
+        "{at_start}"
+    );
     let ended = lines
         .iter()
         .find(|l| l["message"] == "upstream outage ended")
