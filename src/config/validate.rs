@@ -657,7 +657,7 @@ fn authority_problem(authority: &http::uri::Authority) -> Option<&'static str> {
     };
     match port {
         None => None,
-        Some(p) if p.is_empty() => Some("the URL's port is empty"),
+        Some("") => Some("the URL's port is empty"),
         Some(p) => match p.parse::<u16>() {
             Ok(0) | Err(_) => Some("the URL's port must be a number from 1 to 65535"),
             Ok(_) => None,
