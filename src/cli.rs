@@ -43,6 +43,11 @@ pub struct Cli {
     #[arg(long, global = true, value_enum)]
     pub log_format: Option<LogFormatArg>,
 
+    /// What is logged: error, warn, info, debug, trace, or a filter such as
+    /// `warn,holdfast::access=info` [default: info]. RUST_LOG, when set, wins.
+    #[arg(long, global = true, value_name = "FILTER")]
+    pub log_level: Option<String>,
+
     /// Log one line per request (target holdfast::access).
     #[arg(long, global = true)]
     pub access_log: bool,
@@ -110,6 +115,7 @@ impl Cli {
                 LogFormatArg::Text => "text".into(),
                 LogFormatArg::Json => "json".into(),
             }),
+            log_level: self.log_level.clone(),
             access_log: self.access_log.then_some(true),
             tls: RawTlsFlags {
                 cert: self.tls_cert.clone(),

@@ -154,7 +154,7 @@ fn run(cli: &Cli) -> ExitCode {
             return ExitCode::from(EXIT_CONFIG);
         }
     };
-    telemetry::init(config.log_format);
+    telemetry::init(config.log_format, &config.log_level);
     holdfast::rlimit::raise_and_log(config.max_connections);
     let runtime = tokio::runtime::Runtime::new().expect("tokio runtime");
     let result = runtime.block_on(async {

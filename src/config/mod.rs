@@ -51,6 +51,8 @@ pub struct Config {
     pub retry_after: Duration,
     /// Log output format.
     pub log_format: LogFormat,
+    /// What is logged (a `RUST_LOG`-style filter), unless `RUST_LOG` says otherwise.
+    pub log_level: String,
     /// Whether to log one line per request.
     pub access_log: bool,
     /// Which Host header the upstream sees.

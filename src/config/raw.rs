@@ -85,6 +85,8 @@ pub mod defaults {
     pub const HOLD_RETRY_AFTER_MAX_SECS: u64 = 30;
     /// Log format.
     pub const LOG_FORMAT: &str = "text";
+    /// What is logged, as a `RUST_LOG`-style filter (`RUST_LOG` wins when set).
+    pub const LOG_LEVEL: &str = "info";
     /// Per-request access log.
     pub const ACCESS_LOG: bool = false;
     /// Which Host the upstream sees.
@@ -134,6 +136,8 @@ pub struct RawConfig {
     pub retry_after_secs: u64,
     /// `text` or `json`.
     pub log_format: String,
+    /// What is logged: a level or a `RUST_LOG`-style filter.
+    pub log_level: String,
     /// One log line per request (target `holdfast::access`).
     pub access_log: bool,
     /// Upstream connection settings.
@@ -394,6 +398,7 @@ impl Default for RawConfig {
             admin: defaults::ADMIN.into(),
             retry_after_secs: defaults::RETRY_AFTER_SECS,
             log_format: defaults::LOG_FORMAT.into(),
+            log_level: defaults::LOG_LEVEL.into(),
             access_log: defaults::ACCESS_LOG,
             client: RawClient::default(),
             streams: RawStreams::default(),
@@ -485,6 +490,9 @@ pub struct RawFlags {
     /// `--log-format`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub log_format: Option<String>,
+    /// `--log-level`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub log_level: Option<String>,
     /// `--access-log`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub access_log: Option<bool>,

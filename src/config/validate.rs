@@ -90,6 +90,17 @@ impl Config {
                 format!("expected `text` or `json`, got `{other}`"),
             ),
         };
+        let log_level = match tracing_subscriber::EnvFilter::try_new(&raw.log_level) {
+            Ok(_) => Some(raw.log_level.clone()),
+            Err(e) => v.fail(
+                "log_level",
+                format!(
+                    "expected a level (error, warn, info, debug, trace) or a filter such as \
+                     `warn,holdfast::access=info`, got `{}` ({e})",
+                    raw.log_level
+                ),
+            ),
+        };
         let host_header = match raw.client.host_header.as_str() {
             "preserve" => Some(HostHeader::Preserve),
             "upstream" => Some(HostHeader::Upstream),
@@ -300,6 +311,7 @@ impl Config {
             upstream: upstream.expect(ok),
             retry_after: Duration::from_secs(raw.retry_after_secs),
             log_format: log_format.expect(ok),
+            log_level: log_level.expect(ok),
             access_log: raw.access_log,
             host_header: host_header.expect(ok),
             connect_timeout: connect_timeout.expect(ok),

@@ -178,6 +178,60 @@ fn an_upstream_url_with_an_impossible_port_or_no_host_is_refused_at_once() {
 }
 
 #[test]
+fn log_level_filters_and_rust_log_wins_unless_it_does_not_parse() {
+    // Only what --log-level lets through: the start-up warning, not the info line before it.
+    let lines = logged_until(
+        serving("http://127.0.0.1:1", &["--log-level", "warn"]),
+        "the upstream cannot be reached now",
+    );
+    assert!(
+        !lines.iter().any(|l| l.contains("holdfast proxying")),
+        "{lines:?}"
+    );
+
+    // RUST_LOG over the flag.
+    let mut cmd = serving("http://127.0.0.1:1", &["--log-level", "info"]);
+    cmd.env("RUST_LOG", "warn");
+    let lines = logged_until(cmd, "the upstream cannot be reached now");
+    assert!(
+        !lines.iter().any(|l| l.contains("holdfast proxying")),
+        "{lines:?}"
+    );
+
+    // A RUST_LOG that does not parse is said, and the flag's filter applies.
+    let mut cmd = serving("http://127.0.0.1:1", &["--log-level", "info"]);
+    cmd.env("RUST_LOG", "holdfast=[");
+    let lines = logged_until(cmd, "holdfast proxying");
+    let warning = lines
+        .iter()
+        .find(|l| l.contains("RUST_LOG does not parse"))
+        .unwrap_or_else(|| panic!("no warning: {lines:?}"));
+    assert!(warning.contains("holdfast=["), "{warning}");
+
+    // A bad --log-level is a configuration error, named.
+    let out = finish(holdfast(&[
+        "check-config",
+        "--upstream",
+        "http://x:1",
+        "--log-level",
+        "holdfast=[",
+    ]));
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(
+        out.stderr.contains("log_level (from command-line flag)"),
+        "{out:?}"
+    );
+}
+
+/// Every stderr line of `cmd` until one contains `needle`; then it is stopped.
+fn logged_until(mut cmd: std::process::Command, needle: &str) -> Vec<String> {
+    let mut proxy = Running::start(&mut cmd);
+    proxy.wait_for_line(needle);
+    let (_, lines) = proxy.terminate();
+    lines
+}
+
+#[test]
 fn a_port_already_in_use_fails_with_a_message_naming_it() {
     let taken = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = taken.local_addr().unwrap().to_string();

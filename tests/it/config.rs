@@ -445,6 +445,7 @@ fn every_flag_reaches_the_config() {
             admin: Some("127.0.0.1:2002".into()),
             retry_after_secs: Some(9),
             log_format: Some("json".into()),
+            log_level: Some("warn,holdfast::access=info".into()),
             access_log: Some(true),
             // --tls-cert and --tls-key need certificate files: tests/it/tls.rs.
             tls: RawTlsFlags::default(),
@@ -454,6 +455,7 @@ fn every_flag_reaches_the_config() {
         assert_eq!(c.upstream.original, "http://from-flag:2");
         assert_eq!(c.admin, "127.0.0.1:2002".parse().unwrap());
         assert_eq!(c.retry_after, Duration::from_secs(9));
+        assert_eq!(c.log_level, "warn,holdfast::access=info");
         assert_eq!(c.log_format, LogFormat::Json);
         assert!(c.access_log);
         Ok(())
