@@ -19,6 +19,7 @@ use crate::upstream::ClosedCounters;
 
 mod atomic;
 mod labels;
+pub mod process;
 pub use atomic::{AtomicHistogram, RequestCounters};
 pub use labels::*;
 

@@ -105,6 +105,7 @@ pub async fn run(
 ) -> std::io::Result<()> {
     let mut registry = Registry::default();
     let metrics = Arc::new(Metrics::register(&mut registry));
+    crate::metrics::process::register(&mut registry);
     // The listener's TLS: the certificate store that new handshakes read, and the task that
     // swaps a changed certificate into it.
     let tls = config.tls.as_ref().map(|t| {

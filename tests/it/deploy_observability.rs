@@ -98,6 +98,12 @@ impl Exported {
                 return Ok(base.to_string());
             }
         }
+        // An info metric (`holdfast_build`) is sampled as `name_info`.
+        if let Some(base) = name.strip_suffix("_info") {
+            if kind(base) == Some("info") {
+                return Ok(base.to_string());
+            }
+        }
         for suffix in ["_bucket", "_sum", "_count"] {
             if let Some(base) = name.strip_suffix(suffix) {
                 if kind(base) == Some("histogram") {
@@ -676,4 +682,45 @@ fn promtool_parses_every_dashboard_query() {
     let dir = TempDir::new("dashboard-queries");
     dir.write("queries.yaml", &rules);
     promtool(dir.path(), &["check", "rules", "queries.yaml"]);
+}
+
+// ------------------------------------------------------------------------------------------
+// holdfast's own footprint
+// ------------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn metrics_carry_the_build_and_the_process_footprint() {
+    let proxy = Holdfast::start("http://127.0.0.1:1").await;
+    let text = proxy.metrics().await;
+    // Read from /proc/self: holdfast runs in this test process, so these are its figures.
+    let rss = crate::support::proxy::metric_value(&text, "process_resident_memory_bytes");
+    assert!(rss > 1024.0 * 1024.0, "{rss}");
+    let fds = crate::support::proxy::metric_value(&text, "process_open_fds");
+    let max = crate::support::proxy::metric_value(&text, "process_max_fds");
+    assert!(fds >= 3.0 && max >= fds, "{fds} of {max}");
+    assert!(crate::support::proxy::metric_value(&text, "process_cpu_seconds_total") >= 0.0);
+    let start = crate::support::proxy::metric_value(&text, "process_start_time_seconds");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    assert!(start <= now && start > now - 600.0, "{start} vs {now}");
+
+    // The version, and the commit this checkout is at.
+    let commit = Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("git runs")
+        .stdout;
+    let commit = String::from_utf8(commit).unwrap().trim().to_string();
+    let series = format!(
+        "holdfast_build_info{{version=\"{}\",commit=\"{commit}\"}}",
+        env!("CARGO_PKG_VERSION")
+    );
+    assert_eq!(
+        crate::support::proxy::metric_value(&text, &series),
+        1.0,
+        "{text}"
+    );
 }
