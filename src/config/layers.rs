@@ -32,7 +32,7 @@ pub(super) fn hidden_problems(file: Option<&Path>, env: Env) -> Vec<Problem> {
             problems.push(Problem {
                 origin: describe_origin(&key, e.metadata.as_ref()),
                 key,
-                message: e.kind.to_string(),
+                message: super::messages::describe(&e.kind),
             });
         }
     }

@@ -31,6 +31,7 @@ use http::Uri;
 use crate::tls::{self, Identity, TlsError};
 
 mod layers;
+mod messages;
 mod pause;
 mod raw;
 mod retry;
@@ -313,6 +314,10 @@ pub struct Problem {
 
 impl fmt::Display for Problem {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.origin == ORIGIN_NOT_SET {
+            // Nothing set it: there is no "from" to name.
+            return write!(f, "{}: {}", self.key, self.message);
+        }
         write!(f, "{} (from {}): {}", self.key, self.origin, self.message)
     }
 }
@@ -369,6 +374,8 @@ fn env_layer() -> Env {
 }
 
 const ORIGIN_DEFAULT: &str = "default";
+/// The origin of a required key nobody set.
+pub(crate) const ORIGIN_NOT_SET: &str = "not set";
 const ORIGIN_FLAG: &str = "command-line flag";
 
 /// A provider under a name of our choosing, so errors can say "default" or "command-line flag"

@@ -23,7 +23,7 @@ impl Config {
                         .as_ref()
                         .map(|md| describe_origin("", Some(md)))
                         .unwrap_or_else(|| "configuration".into()),
-                    message: e.kind.to_string().trim().to_string(),
+                    message: super::messages::describe(&e.kind).trim().to_string(),
                 })
                 .collect(),
         })?;
@@ -42,7 +42,7 @@ impl Config {
                             } else {
                                 key
                             },
-                            message: e.kind.to_string(),
+                            message: super::messages::describe(&e.kind),
                         });
                         removed_any |= remove_path(&mut data, &e.path);
                     }
@@ -411,7 +411,7 @@ impl Validator<'_> {
         if value.is_empty() {
             self.problems.push(Problem {
                 key: key.into(),
-                origin: "not set".into(),
+                origin: super::ORIGIN_NOT_SET.into(),
                 message: "required: the MCP server's base URL, e.g. `--upstream \
                           http://mcp-backend:8000` or HOLDFAST_UPSTREAM"
                     .into(),

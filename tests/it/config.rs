@@ -707,6 +707,51 @@ fn unknown_key_names_the_key_and_its_file() {
 }
 
 #[test]
+fn problems_are_said_in_the_files_words_with_the_nearest_key() {
+    jailed(|jail| {
+        jail.create_file(
+            "words.toml",
+            "upstream = \"http://b:1\"\n[hold]\ntimeout = 5\nmax_requests = \"many\"\n\
+             enabled = \"yes\"\n[client]\nconect_timeout_secs = 1\n",
+        )?;
+        jail.set_env("HOLDFAST_RETRY_AFTER_SECS", "-1");
+        let err = load_err(Some("words.toml"), &RawFlags::default());
+        let said = |key: &str| problem(&err, key).message.clone();
+        assert_eq!(
+            said("hold.timeout"),
+            "unknown key `timeout`; did you mean `timeout_secs`?"
+        );
+        assert_eq!(
+            said("client.conect_timeout_secs"),
+            "unknown key `conect_timeout_secs`; did you mean `connect_timeout_secs`?"
+        );
+        assert_eq!(
+            said("hold.max_requests"),
+            "expected a whole number (0 or more), got \"many\""
+        );
+        assert_eq!(said("hold.enabled"), "expected true or false, got \"yes\"");
+        assert_eq!(
+            said("retry_after_secs"),
+            "expected a whole number (0 or more), got -1"
+        );
+        // No Rust type names, no nested backticks, anywhere.
+        let all = err.to_string();
+        for rust in ["usize", "u64", "f64", "``", "invalid type"] {
+            assert!(!all.contains(rust), "{rust} in:\n{all}");
+        }
+        Ok(())
+    });
+    // A required key nobody set has no origin to name.
+    jailed(|_| {
+        let err = load_err(None, &RawFlags::default());
+        let all = err.to_string();
+        assert!(all.contains("  - upstream: required"), "{all}");
+        assert!(!all.contains("from not set"), "{all}");
+        Ok(())
+    });
+}
+
+#[test]
 fn unknown_keys_and_type_errors_are_reported_with_every_other_problem() {
     // A typo or a wrongly typed value must not hide the rest: the user fixes everything in one
     // round.
