@@ -44,6 +44,10 @@ struct Exchange {
     resumes: u32,
     /// The next attempt is a replay after a hold.
     replay: bool,
+    /// Sent again after a hold at least once (for the access log: `replayed`).
+    replayed: bool,
+    /// Waited in the hold before its first attempt (for the access log: `held`).
+    held_first: bool,
     /// Sent once more after an ambiguous failure, as safe to run twice: never again.
     sent_again: bool,
     /// Sent again at once after its connection closed unread: the next such close is held.
@@ -98,6 +102,8 @@ impl Proxy {
             version,
             resumes: 0,
             replay: false,
+            replayed: false,
+            held_first: false,
             sent_again: false,
             closed_once: false,
             flight: None,
@@ -111,7 +117,8 @@ impl Proxy {
         if self.hold.enabled() && ex.outages.holds_before_dispatch(self.horizon) {
             // Cold paths are boxed: the request's future stays small, and hyper moves it.
             match Box::pin(ex.outages.wait(&mut ex.ticket, &ex.handle)).await {
-                Released::Go | Released::NotHeld => {}
+                Released::Go => ex.held_first = true,
+                Released::NotHeld => {}
                 Released::Cancelled => return client_gone(version),
                 Released::TimedOut | Released::QueueFull | Released::Shutdown => {
                     return Box::pin(self.unavailable_now(&ex)).await
@@ -258,7 +265,15 @@ impl Proxy {
             .await;
         let note = Note {
             upstream_status: Some(head.status),
-            action: if ex.resumes > 0 { "resumed" } else { "passed" },
+            action: if ex.resumes > 0 {
+                "resumed"
+            } else if ex.replayed {
+                "replayed"
+            } else if ex.held_first {
+                "held"
+            } else {
+                "passed"
+            },
         };
         let learn = (head.status.is_success() && self.answers_tools_list(ex))
             .then(|| ex.target.headers.get(HOST).cloned());
@@ -346,6 +361,7 @@ impl Proxy {
         match outages.wait(ticket, handle).await {
             Released::Go | Released::NotHeld => {
                 ex.replay = true;
+                ex.replayed = true;
                 Next::Again
             }
             Released::Cancelled => Next::Answer(client_gone(ex.version)),

@@ -174,3 +174,67 @@ async fn a_loopback_upstream_without_a_stated_topology_is_warned_about() {
     assert!(!start(Some("false")), "said: no warning");
     assert!(!start(Some("true")), "said: no warning");
 }
+
+#[tokio::test]
+async fn a_held_request_is_logged_as_held_and_a_replayed_one_as_replayed() {
+    let upstream = Reserved::new();
+    let url = upstream.url();
+    let mut proxy = Running::start(&mut serving(&url, &["--access-log"]));
+    let started: Value = serde_json::from_str(&proxy.wait_for_line("holdfast proxying")).unwrap();
+    let listen = started["listen"].as_str().unwrap().to_string();
+    let metrics = format!("http://{}/metrics", started["admin"].as_str().unwrap());
+    let held = |n: f64| {
+        let metrics = metrics.clone();
+        async move {
+            crate::support::within(async {
+                while crate::support::proxy::metric_value(
+                    &http::get(&metrics).await.text(),
+                    "holdfast_held_requests",
+                ) < n
+                {
+                    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                }
+            })
+            .await
+        }
+    };
+    let call = |id: u32| {
+        let url = format!("http://{listen}/mcp");
+        tokio::spawn(async move {
+            http::post_json(
+                &url,
+                &format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"ping"}}"#),
+            )
+            .await
+        })
+    };
+    // The first meets the refused connection and is held, to be sent again; the second comes
+    // while the outage is known and is held before it is sent at all.
+    let first = call(1);
+    held(1.0).await;
+    let second = call(2);
+    held(2.0).await;
+    let back = Upstream::serve(upstream.listen(), |_| async {
+        response(200, &[("content-type", "application/json")], "{}")
+    });
+    assert_eq!(first.await.unwrap().status, 200);
+    assert_eq!(second.await.unwrap().status, 200);
+
+    let (_, stderr) = tokio::task::spawn_blocking(move || proxy.terminate())
+        .await
+        .unwrap();
+    back.stop().await;
+    let lines = json_lines(&stderr);
+    let mut actions: Vec<&str> = lines
+        .iter()
+        .filter(|l| l["target"] == "holdfast::access")
+        .map(|l| l["action"].as_str().unwrap())
+        .collect();
+    actions.sort();
+    assert_eq!(actions, ["held", "replayed"], "{stderr:?}");
+    for line in lines.iter().filter(|l| l["target"] == "holdfast::access") {
+        // At most three decimals: milliseconds to the microsecond.
+        let ms = line["duration_ms"].as_f64().unwrap();
+        assert_eq!((ms * 1000.0).round() / 1000.0, ms, "{line}");
+    }
+}
