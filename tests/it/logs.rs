@@ -188,7 +188,7 @@ async fn a_held_request_is_logged_as_held_and_a_replayed_one_as_replayed() {
         async move {
             crate::support::within(async {
                 while crate::support::proxy::metric_value(
-                    &http::get(&metrics).await.text(),
+                    http::get(&metrics).await.text(),
                     "holdfast_held_requests",
                 ) < n
                 {
