@@ -92,6 +92,26 @@ pub enum Command {
         #[arg(long, default_value_t = 4.0, value_name = "SECS")]
         period: f64,
     },
+    /// Print a shell completion script for SHELL to stdout (e.g. `holdfast completions bash >
+    /// /etc/bash_completion.d/holdfast`).
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page (roff) to stdout (e.g. `holdfast man > holdfast.1; man ./holdfast.1`).
+    Man,
+}
+
+/// Writes the completion script for `shell`, generated from the definitions above.
+pub fn completions(shell: clap_complete::Shell, out: &mut dyn std::io::Write) {
+    let mut cmd = <Cli as clap::CommandFactory>::command();
+    clap_complete::generate(shell, &mut cmd, "holdfast", out);
+}
+
+/// Writes the manual page, generated from the definitions above.
+pub fn man(out: &mut dyn std::io::Write) -> std::io::Result<()> {
+    clap_mangen::Man::new(<Cli as clap::CommandFactory>::command()).render(out)
 }
 
 /// `--log-format` values.

@@ -16,6 +16,17 @@ fn main() -> ExitCode {
         Some(Command::Pause { drain_timeout }) => pause(&cli, Some(drain_timeout)),
         Some(Command::Resume) => pause(&cli, None),
         Some(Command::Demo { duration, period }) => demo(duration, period),
+        Some(Command::Completions { shell }) => {
+            holdfast::cli::completions(shell, &mut std::io::stdout());
+            ExitCode::SUCCESS
+        }
+        Some(Command::Man) => match holdfast::cli::man(&mut std::io::stdout()) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("man: {e}");
+                ExitCode::FAILURE
+            }
+        },
         None => run(&cli),
     }
 }

@@ -232,6 +232,37 @@ fn logged_until(mut cmd: std::process::Command, needle: &str) -> Vec<String> {
 }
 
 #[test]
+fn completions_and_the_man_page_come_from_the_cli_definition() {
+    for (shell, marker) in [
+        ("bash", "complete -F"),
+        ("zsh", "#compdef holdfast"),
+        ("fish", "complete -c holdfast"),
+    ] {
+        let out = finish(holdfast(&["completions", shell]));
+        assert_eq!(out.status.code(), Some(0), "{shell}: {out:?}");
+        assert!(out.stdout.contains(marker), "{shell}: {}", out.stdout);
+        // fish names long options without their dashes (`-l upstream`).
+        for word in ["upstream", "check-config", "pause"] {
+            assert!(out.stdout.contains(word), "{shell} lacks {word}");
+        }
+    }
+    let out = finish(holdfast(&["man"]));
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(
+        out.stdout.starts_with(".ie") || out.stdout.contains(".TH holdfast"),
+        "{}",
+        out.stdout
+    );
+    assert!(out.stdout.contains("check\\-config"), "{}", out.stdout);
+    let out = finish(holdfast(&["completions", "tcsh"]));
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "an unknown shell is a usage error: {out:?}"
+    );
+}
+
+#[test]
 fn a_port_already_in_use_fails_with_a_message_naming_it() {
     let taken = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = taken.local_addr().unwrap().to_string();
