@@ -39,9 +39,9 @@ USER 65532:65532
 # /readyz, /healthz and /metrics from outside the container (holdfast's own default is loopback
 # only; the proxy already listens on 0.0.0.0:8080). The environment beats a config file, so
 # change the admin address with HOLDFAST_ADMIN, not with `admin` in the file.
-ENV HOLDFAST_ADMIN=0.0.0.0:9090
-# 8080: proxy (MCP clients). 9090: admin (/metrics, /healthz, /readyz).
-EXPOSE 8080 9090
+ENV HOLDFAST_ADMIN=0.0.0.0:9362
+# 8080: proxy (MCP clients). 9362: admin (/metrics, /healthz, /readyz).
+EXPOSE 8080 9362
 # No curl in a distroless image: `holdfast healthcheck` asks the configured admin listener's
 # /readyz and exits 0 (ready) or 1. The exec form, since there is no shell.
 HEALTHCHECK --interval=10s --timeout=3s --start-period=5s --retries=3 \

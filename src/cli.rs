@@ -31,7 +31,7 @@ pub struct Cli {
     #[arg(long, global = true, value_name = "URL")]
     pub upstream: Option<String>,
 
-    /// Admin listen address for /metrics, /healthz, /readyz [default: 127.0.0.1:9090].
+    /// Admin listen address for /metrics, /healthz, /readyz [default: 127.0.0.1:9362].
     #[arg(long, global = true, value_name = "ADDR")]
     pub admin: Option<String>,
 

@@ -10,7 +10,9 @@ pub mod defaults {
     /// Proxy listener.
     pub const LISTEN: &str = "0.0.0.0:8080";
     /// Admin listener (metrics, health). Loopback so metrics are not exposed by accident.
-    pub const ADMIN: &str = "127.0.0.1:9090";
+    /// Not 9090 (Prometheus's own default, so a Prometheus on the same host would collide with
+    /// holdfast or scrape itself), nor a common exporter's.
+    pub const ADMIN: &str = "127.0.0.1:9362";
     /// `Retry-After` on synthetic 503s, in seconds. Short: a container recreation takes seconds.
     pub const RETRY_AFTER_SECS: u64 = 2;
     /// TCP connect timeout to the upstream. A missing container usually refuses at once; a

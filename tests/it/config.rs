@@ -1052,3 +1052,17 @@ fn a_mistyped_value_is_an_error_even_where_a_higher_layer_overrides_it() {
         Ok(())
     });
 }
+
+#[test]
+fn the_admin_default_is_no_common_tools_port() {
+    // Prometheus, Pushgateway, Alertmanager, node_exporter, Grafana, the proxy's own port and the
+    // usual MCP server ports: a sidecar shares its pod's network namespace with them.
+    let port: std::net::SocketAddr = config::defaults::ADMIN.parse().unwrap();
+    for taken in [9090, 9091, 9093, 9094, 9100, 3000, 8080, 8000, 8888] {
+        assert_ne!(port.port(), taken, "{}", config::defaults::ADMIN);
+    }
+    assert!(
+        port.ip().is_loopback(),
+        "metrics are not exposed by accident"
+    );
+}

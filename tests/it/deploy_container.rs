@@ -276,7 +276,7 @@ fn dockerfile_final_stage_is_minimal_non_root_with_healthcheck_ports_and_admin()
         .flat_map(str::split_whitespace)
         .map(|p| p.trim_end_matches("/tcp"))
         .collect();
-    for port in ["8080", "9090"] {
+    for port in ["8080", "9362"] {
         assert!(exposed.contains(&port), "EXPOSE {port}: {exposed:?}");
     }
 
@@ -284,8 +284,8 @@ fn dockerfile_final_stage_is_minimal_non_root_with_healthcheck_ports_and_admin()
     let env = env_of(last);
     assert_eq!(
         env.get("HOLDFAST_ADMIN").map(String::as_str),
-        Some("0.0.0.0:9090"),
-        "ENV HOLDFAST_ADMIN=0.0.0.0:9090"
+        Some("0.0.0.0:9362"),
+        "ENV HOLDFAST_ADMIN=0.0.0.0:9362"
     );
     assert!(
         !env.contains_key("HOLDFAST_UPSTREAM"),
@@ -706,12 +706,12 @@ fn kubernetes_deployment_runs_holdfast_as_a_hardened_native_sidecar() {
         assert_eq!(get["path"], path, "{probe}");
         assert_eq!(
             resolve_port(sidecar, &get["port"]),
-            9090,
+            9362,
             "{probe} on the admin port"
         );
     }
     assert_eq!(resolve_port(sidecar, &"http".into()), 8080);
-    assert_eq!(resolve_port(sidecar, &"admin".into()), 9090);
+    assert_eq!(resolve_port(sidecar, &"admin".into()), 9362);
 
     // Hardened.
     let sc = &sidecar["securityContext"];
@@ -835,7 +835,7 @@ fn configmap_is_accepted_by_check_config(file: &str) {
     assert_eq!(printed["upstream"], ours["upstream"]);
     assert_eq!(
         printed["admin"].as_str(),
-        Some("0.0.0.0:9090"),
+        Some("0.0.0.0:9362"),
         "probes and Prometheus reach the admin listener"
     );
     // No router sits between holdfast and a sidecar's (or a Service's) server.
@@ -873,7 +873,7 @@ fn podmonitor_scrapes_the_holdfast_admin_port() {
         .expect("spec.podMetricsEndpoints");
     assert_eq!(endpoints.len(), 1);
     let endpoint = &endpoints[0];
-    assert_eq!(resolve_port(sidecar, &endpoint["port"]), 9090);
+    assert_eq!(resolve_port(sidecar, &endpoint["port"]), 9362);
     assert_eq!(endpoint["path"], "/metrics");
 }
 
@@ -897,7 +897,7 @@ fn kubernetes_gateway_runs_hardened_replicas_in_front_of_the_mcp_service() {
         assert_eq!(get["path"], path, "{probe}");
         assert_eq!(
             resolve_port(container, &get["port"]),
-            9090,
+            9362,
             "{probe} on the admin port"
         );
     }

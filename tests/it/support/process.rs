@@ -262,12 +262,24 @@ impl Running {
     }
 }
 
-/// `name` on `PATH`, or in the sbin directories (nginx lives in /usr/sbin, which a non-root
+/// `name` on `PATH`, or in the standard and sbin directories (nginx lives in /usr/sbin, which a non-root
 /// user's `PATH` often lacks).
 pub fn find_program(name: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH").unwrap_or_default();
+    // The standard directories too, whatever PATH says: a config test's jail may have cleared
+    // this process's environment for a moment while another test looks a program up.
     std::env::split_paths(&path)
-        .chain(["/usr/sbin", "/sbin", "/usr/local/sbin"].map(PathBuf::from))
+        .chain(
+            [
+                "/usr/local/bin",
+                "/usr/bin",
+                "/bin",
+                "/usr/sbin",
+                "/sbin",
+                "/usr/local/sbin",
+            ]
+            .map(PathBuf::from),
+        )
         .map(|dir| dir.join(name))
         .find(|candidate| candidate.is_file())
 }
