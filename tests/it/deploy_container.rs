@@ -685,6 +685,40 @@ fn kubernetes_manifests_pass_the_schema_validator() {
 }
 
 #[test]
+fn the_kustomization_names_where_the_image_lives_for_every_manifest() {
+    let kustomization = &yaml_docs("deploy/kubernetes/kustomization.yaml")[0];
+    assert_eq!(kustomization["kind"], "Kustomization");
+    let resources: Vec<&str> = kustomization["resources"]
+        .as_array()
+        .expect("resources")
+        .iter()
+        .map(|r| r.as_str().unwrap())
+        .collect();
+    assert!(resources.contains(&"holdfast.yaml"), "{resources:?}");
+    for r in &resources {
+        assert!(
+            repo_path(&format!("deploy/kubernetes/{r}")).is_file(),
+            "{r} is not in deploy/kubernetes"
+        );
+    }
+    let images = kustomization["images"].as_array().expect("images");
+    let image = images
+        .iter()
+        .find(|i| i["name"] == "holdfast")
+        .expect("an images entry for holdfast");
+    let new_name = image["newName"].as_str().unwrap();
+    assert!(new_name.contains('/'), "a registry path: {new_name}");
+    assert!(image["newTag"].is_string(), "a tag, quoted");
+    // Both manifests name exactly the image the override replaces (no registry, no tag): a
+    // copied manifest cannot pull a `holdfast:latest` that no registry serves by accident.
+    let docs = yaml_docs(K8S);
+    assert_eq!(pod_and_sidecar(&docs).1["image"], "holdfast", "{K8S}");
+    let docs = yaml_docs(GATEWAY);
+    let pod = &kind(&docs, "Deployment")["spec"]["template"]["spec"];
+    assert_eq!(pod["containers"][0]["image"], "holdfast", "{GATEWAY}");
+}
+
+#[test]
 fn kubernetes_deployment_runs_holdfast_as_a_hardened_native_sidecar() {
     let docs = yaml_docs(K8S);
     let (pod, sidecar) = pod_and_sidecar(&docs);
