@@ -85,6 +85,59 @@ async fn a_bogus_host_is_held_alone_and_the_real_route_is_answered_at_once() {
 }
 
 #[tokio::test]
+async fn a_flood_of_bogus_hosts_holds_only_itself() {
+    // The adversarial run's case: 110 POSTs with Hosts the router does not know, while three
+    // clients of the real route go on. The flood is held (on its own routes), the real route's
+    // requests are not held behind it, nor answered 503.
+    let up = router().await;
+    let mut raw = raw_config(&up.url());
+    raw.routes.behind_router = Some(true);
+    raw.hold.timeout_secs = 30.0;
+    let mut hf = Holdfast::start_with(raw).await;
+
+    let flood: Vec<_> = (0..110)
+        .map(|i| tokio::spawn(call(&hf, &format!("bogus-{}.example", i % 10))))
+        .collect();
+    hf.metric_until("holdfast_held_requests", |v| v == 110.0)
+        .await;
+
+    let clients: Vec<_> = (0..3)
+        .map(|_| {
+            let calls: Vec<_> = (0..3).map(|_| call(&hf, "mcp.example")).collect();
+            tokio::spawn(async move {
+                let mut statuses = Vec::new();
+                for c in calls {
+                    statuses.push(c.await.status);
+                }
+                statuses
+            })
+        })
+        .collect();
+    for client in clients {
+        assert_eq!(within(client).await.unwrap(), [200, 200, 200]);
+    }
+    // Still the flood held, and no more: each bogus route has at most its oldest request out
+    // as its probe at a time.
+    let held = hf.metric("holdfast_held_requests").await;
+    assert!((100.0..=110.0).contains(&held), "{held} held");
+    let to_good = up
+        .seen()
+        .iter()
+        .filter(|s| s.header("host") == Some("mcp.example"))
+        .count();
+    assert_eq!(to_good, 9, "each real call reached the application once");
+
+    hf.begin_shutdown();
+    for f in flood {
+        assert_eq!(
+            within(f).await.unwrap().status,
+            503,
+            "the flood gets its 503"
+        );
+    }
+}
+
+#[tokio::test]
 async fn a_refused_connection_is_the_upstreams_whichever_host_met_it() {
     // Refused for every Host alike: one upstream-wide outage, and the first answer ends it.
     let port = http::Reserved::new();
