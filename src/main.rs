@@ -36,7 +36,7 @@ fn admin_addr(cli: &Cli, command: &str) -> Result<std::net::SocketAddr, ExitCode
     let fig = config::figment(cli.config.as_deref(), &cli.flags());
     fig.extract_inner::<String>("admin")
         .ok()
-        .and_then(|a| a.parse().ok())
+        .and_then(|a| config::listen_addr(&a))
         .ok_or_else(|| {
             eprintln!("{command}: no valid admin address configured");
             ExitCode::from(EXIT_CONFIG)

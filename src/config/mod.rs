@@ -300,6 +300,22 @@ pub enum LogFormat {
     Json,
 }
 
+/// A listen address as Go tools take them: `IP:PORT`, `:PORT` (every IPv4 interface,
+/// `0.0.0.0`) or `localhost:PORT` (`127.0.0.1`). No other name: a listener binds an address,
+/// and resolving one at start would make the bind depend on a resolver.
+pub fn listen_addr(value: &str) -> Option<SocketAddr> {
+    if let Ok(addr) = value.parse() {
+        return Some(addr);
+    }
+    let (host, port) = value.rsplit_once(':')?;
+    let port: u16 = port.parse().ok()?;
+    match host {
+        "" => Some(SocketAddr::from(([0, 0, 0, 0], port))),
+        h if h.eq_ignore_ascii_case("localhost") => Some(SocketAddr::from(([127, 0, 0, 1], port))),
+        _ => None,
+    }
+}
+
 /// One problem found while loading or validating the configuration.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Problem {

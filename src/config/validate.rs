@@ -387,11 +387,14 @@ impl Validator<'_> {
     }
 
     fn socket_addr(&mut self, key: &str, value: &str) -> Option<SocketAddr> {
-        match value.parse() {
-            Ok(a) => Some(a),
-            Err(_) => self.fail(
+        match super::listen_addr(value) {
+            Some(a) => Some(a),
+            None => self.fail(
                 key,
-                format!("expected an IP address and port such as `0.0.0.0:8080`, got `{value}`"),
+                format!(
+                    "expected an address and port such as `0.0.0.0:8080`, `:8080` (every \
+                     interface) or `localhost:8080`, got `{value}`"
+                ),
             ),
         }
     }

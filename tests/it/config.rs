@@ -1066,3 +1066,25 @@ fn the_admin_default_is_no_common_tools_port() {
         "metrics are not exposed by accident"
     );
 }
+
+#[test]
+fn listen_addresses_as_go_tools_take_them() {
+    jailed(|_| {
+        let flags = RawFlags {
+            listen: Some(":8081".into()),
+            admin: Some("localhost:9363".into()),
+            ..upstream_flag("http://b:1")
+        };
+        let c = loaded(None, &flags);
+        assert_eq!(c.listen, "0.0.0.0:8081".parse().unwrap());
+        assert_eq!(c.admin, "127.0.0.1:9363".parse().unwrap());
+
+        let flags = RawFlags {
+            listen: Some("mcp.example:80".into()),
+            ..upstream_flag("http://b:1")
+        };
+        let err = load_err(None, &flags);
+        assert!(problem(&err, "listen").message.contains("`:8080`"), "{err}");
+        Ok(())
+    });
+}
