@@ -19,45 +19,48 @@ pub struct Cli {
     #[command(subcommand)]
     pub command: Option<Command>,
 
-    /// TOML configuration file (also HOLDFAST_CONFIG).
+    /// TOML configuration file [env: HOLDFAST_CONFIG].
     #[arg(long, global = true, value_name = "FILE")]
     pub config: Option<PathBuf>,
 
-    /// Proxy listen address [default: 0.0.0.0:8080].
+    /// Proxy listen address: IP:PORT, :PORT or localhost:PORT [default: 0.0.0.0:8080] [env:
+    /// HOLDFAST_LISTEN].
     #[arg(long, global = true, value_name = "ADDR")]
     pub listen: Option<String>,
 
-    /// The MCP server's base URL, e.g. http://mcp-backend:8000.
+    /// The MCP server's base URL, e.g. http://mcp-backend:8000 [env: HOLDFAST_UPSTREAM].
     #[arg(long, global = true, value_name = "URL")]
     pub upstream: Option<String>,
 
-    /// Admin listen address for /metrics, /healthz, /readyz [default: 127.0.0.1:9362].
+    /// Admin listen address for /metrics, /healthz, /readyz [default: 127.0.0.1:9362] [env:
+    /// HOLDFAST_ADMIN].
     #[arg(long, global = true, value_name = "ADDR")]
     pub admin: Option<String>,
 
-    /// Retry-After seconds on synthetic 503s [default: 2].
+    /// Retry-After seconds on synthetic 503s [default: 2] [env: HOLDFAST_RETRY_AFTER_SECS].
     #[arg(long, global = true, value_name = "SECS")]
     pub retry_after: Option<u64>,
 
-    /// Log format [default: text].
+    /// Log format [default: text] [env: HOLDFAST_LOG_FORMAT].
     #[arg(long, global = true, value_enum)]
     pub log_format: Option<LogFormatArg>,
 
     /// What is logged: error, warn, info, debug, trace, or a filter such as
-    /// `warn,holdfast::access=info` [default: info]. RUST_LOG, when set, wins.
+    /// `warn,holdfast::access=info` [default: info] [env: HOLDFAST_LOG_LEVEL]. RUST_LOG, when
+    /// set, wins.
     #[arg(long, global = true, value_name = "FILTER")]
     pub log_level: Option<String>,
 
-    /// Log one line per request (target holdfast::access).
+    /// Log one line per request (target holdfast::access) [env: HOLDFAST_ACCESS_LOG].
     #[arg(long, global = true)]
     pub access_log: bool,
 
     /// PEM certificate chain for the proxy listener; with --tls-key it speaks TLS (reloaded
-    /// when the file changes).
+    /// when the file changes) [env: HOLDFAST_TLS__CERT].
     #[arg(long, global = true, value_name = "FILE")]
     pub tls_cert: Option<String>,
 
-    /// PEM private key of --tls-cert.
+    /// PEM private key of --tls-cert [env: HOLDFAST_TLS__KEY].
     #[arg(long, global = true, value_name = "FILE")]
     pub tls_key: Option<String>,
 }
@@ -124,6 +127,26 @@ pub enum LogFormatArg {
 }
 
 impl Cli {
+    /// The configuration flags given (as typed), for commands that take none: `demo` runs its
+    /// own backend and proxy, and would otherwise ignore them silently.
+    pub fn configuration_flags_given(&self) -> Vec<&'static str> {
+        [
+            ("--config", self.config.is_some()),
+            ("--listen", self.listen.is_some()),
+            ("--upstream", self.upstream.is_some()),
+            ("--admin", self.admin.is_some()),
+            ("--retry-after", self.retry_after.is_some()),
+            ("--log-format", self.log_format.is_some()),
+            ("--log-level", self.log_level.is_some()),
+            ("--access-log", self.access_log),
+            ("--tls-cert", self.tls_cert.is_some()),
+            ("--tls-key", self.tls_key.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(flag, given)| given.then_some(flag))
+        .collect()
+    }
+
     /// The flags as the top configuration layer.
     pub fn flags(&self) -> RawFlags {
         RawFlags {

@@ -15,7 +15,18 @@ fn main() -> ExitCode {
         Some(Command::Healthcheck) => healthcheck(&cli),
         Some(Command::Pause { drain_timeout }) => pause(&cli, Some(drain_timeout)),
         Some(Command::Resume) => pause(&cli, None),
-        Some(Command::Demo { duration, period }) => demo(duration, period),
+        Some(Command::Demo { duration, period }) => {
+            let given = cli.configuration_flags_given();
+            if !given.is_empty() {
+                eprintln!(
+                    "demo: runs its own backend and holdfast with default settings, so it takes \
+                     no {}",
+                    given.join(", ")
+                );
+                return ExitCode::from(EXIT_USAGE);
+            }
+            demo(duration, period)
+        }
         Some(Command::Completions { shell }) => {
             holdfast::cli::completions(shell, &mut std::io::stdout());
             ExitCode::SUCCESS
@@ -156,6 +167,8 @@ fn check_config(cli: &Cli) -> ExitCode {
 
 /// Exit status for an invalid configuration (1 is any other failure).
 const EXIT_CONFIG: u8 = 2;
+/// Exit status for a command line that asks for something the command does not do (clap's own).
+const EXIT_USAGE: u8 = 2;
 
 fn run(cli: &Cli) -> ExitCode {
     let config = match config::load(cli.config.as_deref(), &cli.flags()) {

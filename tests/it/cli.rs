@@ -263,6 +263,44 @@ fn completions_and_the_man_page_come_from_the_cli_definition() {
 }
 
 #[test]
+fn demo_refuses_configuration_flags_instead_of_ignoring_them() {
+    let out = finish(holdfast(&[
+        "--upstream",
+        "http://x:1",
+        "demo",
+        "--access-log",
+    ]));
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(
+        out.stderr.contains("takes no --upstream, --access-log"),
+        "{out:?}"
+    );
+}
+
+#[test]
+fn help_names_each_flags_environment_variable() {
+    let out = finish(holdfast(&["--help"]));
+    for var in [
+        "HOLDFAST_CONFIG",
+        "HOLDFAST_LISTEN",
+        "HOLDFAST_UPSTREAM",
+        "HOLDFAST_ADMIN",
+        "HOLDFAST_RETRY_AFTER_SECS",
+        "HOLDFAST_LOG_FORMAT",
+        "HOLDFAST_LOG_LEVEL",
+        "HOLDFAST_ACCESS_LOG",
+        "HOLDFAST_TLS__CERT",
+        "HOLDFAST_TLS__KEY",
+    ] {
+        assert!(
+            out.stdout.contains(&format!("[env: {var}]")),
+            "{var}:\n{}",
+            out.stdout
+        );
+    }
+}
+
+#[test]
 fn a_port_already_in_use_fails_with_a_message_naming_it() {
     let taken = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = taken.local_addr().unwrap().to_string();
