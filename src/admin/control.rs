@@ -160,7 +160,16 @@ impl Control {
                 })
             })
             .collect();
+        let (url, outage) = self.proxy.upstream_status();
         json!({
+            // holdfast's view of the upstream: /readyz is holdfast's own readiness, this is
+            // where an operator sees whether the backend is there.
+            "upstream": {
+                "url": url,
+                "up": outage.is_none(),
+                "outage_reason": outage.map(|(r, _)| r.as_str()),
+                "outage_secs": outage.map(|(_, age)| round_ms(age)),
+            },
             "paused": pause.is_some(),
             "paused_secs": pause.as_ref().map(|p| round_ms(p.age)),
             "resumes_in_secs": pause.as_ref().map(|p| round_ms(p.remaining)),

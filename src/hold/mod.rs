@@ -240,6 +240,17 @@ impl Outages {
         self.active.load(Ordering::Acquire)
     }
 
+    /// The open outage's first reason and age, unless none is open (or only a pause that has
+    /// not seen the upstream gone).
+    pub fn outage_status(&self) -> Option<(RewriteReason, Duration)> {
+        if !self.is_active() {
+            return None;
+        }
+        let st = self.lock();
+        let o = st.outage.as_ref().filter(|o| !o.paused_only)?;
+        Some((o.first_reason, o.started.elapsed()))
+    }
+
     /// The application answered: close any open outage and release every held request.
     pub fn answered(&self) {
         // The hot path (no outage): one atomic load, no lock.

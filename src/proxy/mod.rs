@@ -316,6 +316,20 @@ impl Proxy {
         self.hold.pause_status()
     }
 
+    /// The upstream as configured, and the upstream-wide outage if one is open: its first
+    /// reason and how long it has lasted.
+    pub fn upstream_status(
+        &self,
+    ) -> (
+        &str,
+        Option<(crate::classify::RewriteReason, std::time::Duration)>,
+    ) {
+        (
+            &self.upstream.original,
+            self.hold.upstream().outage_status(),
+        )
+    }
+
     /// Requests in flight now.
     pub fn in_flight(&self) -> &in_flight::InFlight {
         &self.in_flight

@@ -329,3 +329,35 @@ async fn the_binary_pauses_and_resumes_with_the_token_and_is_refused_without() {
         "{unreachable:?}"
     );
 }
+
+#[tokio::test]
+async fn status_shows_the_upstream_and_its_outage() {
+    let port = http::Reserved::new();
+    let hf = Holdfast::start(&port.url()).await;
+    let got = status(&hf).await;
+    assert_eq!(got["upstream"]["url"], port.url());
+    assert_eq!(got["upstream"]["up"], true, "{got}");
+    assert!(got["upstream"]["outage_reason"].is_null(), "{got}");
+
+    // A request meets the refused port: an outage is open, and /status says which.
+    let url = hf.url("/mcp");
+    let held = tokio::spawn(async move {
+        http::post_json(&url, r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#).await
+    });
+    hf.metric_until("holdfast_held_requests", |v| v == 1.0)
+        .await;
+    let got = status(&hf).await;
+    assert_eq!(got["upstream"]["up"], false, "{got}");
+    assert_eq!(got["upstream"]["outage_reason"], "connect_refused", "{got}");
+    assert!(
+        got["upstream"]["outage_secs"].as_f64().unwrap() >= 0.0,
+        "{got}"
+    );
+
+    let back = http::Upstream::serve(port.listen(), |_| async {
+        http::response(200, &[("content-type", "application/json")], "{}")
+    });
+    assert_eq!(within(held).await.unwrap().status, 200);
+    assert_eq!(status(&hf).await["upstream"]["up"], true);
+    back.stop().await;
+}
