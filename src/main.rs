@@ -181,6 +181,12 @@ fn run(cli: &Cli) -> ExitCode {
     telemetry::init(config.log_format, &config.log_level);
     holdfast::rlimit::raise_and_log(config.max_connections);
     let runtime = tokio::runtime::Runtime::new().expect("tokio runtime");
+    // Once, beside serving: a wrong upstream URL must be loud at start, not after the first
+    // request's 15 s hold. holdfast serves either way (the backend may come later).
+    runtime.spawn(holdfast::upstream::try_once(
+        config.upstream.clone(),
+        config.connect_timeout,
+    ));
     let result = runtime.block_on(async {
         let shutdown = shutdown_signal();
         let listener = server::bind(config.listen, "proxy").await?;

@@ -159,12 +159,6 @@ pub async fn run(
         upstream = %config.upstream.original,
         "holdfast proxying"
     );
-    // Once, beside serving: a wrong upstream URL must be loud at start, not after the first
-    // request's 15 s hold. holdfast serves either way (the backend may come later).
-    tokio::spawn(try_upstream_once(
-        config.upstream.clone(),
-        config.connect_timeout,
-    ));
     ready.set(true);
     let listener_tls = tls.as_ref().map(|(t, _)| t.clone());
     serve_proxy(&config, listener, proxy, listener_tls, &ready, shutdown).await;
@@ -218,32 +212,6 @@ impl ListenerTls {
         };
         self.metrics.handshake_failed(reason);
         None
-    }
-}
-
-/// Resolves the upstream's name and connects once (TCP only), and says what it found: the
-/// address on success, a warning naming the host, the kind of failure and the OS error if not.
-async fn try_upstream_once(upstream: crate::config::UpstreamUrl, connect_timeout: Duration) {
-    use tower_service::Service;
-    let Ok(uri) = http::Uri::try_from(format!("{}://{}/", upstream.scheme(), upstream.authority))
-    else {
-        return;
-    };
-    match crate::upstream::Connector::new(connect_timeout)
-        .call(uri)
-        .await
-    {
-        Ok(stream) => tracing::info!(
-            upstream = %upstream.authority,
-            address = %stream.inner().peer_addr().map_or_else(|e| e.to_string(), |a| a.to_string()),
-            "the upstream accepts connections"
-        ),
-        Err(e) => tracing::warn!(
-            upstream = %upstream.authority,
-            error = %crate::classify::ErrorChain(&e),
-            "the upstream cannot be reached now: requests will be held (then answered 503) until \
-             it can; check the upstream URL if it should be up"
-        ),
     }
 }
 
