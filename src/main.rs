@@ -183,7 +183,7 @@ fn run(cli: &Cli) -> ExitCode {
     let runtime = tokio::runtime::Runtime::new().expect("tokio runtime");
     // Once, beside serving: a wrong upstream URL must be loud at start, not after the first
     // request's 15 s hold. holdfast serves either way (the backend may come later).
-    runtime.spawn(holdfast::upstream::try_once(
+    runtime.spawn(server::try_upstream_once(
         config.upstream.clone(),
         config.connect_timeout,
     ));

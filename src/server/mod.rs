@@ -215,6 +215,32 @@ impl ListenerTls {
     }
 }
 
+/// Resolves the upstream's name and connects once (TCP only), and says what it found: the
+/// address on success, a warning naming the host, the kind of failure and the OS error if not.
+pub async fn try_upstream_once(upstream: crate::config::UpstreamUrl, connect_timeout: Duration) {
+    use tower_service::Service;
+    let Ok(uri) = http::Uri::try_from(format!("{}://{}/", upstream.scheme(), upstream.authority))
+    else {
+        return;
+    };
+    match crate::upstream::Connector::new(connect_timeout)
+        .call(uri)
+        .await
+    {
+        Ok(stream) => tracing::info!(
+            upstream = %upstream.authority,
+            address = %stream.inner().peer_addr().map_or_else(|e| e.to_string(), |a| a.to_string()),
+            "the upstream accepts connections"
+        ),
+        Err(e) => tracing::warn!(
+            upstream = %upstream.authority,
+            error = %crate::classify::ErrorChain(&e),
+            "the upstream cannot be reached now: requests will be held (then answered 503) until \
+             it can; check the upstream URL if it should be up"
+        ),
+    }
+}
+
 /// Serves one client connection (plain or TLS) until it ends or the drain closes it.
 async fn serve_connection<I>(
     builder: Arc<auto::Builder<TokioExecutor>>,
