@@ -485,6 +485,13 @@ impl Validator<'_> {
             _ if err.file() == Some(key_path) && cert_path != key_path => key_key,
             _ => cert_key,
         };
+        // Loading stops at the certificate; a missing key file is worth saying in the same
+        // round, so a user fixes both at once.
+        if at == cert_key && cert_path != key_path {
+            if let Err(e) = std::fs::metadata(key_path) {
+                self.fail::<()>(key_key, format!("cannot read {}: {e}", key_path.display()));
+            }
+        }
         self.fail(at, err.to_string())
     }
 

@@ -1088,3 +1088,26 @@ fn listen_addresses_as_go_tools_take_them() {
         Ok(())
     });
 }
+
+#[test]
+fn every_missing_tls_file_is_named_in_one_round() {
+    let dir = crate::support::files::TempDir::new("missing-tls");
+    let at = |name: &str| Some(dir.path().join(name).to_str().unwrap().to_string());
+    let mut raw = raw_with_upstream("https://b:1");
+    raw.tls.cert = at("server.pem");
+    raw.tls.key = at("server.key");
+    raw.client.ca = at("ca.pem");
+    raw.client.cert = at("client.pem");
+    raw.client.key = at("client.key");
+    let err = validate(&raw).unwrap_err();
+    for key in [
+        "tls.cert",
+        "tls.key",
+        "client.ca",
+        "client.cert",
+        "client.key",
+    ] {
+        let p = problem(&err, key);
+        assert!(p.message.contains("cannot read"), "{key}: {err}");
+    }
+}
