@@ -605,7 +605,7 @@ fn every_validation_problem_is_reported_at_once_with_key_and_origin() {
         jail.create_file(
             "bad.toml",
             r#"
-            listen = "localhost:8080"
+            listen = "mcp.example:8080"
             upstream = "ftp://mcp-backend:8443"
             [client]
             connect_timeout_secs = -1
@@ -623,7 +623,7 @@ fn every_validation_problem_is_reported_at_once_with_key_and_origin() {
         };
         let err = load_err(Some("bad.toml"), &flags);
 
-        assert_problem(&err, "listen", "bad.toml", "localhost:8080");
+        assert_problem(&err, "listen", "bad.toml", "mcp.example:8080");
         assert_problem(&err, "upstream", "bad.toml", "ftp://");
         assert_problem(&err, "client.connect_timeout_secs", "bad.toml", "-1");
         assert_problem(&err, "routes.presets[1]", "bad.toml", "traefik-405");
@@ -640,13 +640,13 @@ fn missing_upstream_is_reported_with_other_problems() {
     jailed(|jail| {
         jail.set_env("HOLDFAST_LOG_FORMAT", "yaml");
         let flags = RawFlags {
-            listen: Some(":8080".into()),
+            listen: Some("*:8080".into()),
             ..RawFlags::default()
         };
         let err = load_err(None, &flags);
         assert_problem(&err, "upstream", "not set", "required");
         assert_problem(&err, "log_format", "environment", "yaml");
-        assert_problem(&err, "listen", "command-line flag", ":8080");
+        assert_problem(&err, "listen", "command-line flag", "*:8080");
         assert_eq!(err.problems.len(), 3, "exactly these problems: {err}");
         Ok(())
     });
