@@ -16,7 +16,7 @@ use tokio::task::JoinSet;
 use holdfast::config::defaults;
 
 use crate::support::http::{response, Reserved, Upstream};
-use crate::support::process::{release_binary, Running};
+use crate::support::process::{release_binary, serving_at, Running};
 use crate::support::proxy::metric_value;
 use crate::support::within_secs;
 
@@ -38,19 +38,8 @@ async fn a_full_hold_and_its_release_fit_the_memory_budget() {
         "this test opens {held} connections: raise the hard open-file limit"
     );
     let upstream = Reserved::new();
-    let mut cmd = std::process::Command::new(release_binary());
-    cmd.args([
-        "--upstream",
-        &upstream.url(),
-        "--listen",
-        "127.0.0.1:0",
-        "--admin",
-        "127.0.0.1:0",
-        "--log-format",
-        "json",
-    ])
-    .env_clear()
-    .env("RUST_LOG", "info");
+    let mut cmd = serving_at(&release_binary(), &upstream.url(), &[]);
+    cmd.env("RUST_LOG", "info");
     let mut proxy = Running::start(&mut cmd);
     let started: Value = serde_json::from_str(&proxy.wait_for_line("holdfast proxying")).unwrap();
     let listen = started["listen"].as_str().unwrap().to_string();

@@ -18,7 +18,12 @@ pub const PATIENCE: Duration = Duration::from_secs(30);
 /// configuration. The directory is explicit because a jail may have moved this process's
 /// current directory into a temporary one.
 pub fn holdfast(args: &[&str]) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_holdfast"));
+    holdfast_at(env!("CARGO_BIN_EXE_holdfast").as_ref(), args)
+}
+
+/// [`holdfast`] with another build of the binary (the release one: [`release_binary`]).
+pub fn holdfast_at(binary: &std::path::Path, args: &[&str]) -> Command {
+    let mut cmd = Command::new(binary);
     cmd.args(args)
         .env_clear()
         .current_dir(env!("CARGO_MANIFEST_DIR"))
@@ -29,16 +34,24 @@ pub fn holdfast(args: &[&str]) -> Command {
 /// `holdfast` proxying to `upstream` on free ports with JSON logs (what the tests that read its
 /// log lines start), then `extra` arguments.
 pub fn serving(upstream: &str, extra: &[&str]) -> Command {
-    let mut cmd = holdfast(&[
-        "--upstream",
-        upstream,
-        "--listen",
-        "127.0.0.1:0",
-        "--admin",
-        "127.0.0.1:0",
-        "--log-format",
-        "json",
-    ]);
+    serving_at(env!("CARGO_BIN_EXE_holdfast").as_ref(), upstream, extra)
+}
+
+/// [`serving`] with another build of the binary.
+pub fn serving_at(binary: &std::path::Path, upstream: &str, extra: &[&str]) -> Command {
+    let mut cmd = holdfast_at(
+        binary,
+        &[
+            "--upstream",
+            upstream,
+            "--listen",
+            "127.0.0.1:0",
+            "--admin",
+            "127.0.0.1:0",
+            "--log-format",
+            "json",
+        ],
+    );
     cmd.args(extra);
     cmd
 }
