@@ -351,21 +351,14 @@ impl Outages {
         self.shared.outage_count(true, &self.metrics.upstream_up);
         self.metrics.outages.inc();
         let upstream = self.probe_uri.authority().map(|a| a.as_str()).unwrap_or("");
-        match cause {
-            Some(error) => tracing::warn!(
-                route = self.route,
-                upstream,
-                reason = reason.as_str(),
-                error,
-                "upstream outage started"
-            ),
-            None => tracing::warn!(
-                route = self.route,
-                upstream,
-                reason = reason.as_str(),
-                "upstream outage started"
-            ),
-        }
+        // `error` is recorded only when there is one (a router's 404 has none).
+        tracing::warn!(
+            route = self.route,
+            upstream,
+            reason = reason.as_str(),
+            error = cause,
+            "upstream outage started"
+        );
     }
 
     /// The prober stopped because nobody waits in this route's outage any more: it goes dormant.

@@ -44,7 +44,8 @@ struct Exchange {
     resumes: u32,
     /// The next attempt is a replay after a hold.
     replay: bool,
-    /// Sent again after a hold at least once (for the access log: `replayed`).
+    /// Sent again after a hold at least once (for the access log: `replayed`); set where
+    /// `replay` is consumed, so only a replay that went out counts.
     replayed: bool,
     /// Waited in the hold before its first attempt (for the access log: `held`).
     held_first: bool,
@@ -134,6 +135,7 @@ impl Proxy {
             };
             if std::mem::take(&mut ex.replay) {
                 self.metrics.replays.inc();
+                ex.replayed = true;
             }
             // Every attempt asks again which upstream session stands for the client's: another
             // request may have re-established it meanwhile.
@@ -361,7 +363,6 @@ impl Proxy {
         match outages.wait(ticket, handle).await {
             Released::Go | Released::NotHeld => {
                 ex.replay = true;
-                ex.replayed = true;
                 Next::Again
             }
             Released::Cancelled => Next::Answer(client_gone(ex.version)),
@@ -571,8 +572,11 @@ impl Proxy {
                     );
                 } else {
                     tracing::debug!(error = %ErrorChain(&err), ?verdict, "upstream request failed");
-                    if matches!(verdict, Verdict::Missing(_)) && !self.hold.upstream().is_active() {
-                        // The outage this opens names it in its first line.
+                    // Only a failed connection opens the upstream-wide outage whose first line
+                    // this is for; any other cause would wait there for an unrelated outage.
+                    let connect =
+                        matches!(verdict, Verdict::Missing(m) if m.reason.is_connect_failure());
+                    if connect && !self.hold.upstream().is_active() {
                         self.hold.upstream().note_cause(|| {
                             match classify::find_cause::<crate::upstream::ConnectError>(&err) {
                                 Some(connect) => ErrorChain(connect).to_string(),

@@ -219,12 +219,8 @@ impl ListenerTls {
 /// address on success, a warning naming the host, the kind of failure and the OS error if not.
 pub async fn try_upstream_once(upstream: crate::config::UpstreamUrl, connect_timeout: Duration) {
     use tower_service::Service;
-    let Ok(uri) = http::Uri::try_from(format!("{}://{}/", upstream.scheme(), upstream.authority))
-    else {
-        return;
-    };
     match crate::upstream::Connector::new(connect_timeout)
-        .call(uri)
+        .call(upstream.base_uri())
         .await
     {
         Ok(stream) => tracing::info!(

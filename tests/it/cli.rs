@@ -381,19 +381,12 @@ fn start_with_open_file_limit(
     max_connections: u64,
 ) -> Vec<serde_json::Value> {
     let prlimit = process::require_program("prlimit", "util-linux");
+    // The serving command, run under prlimit.
+    let inner = serving("http://127.0.0.1:1", &[]);
     let mut cmd = std::process::Command::new(prlimit);
     cmd.arg(format!("--nofile={soft}:{hard}"))
-        .arg(env!("CARGO_BIN_EXE_holdfast"))
-        .args([
-            "--upstream",
-            "http://127.0.0.1:1",
-            "--listen",
-            "127.0.0.1:0",
-            "--admin",
-            "127.0.0.1:0",
-            "--log-format",
-            "json",
-        ])
+        .arg(inner.get_program())
+        .args(inner.get_args())
         .env_clear()
         .env(
             "HOLDFAST_LIMITS__MAX_CONNECTIONS",

@@ -5,7 +5,7 @@
 //! while held and at its peak during the release. The benchmark (`benches/release.rs`) reports
 //! the per-request figure; this test only checks the bound.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use bytes::Bytes;
 use serde_json::Value;
@@ -17,7 +17,7 @@ use holdfast::config::defaults;
 
 use crate::support::http::{response, Reserved, Upstream};
 use crate::support::process::{release_binary, serving_at, Running};
-use crate::support::proxy::metric_value;
+use crate::support::proxy::metric_until_at;
 use crate::support::within_secs;
 
 /// The README's budget for a full hold and its release, over the process's own footprint at
@@ -65,17 +65,7 @@ async fn a_full_hold_and_its_release_fit_the_memory_budget() {
             answer
         });
     }
-    let metrics = format!("http://{admin}/metrics");
-    within_secs(120, async {
-        while metric_value(
-            crate::support::http::get(&metrics).await.text(),
-            "holdfast_held_requests",
-        ) < held as f64
-        {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    })
-    .await;
+    metric_until_at(&admin, "holdfast_held_requests", |v| v >= held as f64).await;
     let holding = status_kib(pid, "VmRSS");
     eprintln!("all {held} held");
 

@@ -5,6 +5,7 @@ use serde_json::Value;
 use crate::support::forgetful::ForgetfulServer;
 use crate::support::http::{self, response, Reserved, Upstream};
 use crate::support::process::{serving, Running};
+use crate::support::proxy::metric_until_at;
 
 /// The JSON log lines holdfast wrote.
 fn json_lines(lines: &[String]) -> Vec<Value> {
@@ -182,21 +183,10 @@ async fn a_held_request_is_logged_as_held_and_a_replayed_one_as_replayed() {
     let mut proxy = Running::start(&mut serving(&url, &["--access-log"]));
     let started: Value = serde_json::from_str(&proxy.wait_for_line("holdfast proxying")).unwrap();
     let listen = started["listen"].as_str().unwrap().to_string();
-    let metrics = format!("http://{}/metrics", started["admin"].as_str().unwrap());
+    let admin = started["admin"].as_str().unwrap().to_string();
     let held = |n: f64| {
-        let metrics = metrics.clone();
-        async move {
-            crate::support::within(async {
-                while crate::support::proxy::metric_value(
-                    http::get(&metrics).await.text(),
-                    "holdfast_held_requests",
-                ) < n
-                {
-                    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-                }
-            })
-            .await
-        }
+        let admin = admin.clone();
+        async move { metric_until_at(&admin, "holdfast_held_requests", |v| v >= n).await }
     };
     let call = |id: u32| {
         let url = format!("http://{listen}/mcp");

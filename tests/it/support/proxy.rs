@@ -99,19 +99,26 @@ impl Holdfast {
     /// stream's end, a handshake failing): there is no event the test could await, so the metric
     /// that shows it is polled, with a deadline.
     pub async fn metric_until(&self, series: &str, ok: impl Fn(f64) -> bool) -> f64 {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            // The series may appear only with the event the test waits for.
-            let value = self.metric_or_zero(series).await;
-            if ok(value) {
-                return value;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{series} stayed at {value}, never reaching what the test waits for"
-            );
-            tokio::time::sleep(Duration::from_millis(5)).await;
+        metric_until_at(&self.admin.to_string(), series, ok).await
+    }
+}
+
+/// [`Holdfast::metric_until`] for any holdfast's admin listener at `admin` (`host:port`): the
+/// real binary's, in the tests that run it.
+pub async fn metric_until_at(admin: &str, series: &str, ok: impl Fn(f64) -> bool) -> f64 {
+    let url = format!("http://{admin}/metrics");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        // The series may appear only with the event the test waits for.
+        let value = metric_or_zero(super::http::get(&url).await.text(), series);
+        if ok(value) {
+            return value;
         }
+        assert!(
+            Instant::now() < deadline,
+            "{series} stayed at {value}, never reaching what the test waits for"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
 
