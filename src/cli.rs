@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::config::{RawFlags, RawTlsFlags};
 
@@ -14,77 +14,104 @@ use crate::config::{RawFlags, RawTlsFlags};
 /// Retry-After instead of a 404 that they would read as "session expired".
 #[derive(Debug, Parser)]
 #[command(name = "holdfast", version, about, long_about)]
+// The proxy's flags belong to running the proxy: given before a subcommand they are an error,
+// not silently ignored (each subcommand takes the flags it uses).
+#[command(args_conflicts_with_subcommands = true)]
 pub struct Cli {
     /// What to do; without a subcommand holdfast runs the proxy.
     #[command(subcommand)]
     pub command: Option<Command>,
 
+    /// The proxy's configuration flags.
+    #[command(flatten)]
+    pub proxy: ProxyArgs,
+}
+
+/// The configuration flags: running the proxy and `check-config` take them all.
+#[derive(Debug, Clone, Default, Args)]
+pub struct ProxyArgs {
     /// TOML configuration file [env: HOLDFAST_CONFIG].
-    #[arg(long, global = true, value_name = "FILE")]
+    #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
 
     /// Proxy listen address: IP:PORT, :PORT or localhost:PORT [default: 0.0.0.0:8080] [env:
     /// HOLDFAST_LISTEN].
-    #[arg(long, global = true, value_name = "ADDR")]
+    #[arg(long, value_name = "ADDR")]
     pub listen: Option<String>,
 
     /// The MCP server's base URL, e.g. http://mcp-backend:8000 [env: HOLDFAST_UPSTREAM].
-    #[arg(long, global = true, value_name = "URL")]
+    #[arg(long, value_name = "URL")]
     pub upstream: Option<String>,
 
     /// Admin listen address for /metrics, /healthz, /readyz [default: 127.0.0.1:9362] [env:
     /// HOLDFAST_ADMIN].
-    #[arg(long, global = true, value_name = "ADDR")]
+    #[arg(long, value_name = "ADDR")]
     pub admin: Option<String>,
 
     /// Retry-After seconds on synthetic 503s [default: 2] [env: HOLDFAST_RETRY_AFTER_SECS].
-    #[arg(long, global = true, value_name = "SECS")]
+    #[arg(long, value_name = "SECS")]
     pub retry_after: Option<u64>,
 
     /// Log format [default: text] [env: HOLDFAST_LOG_FORMAT].
-    #[arg(long, global = true, value_enum)]
+    #[arg(long, value_enum)]
     pub log_format: Option<LogFormatArg>,
 
     /// What is logged: error, warn, info, debug, trace, or a filter such as
     /// `warn,holdfast::access=info` [default: info] [env: HOLDFAST_LOG_LEVEL]. RUST_LOG, when
     /// set, wins.
-    #[arg(long, global = true, value_name = "FILTER")]
+    #[arg(long, value_name = "FILTER")]
     pub log_level: Option<String>,
 
     /// Log one line per request (target holdfast::access) [env: HOLDFAST_ACCESS_LOG].
-    #[arg(long, global = true)]
+    #[arg(long)]
     pub access_log: bool,
 
     /// PEM certificate chain for the proxy listener; with --tls-key it speaks TLS (reloaded
     /// when the file changes) [env: HOLDFAST_TLS__CERT].
-    #[arg(long, global = true, value_name = "FILE")]
+    #[arg(long, value_name = "FILE")]
     pub tls_cert: Option<String>,
 
     /// PEM private key of --tls-cert [env: HOLDFAST_TLS__KEY].
-    #[arg(long, global = true, value_name = "FILE")]
+    #[arg(long, value_name = "FILE")]
     pub tls_key: Option<String>,
+}
+
+/// The flags of the commands that talk to a running holdfast's admin listener.
+#[derive(Debug, Clone, Default, Args)]
+pub struct AdminArgs {
+    /// TOML configuration file (its admin address and admin_token_file are used) [env:
+    /// HOLDFAST_CONFIG].
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+
+    /// The admin listener's address [default: 127.0.0.1:9362] [env: HOLDFAST_ADMIN].
+    #[arg(long, value_name = "ADDR")]
+    pub admin: Option<String>,
 }
 
 /// Subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Print the effective configuration, or every error in it, and exit (non-zero on errors).
-    CheckConfig,
+    CheckConfig(ProxyArgs),
     /// Ask the admin listener's /readyz; exit 0 when ready, 1 otherwise (for container
     /// HEALTHCHECKs: a minimal image has no curl). Uses the configured admin address.
-    Healthcheck,
+    Healthcheck(AdminArgs),
     /// Pause for a planned restart: new requests are held before they are sent; returns once
     /// nothing is in flight (exit 0) or when the drain timeout passes (exit 3, naming what is
     /// still in flight; the pause stays). holdfast resumes by itself once a new instance
     /// answers, after pause.max_secs, or with `holdfast resume`. Uses the configured admin
     /// address and admin_token_file.
     Pause {
+        /// Where the admin listener is.
+        #[command(flatten)]
+        admin: AdminArgs,
         /// Longest wait for requests in flight (SSE streams included) to finish.
         #[arg(long, default_value_t = 30.0, value_name = "SECS")]
         drain_timeout: f64,
     },
     /// End a pause now: held requests go out, oldest first.
-    Resume,
+    Resume(AdminArgs),
     /// Run a self-contained demonstration: an embedded MCP backend that is recreated every few
     /// seconds, and two clients calling it, one directly and one through holdfast.
     Demo {
@@ -126,27 +153,7 @@ pub enum LogFormatArg {
     Json,
 }
 
-impl Cli {
-    /// The configuration flags given (as typed), for commands that take none: `demo` runs its
-    /// own backend and proxy, and would otherwise ignore them silently.
-    pub fn configuration_flags_given(&self) -> Vec<&'static str> {
-        [
-            ("--config", self.config.is_some()),
-            ("--listen", self.listen.is_some()),
-            ("--upstream", self.upstream.is_some()),
-            ("--admin", self.admin.is_some()),
-            ("--retry-after", self.retry_after.is_some()),
-            ("--log-format", self.log_format.is_some()),
-            ("--log-level", self.log_level.is_some()),
-            ("--access-log", self.access_log),
-            ("--tls-cert", self.tls_cert.is_some()),
-            ("--tls-key", self.tls_key.is_some()),
-        ]
-        .into_iter()
-        .filter_map(|(flag, given)| given.then_some(flag))
-        .collect()
-    }
-
+impl ProxyArgs {
     /// The flags as the top configuration layer.
     pub fn flags(&self) -> RawFlags {
         RawFlags {
@@ -164,6 +171,16 @@ impl Cli {
                 cert: self.tls_cert.clone(),
                 key: self.tls_key.clone(),
             },
+        }
+    }
+}
+
+impl AdminArgs {
+    /// The flags as the top configuration layer.
+    pub fn flags(&self) -> RawFlags {
+        RawFlags {
+            admin: self.admin.clone(),
+            ..RawFlags::default()
         }
     }
 }

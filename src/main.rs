@@ -4,29 +4,21 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use holdfast::cli::{Cli, Command};
+use holdfast::cli::{AdminArgs, Cli, Command, ProxyArgs};
 use holdfast::config::{self, RawConfig};
 use holdfast::{server, telemetry};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Some(Command::CheckConfig) => check_config(&cli),
-        Some(Command::Healthcheck) => healthcheck(&cli),
-        Some(Command::Pause { drain_timeout }) => pause(&cli, Some(drain_timeout)),
-        Some(Command::Resume) => pause(&cli, None),
-        Some(Command::Demo { duration, period }) => {
-            let given = cli.configuration_flags_given();
-            if !given.is_empty() {
-                eprintln!(
-                    "demo: runs its own backend and holdfast with default settings, so it takes \
-                     no {}",
-                    given.join(", ")
-                );
-                return ExitCode::from(EXIT_USAGE);
-            }
-            demo(duration, period)
-        }
+        Some(Command::CheckConfig(args)) => check_config(&args),
+        Some(Command::Healthcheck(args)) => healthcheck(&args),
+        Some(Command::Pause {
+            admin,
+            drain_timeout,
+        }) => pause(&admin, Some(drain_timeout)),
+        Some(Command::Resume(args)) => pause(&args, None),
+        Some(Command::Demo { duration, period }) => demo(duration, period),
         Some(Command::Completions { shell }) => {
             holdfast::cli::completions(shell, &mut std::io::stdout());
             ExitCode::SUCCESS
@@ -38,12 +30,12 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
-        None => run(&cli),
+        None => run(&cli.proxy),
     }
 }
 
 /// The configured admin address (flag, environment or file); a valid upstream is not needed.
-fn admin_addr(cli: &Cli, command: &str) -> Result<std::net::SocketAddr, ExitCode> {
+fn admin_addr(cli: &AdminArgs, command: &str) -> Result<std::net::SocketAddr, ExitCode> {
     let fig = config::figment(cli.config.as_deref(), &cli.flags());
     fig.extract_inner::<String>("admin")
         .ok()
@@ -62,7 +54,7 @@ fn current_thread_runtime() -> tokio::runtime::Runtime {
 }
 
 /// `holdfast pause` (with a drain timeout) and `holdfast resume` (without).
-fn pause(cli: &Cli, drain_timeout: Option<f64>) -> ExitCode {
+fn pause(cli: &AdminArgs, drain_timeout: Option<f64>) -> ExitCode {
     let command = if drain_timeout.is_some() {
         "pause"
     } else {
@@ -107,7 +99,7 @@ fn pause(cli: &Cli, drain_timeout: Option<f64>) -> ExitCode {
 
 /// `holdfast healthcheck`: exit 0 when the admin listener says ready. Needs only the admin
 /// address (flag, environment or file), not a valid upstream.
-fn healthcheck(cli: &Cli) -> ExitCode {
+fn healthcheck(cli: &AdminArgs) -> ExitCode {
     let admin = match admin_addr(cli, "healthcheck") {
         Ok(a) => a,
         Err(code) => return code,
@@ -147,7 +139,7 @@ fn demo(duration: f64, period: f64) -> ExitCode {
 }
 
 /// `holdfast check-config`: the effective configuration as TOML, or every problem.
-fn check_config(cli: &Cli) -> ExitCode {
+fn check_config(cli: &ProxyArgs) -> ExitCode {
     let fig = config::figment(cli.config.as_deref(), &cli.flags());
     match config::load(cli.config.as_deref(), &cli.flags()) {
         Ok(_) => {
@@ -167,10 +159,8 @@ fn check_config(cli: &Cli) -> ExitCode {
 
 /// Exit status for an invalid configuration (1 is any other failure).
 const EXIT_CONFIG: u8 = 2;
-/// Exit status for a command line that asks for something the command does not do (clap's own).
-const EXIT_USAGE: u8 = 2;
 
-fn run(cli: &Cli) -> ExitCode {
+fn run(cli: &ProxyArgs) -> ExitCode {
     let config = match config::load(cli.config.as_deref(), &cli.flags()) {
         Ok(c) => c,
         Err(e) => {

@@ -263,18 +263,59 @@ fn completions_and_the_man_page_come_from_the_cli_definition() {
 }
 
 #[test]
-fn demo_refuses_configuration_flags_instead_of_ignoring_them() {
-    let out = finish(holdfast(&[
-        "--upstream",
-        "http://x:1",
-        "demo",
-        "--access-log",
-    ]));
+fn flags_belong_to_the_commands_that_use_them() {
+    // Before a subcommand the proxy's flags would configure nothing: an error, not ignored.
+    let out = finish(holdfast(&["--upstream", "http://x:1", "demo"]));
     assert_eq!(out.status.code(), Some(2), "{out:?}");
     assert!(
-        out.stderr.contains("takes no --upstream, --access-log"),
+        out.stderr
+            .contains("'demo' cannot be used with '--upstream"),
         "{out:?}"
     );
+    let out = finish(holdfast(&["demo", "--access-log"]));
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(out.stderr.contains("'--access-log'"), "{out:?}");
+    // Each subcommand's help shows the flags it takes, and only those.
+    let help = |command: &str| {
+        let out = finish(holdfast(&[command, "--help"]));
+        assert!(out.status.success(), "{command}: {out:?}");
+        out.stdout
+    };
+    for command in ["demo", "completions", "man"] {
+        let text = help(command);
+        for flag in ["--upstream", "--listen", "--config", "--tls-cert"] {
+            assert!(
+                !text.contains(flag),
+                "{command} --help lists {flag}:\n{text}"
+            );
+        }
+    }
+    for command in ["healthcheck", "pause", "resume"] {
+        let text = help(command);
+        assert!(
+            text.contains("--admin") && text.contains("--config"),
+            "{command}:\n{text}"
+        );
+        for flag in ["--upstream", "--listen", "--tls-cert", "--access-log"] {
+            assert!(
+                !text.contains(flag),
+                "{command} --help lists {flag}:\n{text}"
+            );
+        }
+    }
+    let text = help("check-config");
+    for flag in [
+        "--upstream",
+        "--listen",
+        "--admin",
+        "--tls-cert",
+        "--log-level",
+    ] {
+        assert!(
+            text.contains(flag),
+            "check-config --help lacks {flag}:\n{text}"
+        );
+    }
 }
 
 #[test]
