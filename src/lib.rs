@@ -35,6 +35,7 @@ pub mod demo;
 pub mod hold;
 pub mod idempotent;
 pub mod listener;
+pub mod mcp_method;
 pub mod metrics;
 pub mod proxy;
 pub mod replay;

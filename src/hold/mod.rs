@@ -135,6 +135,8 @@ struct State {
     /// Held requests by arrival order: the first is the oldest, the next probe.
     waiters: BTreeMap<u64, Waiter>,
     next_seq: u64,
+    /// Outages opened on this route: the open one's [`Outage::id`].
+    outages_opened: u64,
     prober_running: bool,
     /// A pause for a planned restart (the upstream-wide outage only).
     paused: Option<pause::Paused>,
@@ -146,12 +148,17 @@ struct State {
 }
 
 struct Outage {
+    /// Which of the route's outages this is (1, 2, ...; 0 for [`Outage::detached`]): a request
+    /// is counted in each outage's line once, whatever its number of entries and exits.
+    id: u64,
     started: Instant,
     first_reason: RewriteReason,
     last_reason: RewriteReason,
     /// Requests answered 503 during this outage.
     answered_503: u64,
+    /// Requests held in this outage (each once).
     held: u64,
+    /// Of them, released (a probe that met the gap and was held again is not counted twice).
     released: u64,
     timed_out: u64,
     cancelled: u64,
@@ -208,6 +215,7 @@ impl Outages {
                 outage: None,
                 waiters: BTreeMap::new(),
                 next_seq: 0,
+                outages_opened: 0,
                 prober_running: false,
                 paused: None,
                 pauses: 0,
@@ -306,6 +314,15 @@ impl Outages {
         );
     }
 
+    /// The open outage's (held, released, timed_out) counts, as its closing line will say them.
+    #[cfg(test)]
+    fn line_counts(&self) -> Option<(u64, u64, u64)> {
+        let st = self.lock();
+        st.outage
+            .as_ref()
+            .map(|o| (o.held, o.released, o.timed_out))
+    }
+
     /// A request met a missing backend: open an outage if none is open.
     pub fn missing(&self, reason: RewriteReason) {
         let mut st = self.lock();
@@ -329,6 +346,10 @@ impl Outages {
         if st.outage.is_some() && !self.active.swap(true, Ordering::AcqRel) {
             self.shared.outage_count(true, &self.metrics.upstream_up);
         }
+        if st.outage.is_none() {
+            st.outages_opened += 1;
+        }
+        let id = st.outages_opened;
         st.outage.get_or_insert_with(|| {
             self.in_outage.store(true, Ordering::Release);
             self.active.store(true, Ordering::Release);
@@ -340,6 +361,7 @@ impl Outages {
                 self.count_outage_start(reason, cause.as_deref());
             }
             Outage {
+                id,
                 paused_only: paused,
                 ..Outage::new(reason)
             }
@@ -433,6 +455,7 @@ impl Outage {
     /// An outage starting now, all counters at zero.
     fn new(reason: RewriteReason) -> Outage {
         Outage {
+            id: 0,
             started: Instant::now(),
             first_reason: reason,
             last_reason: reason,

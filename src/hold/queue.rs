@@ -14,6 +14,8 @@ pub struct Ticket {
     pub(super) deadline: Option<Instant>,
     /// Set while the request is out as the probe: report the outcome here.
     pub(super) probe: Option<oneshot::Sender<bool>>,
+    /// The outage ([`Outage::id`]) whose closing line counts this request as held.
+    pub(super) held_in: u64,
 }
 
 impl Ticket {
@@ -75,13 +77,17 @@ impl Outages {
                 self.refuse(&mut st, HoldOutcome::shutdown);
                 return Released::Shutdown;
             }
-            if st.outage.is_none() {
+            let Some(outage) = st.outage.as_mut() else {
                 return Released::NotHeld;
+            };
+            // Back in the outage it was released from (a probe that met the gap again): that
+            // release was not how it left, whatever this entry ends in.
+            if ticket.held_in == outage.id {
+                outage.released = outage.released.saturating_sub(1);
             }
             // Reserve what the body may grow to while read ahead, not only what is read now.
             let bytes = body.expected_bytes(self.cfg.max_body_bytes);
             let now = Instant::now();
-            let first = ticket.first_held.is_none();
             // Held by a pause: through the pause (which ends by itself at `until`), then as any
             // held request, so what a planned restart holds goes to the new instance rather
             // than getting its 503 while the old one drains.
@@ -112,10 +118,9 @@ impl Outages {
                 st.next_seq += 1;
                 st.next_seq
             });
-            if first {
-                if let Some(o) = st.outage.as_mut() {
-                    o.held += 1;
-                }
+            if let Some(o) = st.outage.as_mut().filter(|o| ticket.held_in != o.id) {
+                o.held += 1;
+                ticket.held_in = o.id;
             }
             let (tx, rx) = oneshot::channel();
             st.waiters.insert(

@@ -104,6 +104,39 @@ async fn probes_follow_the_jittered_backoff_one_at_a_time() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn the_outage_line_counts_requests_not_exits() {
+    let (o, _metrics) = outages(Duration::from_millis(400));
+    // A router's 404: held requests are the probes.
+    o.missing(RewriteReason::RouteMissing404);
+    let body = BodyHandle::empty();
+    let mut ticket = Ticket::default();
+    // One request, sent as the probe again and again, meeting the gap each time.
+    let mut probes = 0;
+    loop {
+        match o.wait(&mut ticket, &body).await {
+            Released::Go => probes += 1,
+            other => {
+                assert_eq!(other, Released::TimedOut);
+                break;
+            }
+        }
+        assert!(ticket.probe.is_some(), "released as the probe");
+        // Between its exits it counts as released once, not once per probe.
+        assert_eq!(o.line_counts(), Some((1, 1, 0)), "after probe {probes}");
+    }
+    assert!(probes >= 3, "{probes} probes in 400 ms");
+    // It left once: timed out, never released.
+    assert_eq!(o.line_counts(), Some((1, 0, 1)));
+    // A second request in the same outage is a second one held.
+    let waiter = spawn_waiter(&o);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(waiter.await.unwrap().0, Released::Go);
+    let (held, released, timed_out) = o.line_counts().unwrap();
+    assert_eq!((held, timed_out), (2, 1));
+    assert!(released <= 1, "{released}");
+}
+
+#[tokio::test(start_paused = true)]
 async fn an_application_answer_releases_everyone_at_once() {
     let (o, metrics) = outages(Duration::from_secs(60));
     o.missing(RewriteReason::ConnectRefused);

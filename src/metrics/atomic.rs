@@ -12,7 +12,8 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::MetricType;
 
-use super::{Method, RequestLabels};
+use super::{McpMethodLabel, Method, RequestLabels};
+use crate::mcp_method::McpMethod;
 
 /// A histogram whose `observe` is two atomic operations: a bucket's count and the sum.
 #[derive(Clone, Debug)]
@@ -117,6 +118,37 @@ impl RequestCounters {
 
     /// The family, to register it.
     pub fn family(&self) -> &Family<RequestLabels, Counter> {
+        &self.family
+    }
+}
+
+/// `holdfast_mcp_requests_total{method}`: every series created at start (the label set is
+/// bounded and small), each incremented through its handle.
+#[derive(Debug)]
+pub struct McpRequestCounters {
+    family: Family<McpMethodLabel, Counter>,
+    counters: Box<[Counter]>,
+}
+
+impl Default for McpRequestCounters {
+    fn default() -> Self {
+        let family = Family::<McpMethodLabel, Counter>::default();
+        let counters = McpMethod::ALL
+            .iter()
+            .map(|&method| family.get_or_create(&McpMethodLabel { method }).clone())
+            .collect();
+        McpRequestCounters { family, counters }
+    }
+}
+
+impl McpRequestCounters {
+    /// Counts one POST carrying `method`.
+    pub fn inc(&self, method: McpMethod) {
+        self.counters[method as usize].inc();
+    }
+
+    /// The family, to register it.
+    pub fn family(&self) -> &Family<McpMethodLabel, Counter> {
         &self.family
     }
 }

@@ -6,6 +6,13 @@ use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
 use crate::classify::{FailReason, RewriteReason};
 use crate::idempotent::SafeKind;
 
+/// Label set of `holdfast_mcp_requests_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct McpMethodLabel {
+    /// The MCP method, folded into the spec's names and `other`.
+    pub method: crate::mcp_method::McpMethod,
+}
+
 /// Label set of `holdfast_safe_retries_total`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RetryLabel {

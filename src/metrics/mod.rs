@@ -20,7 +20,7 @@ use crate::upstream::ClosedCounters;
 mod atomic;
 mod labels;
 pub mod process;
-pub use atomic::{AtomicHistogram, RequestCounters};
+pub use atomic::{AtomicHistogram, McpRequestCounters, RequestCounters};
 pub use labels::*;
 
 /// Buckets of `holdfast_request_duration_seconds`, in seconds: from 1 ms (a proxied answer on
@@ -50,6 +50,8 @@ pub struct Metrics {
     pub rewrites: Family<ReasonLabel, Counter>,
     /// `holdfast_requests_total{method,status}`: every answer, by the status the client saw.
     pub requests: RequestCounters,
+    /// `holdfast_mcp_requests_total{method}`: POSTs by the MCP method they carry.
+    pub mcp_requests: McpRequestCounters,
     /// `holdfast_request_duration_seconds`: time to the response head.
     pub request_duration: AtomicHistogram,
     /// `holdfast_upstream_up`: 1 unless an outage is open.
@@ -100,6 +102,7 @@ impl Metrics {
         let m = Metrics {
             rewrites: Family::default(),
             requests: RequestCounters::new(Family::default()),
+            mcp_requests: McpRequestCounters::default(),
             request_duration: AtomicHistogram::new(DURATION_BUCKETS),
             upstream_up: Gauge::default(),
             sse_streams_active: Gauge::default(),
@@ -203,6 +206,12 @@ impl Metrics {
             "requests",
             "Requests answered, by method and the status the client saw",
             m.requests.family().clone(),
+        );
+        r.register(
+            "mcp_requests",
+            "POSTs by the MCP method they carry (the Mcp-Method header, else the body's method); \
+             other for a method the spec does not name, a response, a batch or an unkept body",
+            m.mcp_requests.family().clone(),
         );
         r.register(
             "request_duration_seconds",

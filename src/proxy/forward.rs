@@ -19,6 +19,7 @@ use crate::classify::{
 };
 use crate::config::HostHeader;
 use crate::hold::{Outages, Released, Ticket};
+use crate::mcp_method::McpMethod;
 use crate::metrics::{Pass, PassLabel, ReasonLabel, RewriteAction};
 use crate::replay::{BodyHandle, ReplayBody};
 use crate::session::{self, Recorded};
@@ -109,11 +110,21 @@ impl Proxy {
             closed_once: false,
             flight: None,
         };
+        let answer = self.exchange(&mut ex).await;
+        if ex.target.method == Method::POST {
+            self.metrics.mcp_requests.inc(self.mcp_method(&ex));
+        }
+        answer
+    }
 
+    /// The attempt loop of one request: the hold before dispatch while an outage is known,
+    /// then attempts until one is answered.
+    async fn exchange(&self, ex: &mut Exchange) -> (Response<ProxyBody>, Note) {
+        let version = ex.version;
         // Hold before dispatch while an outage is known: nothing is sent into a known gap, and
         // the body needs no copy for a replay because it was never sent.
         if !ex.outages.is_active() && self.hold.routes_out() {
-            ex.outages = self.route(&ex).clone();
+            ex.outages = self.route(ex).clone();
         }
         if self.hold.enabled() && ex.outages.holds_before_dispatch(self.horizon) {
             // Cold paths are boxed: the request's future stays small, and hyper moves it.
@@ -122,7 +133,7 @@ impl Proxy {
                 Released::NotHeld => {}
                 Released::Cancelled => return client_gone(version),
                 Released::TimedOut | Released::QueueFull | Released::Shutdown => {
-                    return Box::pin(self.unavailable_now(&ex)).await
+                    return Box::pin(self.unavailable_now(ex)).await
                 }
             }
         }
@@ -131,7 +142,7 @@ impl Proxy {
             let Some(body) = ex.handle.attempt() else {
                 // Only after a hold or a resume: the body turned out unsendable while it
                 // waited (it failed, or was superseded). Nothing of it went out again.
-                return Box::pin(self.unavailable_now(&ex)).await;
+                return Box::pin(self.unavailable_now(ex)).await;
             };
             if std::mem::take(&mut ex.replay) {
                 self.metrics.replays.inc();
@@ -146,7 +157,7 @@ impl Proxy {
             if ex.flight.is_none() {
                 ex.flight = Some(self.in_flight.enter(&ex.target.method));
             }
-            let route = self.hold.routes_out().then(|| self.route(&ex).as_ref());
+            let route = self.hold.routes_out().then(|| self.route(ex).as_ref());
             let (verdict, response) = self.attempt(&ex.target, route, body).await;
             // A HEAD's answer has no body, so no body signature could be checked: a router's 404
             // to it looks like the application's. It passes, but proves nothing.
@@ -159,18 +170,14 @@ impl Proxy {
                 ex.ticket.report_probe(proves);
             }
             let next = match (verdict, response) {
-                (Verdict::Application, Some(answer)) => {
-                    self.application(&mut ex, answer, proves).await
-                }
+                (Verdict::Application, Some(answer)) => self.application(ex, answer, proves).await,
                 (Verdict::RouterPassthrough(reason), Some(answer)) => {
                     let flight = ex.flight.take();
-                    Next::Answer(self.router_passed(reason, answer, self.route(&ex), flight))
+                    Next::Answer(self.router_passed(reason, answer, self.route(ex), flight))
                 }
                 // Sent, then broken before any answer: the application may have run it. Safe to
                 // run twice (read-only, or an idempotent tool): once more, at most.
-                (Verdict::Failed(FailReason::UpstreamReset), None)
-                    if self.may_send_again(&mut ex) =>
-                {
+                (Verdict::Failed(FailReason::UpstreamReset), None) if self.may_send_again(ex) => {
                     Next::Again
                 }
                 (Verdict::Failed(reason), answer) => {
@@ -180,7 +187,7 @@ impl Proxy {
                     // proves nothing: a port proxy may accept and then reset while the backend
                     // is still starting.)
                     if reason == FailReason::UpstreamTls {
-                        self.answered(&ex);
+                        self.answered(ex);
                     }
                     let status = answer.map(|(head, _)| head.status);
                     Next::Answer(self.failed(reason, version, status))
@@ -196,7 +203,7 @@ impl Proxy {
                     ex.handle.supersede();
                     Next::Again
                 }
-                (Verdict::Missing(missing), _) => Box::pin(self.hold_for(missing, &mut ex)).await,
+                (Verdict::Missing(missing), _) => Box::pin(self.hold_for(missing, ex)).await,
                 (Verdict::Application | Verdict::RouterPassthrough(_), None) => {
                     unreachable!("the classifier passes responses only")
                 }
@@ -398,6 +405,17 @@ impl Proxy {
              twice, so it goes once more"
         );
         true
+    }
+
+    /// The MCP method a POST carries, for its metric: the 2026-07-28 header when given (one
+    /// comparison), else the kept copy of the body, read once the request is over.
+    fn mcp_method(&self, ex: &Exchange) -> McpMethod {
+        if let Some(method) = ex.target.headers.get(crate::idempotent::MCP_METHOD) {
+            return McpMethod::from_name(method.as_bytes());
+        }
+        ex.handle
+            .with_complete_body(McpMethod::of_body)
+            .unwrap_or(McpMethod::Other)
     }
 
     /// Whether this request is a `tools/list`, whose answer teaches which tools are safe to

@@ -230,6 +230,72 @@ async fn initialize_list_and_call_tools_through_holdfast() {
         .metric_until("holdfast_sse_streams_active", |v| v == 0.0)
         .await;
     assert_eq!(holdfast.metric("holdfast_passthrough_404_total").await, 0.0);
+
+    // Every POST is counted once, by the method the server saw in it.
+    for (method, count) in [
+        ("initialize", 1.0),
+        ("notifications/initialized", 1.0),
+        ("tools/list", 1.0),
+        ("tools/call", 3.0),
+        ("ping", 0.0),
+        ("other", 0.0),
+    ] {
+        let series = format!("holdfast_mcp_requests_total{{method=\"{method}\"}}");
+        assert_eq!(holdfast.metric(&series).await, count, "{series}");
+    }
+}
+
+#[tokio::test]
+async fn mcp_methods_are_counted_by_header_or_body_and_folded_into_a_bounded_set() {
+    let server = McpServer::start().await;
+    let holdfast = holdfast_for(&server).await;
+    let host = holdfast.addr.to_string();
+    let post = |extra: &str, body: &str| {
+        let mut request = mcp_post(&host, None, body);
+        // An extra header line right after the request line.
+        let at = request.iter().position(|&b| b == b'\n').unwrap() + 1;
+        request.splice(at..at, extra.bytes());
+        request
+    };
+    let bodies = [
+        // The 2026-07-28 header names the method: the body is not read.
+        (
+            "mcp-method: ping\r\n",
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#,
+        ),
+        // A method the spec does not name, a response, a batch: `other`, never a new label.
+        (
+            "",
+            r#"{"jsonrpc":"2.0","id":2,"method":"vendor/private-thing"}"#,
+        ),
+        ("", r#"{"jsonrpc":"2.0","id":3,"result":{}}"#),
+        ("", r#"[{"jsonrpc":"2.0","id":4,"method":"ping"}]"#),
+        // The top-level method, not a tool argument's.
+        (
+            "",
+            r#"{"params":{"arguments":{"method":"ping"}},"jsonrpc":"2.0","id":5,"method":"prompts/list"}"#,
+        ),
+    ];
+    for (extra, body) in bodies {
+        within(raw_http(holdfast.addr, &post(extra, body)))
+            .await
+            .expect("an answer");
+    }
+    let metrics = holdfast.metrics().await;
+    for (method, count) in [
+        ("ping", 1.0),
+        ("tools/list", 0.0),
+        ("other", 3.0),
+        ("prompts/list", 1.0),
+    ] {
+        let series = format!("holdfast_mcp_requests_total{{method=\"{method}\"}}");
+        assert_eq!(
+            crate::support::proxy::metric_value(&metrics, &series),
+            count,
+            "{series}"
+        );
+    }
+    assert!(!metrics.contains("vendor"), "{metrics}");
 }
 
 #[tokio::test]

@@ -1,0 +1,250 @@
+//! Which MCP method a POST carries, for `holdfast_mcp_requests_total{method}`.
+//!
+//! The label set is bounded: the methods a client sends a server in the MCP specification
+//! (2025-11-25, and the 2026-07-28 draft's header), plus `other` for anything else — a method
+//! the spec does not name, a JSON-RPC response (a client answering a server's request), a
+//! batch, a body that is not JSON, or one holdfast did not keep (larger than
+//! `hold.max_body_bytes`). A client-chosen string never becomes a label.
+//!
+//! The method comes from the 2026-07-28 `Mcp-Method` header when the client sends it, else from
+//! the kept copy of the body. Reading the body is a scan for the top-level `"method"` key, not
+//! a parse: every SDK writes it before `params`, so the scan stops within the first few dozen
+//! bytes, and an ordinary request pays no JSON parse for a metric.
+
+use prometheus_client::encoding::{EncodeLabelValue, LabelValueEncoder};
+
+/// A bounded MCP method name.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum McpMethod {
+    Initialize,
+    Ping,
+    ToolsList,
+    ToolsCall,
+    ResourcesList,
+    ResourcesTemplatesList,
+    ResourcesRead,
+    ResourcesSubscribe,
+    ResourcesUnsubscribe,
+    PromptsList,
+    PromptsGet,
+    CompletionComplete,
+    LoggingSetLevel,
+    TasksGet,
+    TasksResult,
+    TasksList,
+    TasksCancel,
+    NotificationsInitialized,
+    NotificationsCancelled,
+    NotificationsProgress,
+    NotificationsRootsListChanged,
+    /// Anything else (see the module documentation).
+    Other,
+}
+
+impl McpMethod {
+    /// Every value, `Other` last: pre-created series and counter slots follow this order.
+    pub const ALL: [McpMethod; 22] = [
+        McpMethod::Initialize,
+        McpMethod::Ping,
+        McpMethod::ToolsList,
+        McpMethod::ToolsCall,
+        McpMethod::ResourcesList,
+        McpMethod::ResourcesTemplatesList,
+        McpMethod::ResourcesRead,
+        McpMethod::ResourcesSubscribe,
+        McpMethod::ResourcesUnsubscribe,
+        McpMethod::PromptsList,
+        McpMethod::PromptsGet,
+        McpMethod::CompletionComplete,
+        McpMethod::LoggingSetLevel,
+        McpMethod::TasksGet,
+        McpMethod::TasksResult,
+        McpMethod::TasksList,
+        McpMethod::TasksCancel,
+        McpMethod::NotificationsInitialized,
+        McpMethod::NotificationsCancelled,
+        McpMethod::NotificationsProgress,
+        McpMethod::NotificationsRootsListChanged,
+        McpMethod::Other,
+    ];
+
+    /// The method's name as the spec spells it (`other` for [`McpMethod::Other`]).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            McpMethod::Initialize => "initialize",
+            McpMethod::Ping => "ping",
+            McpMethod::ToolsList => "tools/list",
+            McpMethod::ToolsCall => "tools/call",
+            McpMethod::ResourcesList => "resources/list",
+            McpMethod::ResourcesTemplatesList => "resources/templates/list",
+            McpMethod::ResourcesRead => "resources/read",
+            McpMethod::ResourcesSubscribe => "resources/subscribe",
+            McpMethod::ResourcesUnsubscribe => "resources/unsubscribe",
+            McpMethod::PromptsList => "prompts/list",
+            McpMethod::PromptsGet => "prompts/get",
+            McpMethod::CompletionComplete => "completion/complete",
+            McpMethod::LoggingSetLevel => "logging/setLevel",
+            McpMethod::TasksGet => "tasks/get",
+            McpMethod::TasksResult => "tasks/result",
+            McpMethod::TasksList => "tasks/list",
+            McpMethod::TasksCancel => "tasks/cancel",
+            McpMethod::NotificationsInitialized => "notifications/initialized",
+            McpMethod::NotificationsCancelled => "notifications/cancelled",
+            McpMethod::NotificationsProgress => "notifications/progress",
+            McpMethod::NotificationsRootsListChanged => "notifications/roots/list_changed",
+            McpMethod::Other => "other",
+        }
+    }
+
+    /// The method named exactly `name`, or `Other`.
+    pub fn from_name(name: &[u8]) -> McpMethod {
+        McpMethod::ALL[..McpMethod::ALL.len() - 1]
+            .iter()
+            .copied()
+            .find(|m| m.as_str().as_bytes() == name)
+            .unwrap_or(McpMethod::Other)
+    }
+
+    /// The method of the one JSON-RPC message in `body`: its top-level `"method"` member.
+    pub fn of_body(body: &[u8]) -> McpMethod {
+        top_level_method(body).map_or(McpMethod::Other, McpMethod::from_name)
+    }
+}
+
+impl EncodeLabelValue for McpMethod {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+        std::fmt::Write::write_str(encoder, self.as_str())
+    }
+}
+
+/// The longest prefix of a body searched for the key: past it (a method after a large `params`,
+/// which no SDK writes) the request counts as `other` rather than cost a long scan.
+const MAX_SCAN: usize = 64 * 1024;
+
+/// The raw value of the top-level `"method"` member of a JSON object, if it is a string
+/// without escapes (every spec name is). Nested objects, arrays and strings are skipped, so a
+/// tool argument named `method` is not taken for it.
+fn top_level_method(body: &[u8]) -> Option<&[u8]> {
+    let body = &body[..body.len().min(MAX_SCAN)];
+    let mut i = skip_ws(body, 0);
+    if body.get(i) != Some(&b'{') {
+        // A batch, or not JSON at all.
+        return None;
+    }
+    i += 1;
+    let mut depth = 1usize;
+    while i < body.len() {
+        match body[i] {
+            b'"' => {
+                let end = string_end(body, i + 1)?;
+                let text = &body[i + 1..end];
+                i = end + 1;
+                if depth == 1 && text == b"method" {
+                    let colon = skip_ws(body, i);
+                    if body.get(colon) == Some(&b':') {
+                        let open = skip_ws(body, colon + 1);
+                        if body.get(open) != Some(&b'"') {
+                            return None;
+                        }
+                        let close = string_end(body, open + 1)?;
+                        let value = &body[open + 1..close];
+                        return (!value.contains(&b'\\')).then_some(value);
+                    }
+                }
+            }
+            b'{' | b'[' => {
+                depth += 1;
+                i += 1;
+            }
+            b'}' | b']' => {
+                depth = depth.checked_sub(1)?;
+                if depth == 0 {
+                    return None;
+                }
+                i += 1;
+            }
+            _ => i += 1,
+        }
+    }
+    None
+}
+
+/// Index of the quote closing the string whose content starts at `from`.
+fn string_end(body: &[u8], mut from: usize) -> Option<usize> {
+    loop {
+        let at = from + memchr::memchr2(b'"', b'\\', body.get(from..)?)?;
+        if body[at] == b'"' {
+            return Some(at);
+        }
+        // An escape: the next byte is part of it, whatever it is.
+        from = at + 2;
+    }
+}
+
+fn skip_ws(body: &[u8], mut i: usize) -> usize {
+    while body.get(i).is_some_and(|b| b.is_ascii_whitespace()) {
+        i += 1;
+    }
+    i
+}
+
+#[cfg(test)]
+mod tests {
+    use super::McpMethod::{self, *};
+
+    fn of(body: &str) -> McpMethod {
+        McpMethod::of_body(body.as_bytes())
+    }
+
+    #[test]
+    fn every_name_round_trips_and_other_is_not_a_name() {
+        for m in McpMethod::ALL {
+            let expected = if m == Other { Other } else { m };
+            assert_eq!(McpMethod::from_name(m.as_str().as_bytes()), expected);
+        }
+        assert_eq!(McpMethod::from_name(b"other"), Other);
+        assert_eq!(McpMethod::from_name(b"tools/CALL"), Other);
+        assert_eq!(McpMethod::from_name(b""), Other);
+    }
+
+    #[test]
+    fn the_top_level_method_is_found_wherever_it_stands() {
+        assert_eq!(
+            of(r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x"}}"#),
+            ToolsCall
+        );
+        // After params, and params holding a "method" of their own at every depth.
+        assert_eq!(
+            of(
+                r#"{"params":{"method":"ping","a":[{"method":"initialize"}]},"method":"tools/list","id":2}"#
+            ),
+            ToolsList
+        );
+        // Strings that look like structure, and escaped quotes, are skipped whole.
+        assert_eq!(
+            of(r#"{"id":"{\"method\":\"ping\"}","x":"]}","method":"prompts/get"}"#),
+            PromptsGet
+        );
+        assert_eq!(
+            of(" \n{ \"method\" :\t\"notifications/initialized\" }"),
+            NotificationsInitialized
+        );
+    }
+
+    #[test]
+    fn what_is_not_one_spec_method_is_other() {
+        for body in [
+            r#"{"jsonrpc":"2.0","id":1,"result":{}}"#,
+            r#"[{"jsonrpc":"2.0","id":1,"method":"ping"}]"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"vendor/secret-name"}"#,
+            r#"{"method":"tools\/call"}"#,
+            r#"{"method":7}"#,
+            r#"{"params":{"method":"ping"}}"#,
+            r#"{"method":"ping"#,
+            "not json",
+            "",
+        ] {
+            assert_eq!(of(body), Other, "{body}");
+        }
+    }
+}
