@@ -724,3 +724,72 @@ async fn metrics_carry_the_build_and_the_process_footprint() {
         "{text}"
     );
 }
+
+/// Each rule of `alerts.yaml`: its name, its expression (folded onto one line) and its
+/// `runbook_url`. A scan of the file's own layout, which the rules keep.
+fn rules() -> Vec<(String, String, Option<String>)> {
+    let text = read_repo(ALERTS);
+    let lines: Vec<&str> = text.lines().collect();
+    let mut rules = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        let Some(name) = line.trim().strip_prefix("- alert: ") else {
+            continue;
+        };
+        let rest = &lines[i + 1..];
+        let end = rest
+            .iter()
+            .position(|l| l.trim().starts_with("- alert: "))
+            .unwrap_or(rest.len());
+        let rule = &rest[..end];
+        let at = rule
+            .iter()
+            .position(|l| l.trim().starts_with("expr:"))
+            .expect("every rule has an expr");
+        let first = rule[at].trim().trim_start_matches("expr:").trim();
+        let expr = if first == ">-" {
+            let indent = |l: &str| l.len() - l.trim_start().len();
+            let base = indent(rule[at]);
+            rule[at + 1..]
+                .iter()
+                .take_while(|l| indent(l) > base)
+                .map(|l| l.trim())
+                .collect::<Vec<_>>()
+                .join(" ")
+        } else {
+            first.to_owned()
+        };
+        let url = rule.iter().find_map(|l| {
+            l.trim()
+                .strip_prefix("runbook_url: ")
+                .map(|u| u.trim_matches('"').to_owned())
+        });
+        rules.push((name.to_owned(), expr, url));
+    }
+    rules
+}
+
+#[test]
+fn every_alert_links_its_runbook_section_and_the_section_shows_its_expression() {
+    let runbook = read_repo("docs/runbook.md");
+    let rules = rules();
+    assert_eq!(rules.len(), 9, "{rules:?}");
+    for (name, expr, url) in rules {
+        let url = url.unwrap_or_else(|| panic!("{name} has no runbook_url"));
+        // GitHub's (and most renderers') anchor of a heading `## Name` is its lower case.
+        assert_eq!(
+            url,
+            format!("docs/runbook.md#{}", name.to_lowercase()),
+            "{name}"
+        );
+        let heading = format!("\n## {name}\n");
+        let at = runbook
+            .find(&heading)
+            .unwrap_or_else(|| panic!("docs/runbook.md has no section {name}"));
+        let section = &runbook[at + heading.len()..];
+        let section = &section[..section.find("\n## ").unwrap_or(section.len())];
+        assert!(
+            section.contains(&format!("`{expr}`")),
+            "the runbook's {name} does not show the rule's expression `{expr}`:\n{section}"
+        );
+    }
+}
