@@ -122,6 +122,16 @@ pub enum Command {
         #[arg(long, default_value_t = 4.0, value_name = "SECS")]
         period: f64,
     },
+    /// Diagnose an MCP endpoint: POST an initialize, follow what the answer calls for (a GET
+    /// for a legacy HTTP+SSE server, the authorization metadata of a 401, tools/list and a
+    /// DELETE of the session on a working server), and say what holdfast would do with it.
+    ///
+    /// Exit status: 0 an MCP server answered (credentials required included), 3 a legacy
+    /// HTTP+SSE server, 4 not an MCP endpoint (web page, retired, an SSE service, wrong URL),
+    /// 5 an outage (refused, DNS, TLS, timeout, a router's route-missing answer), 2 a usage
+    /// error, 1 the probe itself could not run.
+    #[command(verbatim_doc_comment)]
+    Probe(ProbeArgs),
     /// Print a shell completion script for SHELL to stdout (e.g. `holdfast completions bash >
     /// /etc/bash_completion.d/holdfast`).
     Completions {
@@ -142,6 +152,28 @@ pub fn completions(shell: clap_complete::Shell, out: &mut dyn std::io::Write) {
 /// Writes the manual page, generated from the definitions above.
 pub fn man(out: &mut dyn std::io::Write) -> std::io::Result<()> {
     clap_mangen::Man::new(<Cli as clap::CommandFactory>::command()).render(out)
+}
+
+/// The flags of `holdfast probe`.
+#[derive(Debug, Clone, Args)]
+pub struct ProbeArgs {
+    /// The MCP endpoint, e.g. http://localhost:8000/mcp.
+    pub url: String,
+    /// Print the report as one JSON document.
+    #[arg(long)]
+    pub json: bool,
+    /// Each step's own time budget (connecting included).
+    #[arg(long, default_value_t = 10.0, value_name = "SECS")]
+    pub timeout: f64,
+    /// A header sent with every request (repeatable), e.g. -H 'Authorization: Bearer TOKEN'.
+    #[arg(short = 'H', long = "header", value_name = "'NAME: VALUE'")]
+    pub headers: Vec<String>,
+    /// The protocol version the initialize asks for.
+    #[arg(long, default_value = crate::probe::DEFAULT_PROTOCOL_VERSION, value_name = "V")]
+    pub protocol_version: String,
+    /// PEM CA certificates to trust for an https:// URL instead of the system's.
+    #[arg(long, value_name = "FILE")]
+    pub ca_file: Option<PathBuf>,
 }
 
 /// `--log-format` values.

@@ -37,6 +37,7 @@ pub mod idempotent;
 pub mod listener;
 pub mod mcp_method;
 pub mod metrics;
+pub mod probe;
 pub mod proxy;
 pub mod replay;
 pub mod respond;

@@ -19,6 +19,7 @@ fn main() -> ExitCode {
         }) => pause(&admin, Some(drain_timeout)),
         Some(Command::Resume(args)) => pause(&args, None),
         Some(Command::Demo { duration, period }) => demo(duration, period),
+        Some(Command::Probe(args)) => probe(&args),
         Some(Command::Completions { shell }) => {
             holdfast::cli::completions(shell, &mut std::io::stdout());
             ExitCode::SUCCESS
@@ -111,6 +112,39 @@ fn healthcheck(cli: &AdminArgs) -> ExitCode {
         eprintln!("healthcheck: {admin}/readyz is not ready");
         ExitCode::FAILURE
     }
+}
+
+/// `holdfast probe URL`.
+fn probe(args: &holdfast::cli::ProbeArgs) -> ExitCode {
+    let opts = match holdfast::probe::Options::new(
+        &args.url,
+        args.timeout,
+        &args.headers,
+        args.protocol_version.clone(),
+        args.ca_file.clone(),
+    ) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("probe: {e}");
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
+    let report = match current_thread_runtime().block_on(holdfast::probe::run(&opts)) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("probe: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).expect("the report serializes")
+        );
+    } else {
+        print!("{}", report.text());
+    }
+    ExitCode::from(report.exit_code)
 }
 
 /// `holdfast demo`.

@@ -1,0 +1,466 @@
+//! `holdfast probe URL`: diagnose an MCP endpoint the way the transport specification says
+//! to, and say what holdfast would do with each answer.
+//!
+//! The steps: POST an `initialize` (its own time budget); classify its answer
+//! ([`verdict::look`]); after a 400, 404 or 405 that is not HTML, GET with
+//! `Accept: text/event-stream` (a fresh budget) and look for a legacy server's `endpoint`
+//! event; after 401/403, fetch the protected resource metadata the challenge names; after a
+//! successful initialize, send `notifications/initialized` and `tools/list` (following
+//! pages), then DELETE the session the probe opened, so it leaves nothing behind.
+
+pub mod http;
+pub mod report;
+pub mod verdict;
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use ::http::header::{HeaderMap, HeaderName, HeaderValue, ACCEPT, CONTENT_TYPE};
+use ::http::{Method, Uri};
+use bytes::Bytes;
+use serde_json::{json, Value};
+
+use self::http::{Answer, Client, Outgoing};
+use self::report::{Report, Server, Step, Tools};
+use self::verdict::{Kind, Look, Verdict};
+use crate::session::MCP_SESSION_ID;
+
+/// The protocol version asked for unless `--protocol-version` says otherwise.
+pub const DEFAULT_PROTOCOL_VERSION: &str = "2025-11-25";
+
+/// Most `tools/list` pages followed.
+const MAX_PAGES: u64 = 20;
+
+const MCP_PROTOCOL_VERSION: HeaderName = HeaderName::from_static("mcp-protocol-version");
+
+/// What to probe, and how.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub url: Uri,
+    /// Each step's own budget (connect included).
+    pub timeout: Duration,
+    /// Sent with every request (`-H`).
+    pub headers: HeaderMap,
+    pub protocol_version: String,
+    /// PEM CA certificates to trust for an `https://` URL instead of the system's.
+    pub ca_file: Option<PathBuf>,
+}
+
+impl Options {
+    /// Checks the command line's values: an http(s) URL with a host, `Name: value` headers, a
+    /// positive timeout.
+    pub fn new(
+        url: &str,
+        timeout_secs: f64,
+        headers: &[String],
+        protocol_version: String,
+        ca_file: Option<PathBuf>,
+    ) -> Result<Options, String> {
+        let url: Uri = url
+            .parse()
+            .map_err(|e| format!("{url:?} is not a URL: {e}"))?;
+        if !matches!(url.scheme_str(), Some("http" | "https")) || url.host().is_none() {
+            return Err(format!(
+                "{url} is not an http:// or https:// URL with a host"
+            ));
+        }
+        if !(timeout_secs.is_finite() && timeout_secs > 0.0 && timeout_secs <= 3600.0) {
+            return Err("--timeout must be a number of seconds, above 0 and at most 3600".into());
+        }
+        let mut map = HeaderMap::new();
+        for h in headers {
+            let (name, value) = h
+                .split_once(':')
+                .ok_or_else(|| format!("-H {h:?}: expected 'Name: value'"))?;
+            let name = HeaderName::from_bytes(name.trim().as_bytes())
+                .map_err(|_| format!("-H {h:?}: {:?} is not a header name", name.trim()))?;
+            let value = HeaderValue::from_str(value.trim())
+                .map_err(|_| format!("-H {h:?}: the value is not a valid header value"))?;
+            map.append(name, value);
+        }
+        Ok(Options {
+            url,
+            timeout: Duration::from_secs_f64(timeout_secs),
+            headers: map,
+            protocol_version,
+            ca_file,
+        })
+    }
+}
+
+/// Runs the probe. Fails only when the probe itself cannot start (TLS trust not loadable).
+pub async fn run(opts: &Options) -> Result<Report, String> {
+    let tls = tls_config(opts)?;
+    let client = Client::new(opts.timeout, tls, opts.headers.clone());
+    let mut probe = Probe {
+        opts,
+        client,
+        url: opts.url.to_string(),
+        steps: Vec::new(),
+        server: None,
+    };
+    let verdict = probe.diagnose().await;
+    Ok(Report {
+        url: probe.url,
+        steps: probe.steps,
+        server: probe.server,
+        exit_code: verdict.kind.exit_code(),
+        verdict,
+    })
+}
+
+fn tls_config(opts: &Options) -> Result<Option<std::sync::Arc<rustls::ClientConfig>>, String> {
+    if opts.url.scheme_str() != Some("https") {
+        return Ok(None);
+    }
+    let roots = match &opts.ca_file {
+        Some(file) => crate::tls::load_roots(file),
+        None => crate::tls::system_roots(),
+    }
+    .map_err(|e| e.to_string())?;
+    Ok(Some(crate::tls::client_config(
+        crate::tls::Trust::Roots(roots),
+        None,
+        false,
+    )))
+}
+
+struct Probe<'a> {
+    opts: &'a Options,
+    client: Client,
+    url: String,
+    steps: Vec<Step>,
+    server: Option<Server>,
+}
+
+impl Probe<'_> {
+    async fn diagnose(&mut self) -> Verdict {
+        let body = json!({
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": self.opts.protocol_version,
+                "capabilities": {},
+                "clientInfo": {"name": "holdfast-probe", "version": env!("CARGO_PKG_VERSION")},
+            },
+        });
+        let answer = match self.post("initialize", &body, &[]).await {
+            Ok(a) => a,
+            Err(failure) => return verdict::failed(&failure, self.opts.timeout.as_secs_f64()),
+        };
+        match verdict::look(&answer) {
+            Look::Done(v) => v,
+            Look::Auth { resource_metadata } => self.auth(&answer, resource_metadata).await,
+            Look::TryGet => self.legacy_get(answer.status.as_u16()).await,
+            Look::Initialized(result) => self.initialized(&answer, &result).await,
+        }
+    }
+
+    /// POSTs one JSON-RPC message, recording the step.
+    async fn post(
+        &mut self,
+        step: &str,
+        body: &Value,
+        extra: &[(HeaderName, HeaderValue)],
+    ) -> Result<Answer, http::Failure> {
+        let mut headers = vec![
+            (
+                ACCEPT,
+                HeaderValue::from_static("application/json, text/event-stream"),
+            ),
+            (CONTENT_TYPE, HeaderValue::from_static("application/json")),
+        ];
+        headers.extend_from_slice(extra);
+        let out = Outgoing {
+            method: Method::POST,
+            uri: &self.opts.url,
+            headers,
+            body: Some(Bytes::from(body.to_string())),
+        };
+        // An answer on a stream is complete at its JSON-RPC response.
+        let is_answer = |e: &http::Event| {
+            serde_json::from_str::<Value>(&e.data)
+                .is_ok_and(|v| v.get("result").is_some() || v.get("error").is_some())
+        };
+        self.send(step, out, is_answer).await
+    }
+
+    /// Sends one request within the step budget, recording it.
+    async fn send(
+        &mut self,
+        step: &str,
+        out: Outgoing<'_>,
+        enough: impl FnMut(&http::Event) -> bool,
+    ) -> Result<Answer, http::Failure> {
+        let method = out.method.to_string();
+        let url = out.uri.to_string();
+        let started = Instant::now();
+        let result = self.client.send(out, self.opts.timeout, enough).await;
+        match &result {
+            Ok(answer) => {
+                let note = if answer.cut_by_budget {
+                    "(read until the time budget ran out)".to_owned()
+                } else {
+                    String::new()
+                };
+                self.steps
+                    .push(Step::answered(step, &method, &url, answer, note));
+            }
+            Err(failure) => {
+                let ms = started.elapsed().as_secs_f64() * 1e3;
+                let note = verdict::failure_text(failure);
+                self.steps.push(Step::failed(step, &method, &url, ms, note));
+            }
+        }
+        result
+    }
+
+    /// After a 400, 404 or 405: is it a legacy HTTP+SSE server?
+    async fn legacy_get(&mut self, post_status: u16) -> Verdict {
+        let out = Outgoing {
+            method: Method::GET,
+            uri: &self.opts.url,
+            headers: vec![(ACCEPT, HeaderValue::from_static("text/event-stream"))],
+            body: None,
+        };
+        let got = self
+            .send("legacy GET", out, |e| e.event == "endpoint")
+            .await;
+        verdict::legacy(post_status, got.as_ref())
+    }
+
+    /// 401/403 with a challenge: where the credentials come from.
+    async fn auth(&mut self, answer: &Answer, resource_metadata: Option<String>) -> Verdict {
+        let status = answer.status.as_u16();
+        let challenge = answer.header("www-authenticate").unwrap_or("").to_owned();
+        let mut finding = format!("a working MCP server that needs credentials ({status})");
+        match resource_metadata {
+            None => finding.push_str(&format!(
+                "; the challenge names no resource_metadata: {challenge}"
+            )),
+            Some(url) => {
+                let servers = self.authorization_servers(&url).await;
+                finding.push_str(&format!("; resource metadata at {url}"));
+                match servers {
+                    Some(list) if !list.is_empty() => {
+                        finding.push_str(&format!("; authorization servers: {}", list.join(", ")))
+                    }
+                    _ => finding.push_str(" (no authorization_servers read from it)"),
+                }
+            }
+        }
+        Verdict {
+            kind: Kind::McpServer,
+            finding,
+            holdfast: "holdfast would pass the 401/403 and WWW-Authenticate unchanged: clients \
+                       authenticate through it"
+                .into(),
+            next: "get a token from the authorization server, then probe again with \
+                   -H 'Authorization: Bearer TOKEN'"
+                .into(),
+        }
+    }
+
+    /// The `authorization_servers` of the protected resource metadata at `url`.
+    async fn authorization_servers(&mut self, url: &str) -> Option<Vec<String>> {
+        let uri = resolve(&self.opts.url, url)?;
+        let out = Outgoing {
+            method: Method::GET,
+            uri: &uri,
+            headers: vec![(ACCEPT, HeaderValue::from_static("application/json"))],
+            body: None,
+        };
+        let answer = self.send("resource metadata", out, |_| false).await.ok()?;
+        let doc: Value = serde_json::from_slice(&answer.body).ok()?;
+        let list = doc["authorization_servers"].as_array()?;
+        Some(
+            list.iter()
+                .filter_map(|s| s.as_str().map(str::to_owned))
+                .collect(),
+        )
+    }
+
+    /// A Streamable HTTP server initialized: what it is, its tools, then its session closed.
+    async fn initialized(&mut self, answer: &Answer, result: &Value) -> Verdict {
+        let session = answer.header(MCP_SESSION_ID.as_str()).map(str::to_owned);
+        let version = result["protocolVersion"].as_str().map(str::to_owned);
+        let mut extra = Vec::new();
+        if let Some(id) = session
+            .as_deref()
+            .and_then(|s| HeaderValue::from_str(s).ok())
+        {
+            extra.push((MCP_SESSION_ID, id));
+        }
+        if let Some(v) = version
+            .as_deref()
+            .and_then(|v| HeaderValue::from_str(v).ok())
+        {
+            extra.push((MCP_PROTOCOL_VERSION, v));
+        }
+        let mut server = Server {
+            protocol_version: version,
+            name: result["serverInfo"]["name"].as_str().map(str::to_owned),
+            version: result["serverInfo"]["version"].as_str().map(str::to_owned),
+            stateful: session.is_some(),
+            answers: if answer.is_event_stream() {
+                "sse"
+            } else {
+                "json"
+            }
+            .into(),
+            tools: None,
+        };
+        let note = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+        let _ = self.post("notifications/initialized", &note, &extra).await;
+        if result["capabilities"].get("tools").is_some() {
+            server.tools = self.tools(&extra).await;
+        }
+        if session.is_some() {
+            self.close_session(extra).await;
+        }
+        let stateful = server.stateful;
+        self.server = Some(server);
+        let base = format!(
+            "{}://{}",
+            self.opts.url.scheme_str().unwrap_or("http"),
+            self.opts.url.authority().map_or("", |a| a.as_str())
+        );
+        Verdict {
+            kind: Kind::McpServer,
+            finding: "a Streamable HTTP MCP server".into(),
+            holdfast: if stateful {
+                "holdfast would forward it, hold requests through its restarts, and carry its \
+                 sessions across them (it forgets them when it restarts; holdfast opens them \
+                 again). Tools marked readOnlyHint or idempotentHint are the ones holdfast may \
+                 send twice after an ambiguous failure"
+            } else {
+                "holdfast would forward it and hold requests through its restarts; stateless, so \
+                 there are no sessions to carry. Tools marked readOnlyHint or idempotentHint are \
+                 the ones holdfast may send twice after an ambiguous failure"
+            }
+            .into(),
+            next: format!(
+                "put holdfast in front: `holdfast --upstream {base}`, and point clients at \
+                 holdfast with the same path ({})",
+                self.opts.url.path()
+            ),
+        }
+    }
+
+    /// `tools/list`, page after page.
+    async fn tools(&mut self, extra: &[(HeaderName, HeaderValue)]) -> Option<Tools> {
+        let mut tools = Tools::default();
+        let mut cursor: Option<String> = None;
+        for page in 0..MAX_PAGES {
+            let mut body = json!({"jsonrpc": "2.0", "id": 2 + page, "method": "tools/list"});
+            if let Some(c) = &cursor {
+                body["params"] = json!({ "cursor": c });
+            }
+            let answer = self.post("tools/list", &body, extra).await.ok()?;
+            let result = verdict::rpc_message(&answer)?.get("result")?.clone();
+            for tool in result["tools"].as_array()? {
+                tools.count += 1;
+                let hint = |name: &str| tool["annotations"][name].as_bool() == Some(true);
+                tools.read_only_hint += usize::from(hint("readOnlyHint"));
+                tools.idempotent_hint += usize::from(hint("idempotentHint"));
+            }
+            cursor = result["nextCursor"].as_str().map(str::to_owned);
+            if cursor.is_none() {
+                break;
+            }
+            tools.paginates = true;
+        }
+        if let Some(step) = self.steps.last_mut() {
+            step.note = format!("{} tools so far", tools.count);
+        }
+        Some(tools)
+    }
+
+    /// DELETEs the session the probe opened.
+    async fn close_session(&mut self, headers: Vec<(HeaderName, HeaderValue)>) {
+        let out = Outgoing {
+            method: Method::DELETE,
+            uri: &self.opts.url,
+            headers,
+            body: None,
+        };
+        if let Ok(answer) = self.send("end session", out, |_| false).await {
+            let note = if answer.status == 405 {
+                "the server does not let clients end sessions (allowed)"
+            } else if answer.status.is_success() {
+                "session ended"
+            } else {
+                "the session was not ended"
+            };
+            if let Some(step) = self.steps.last_mut() {
+                step.note = note.into();
+            }
+        }
+    }
+}
+
+/// `reference` against `base` (absolute, or a path on the same origin).
+fn resolve(base: &Uri, reference: &str) -> Option<Uri> {
+    if reference.contains("://") {
+        return reference.parse().ok();
+    }
+    let path = if reference.starts_with('/') {
+        reference.to_owned()
+    } else {
+        format!("/{reference}")
+    };
+    Uri::builder()
+        .scheme(base.scheme()?.clone())
+        .authority(base.authority()?.clone())
+        .path_and_query(path)
+        .build()
+        .ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn command_line_values_are_checked() {
+        let ok = Options::new(
+            "https://mcp.example/mcp",
+            5.0,
+            &["Authorization: Bearer x".into(), "X-A:1".into()],
+            DEFAULT_PROTOCOL_VERSION.into(),
+            None,
+        )
+        .unwrap();
+        assert_eq!(ok.headers["authorization"], "Bearer x");
+        assert_eq!(ok.headers["x-a"], "1");
+        for (url, timeout, header) in [
+            ("ftp://a/b", 5.0, "A: b"),
+            ("/just/a/path", 5.0, "A: b"),
+            ("http://a/mcp", 0.0, "A: b"),
+            ("http://a/mcp", f64::NAN, "A: b"),
+            ("http://a/mcp", 5.0, "no colon"),
+            ("http://a/mcp", 5.0, "bad name: x"),
+        ] {
+            let got = Options::new(url, timeout, &[header.into()], "v".into(), None);
+            assert!(got.is_err(), "{url} {timeout} {header}");
+        }
+    }
+
+    #[test]
+    fn metadata_urls_resolve_against_the_probed_origin() {
+        let base: Uri = "https://mcp.example:8443/mcp?x=1".parse().unwrap();
+        assert_eq!(
+            resolve(&base, "/.well-known/oauth-protected-resource")
+                .unwrap()
+                .to_string(),
+            "https://mcp.example:8443/.well-known/oauth-protected-resource"
+        );
+        assert_eq!(
+            resolve(&base, "https://auth.example/x")
+                .unwrap()
+                .to_string(),
+            "https://auth.example/x"
+        );
+    }
+}

@@ -1,0 +1,163 @@
+//! The probe's report: one line per step and the verdict, as text or as one JSON document.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+use super::http::Answer;
+use super::verdict::Verdict;
+
+/// Headers worth showing when a step's answer carries them.
+const SHOWN: [&str; 5] = [
+    "mcp-session-id",
+    "www-authenticate",
+    "retry-after",
+    "location",
+    "mcp-protocol-version",
+];
+
+/// One request the probe made.
+#[derive(Debug, Clone, Serialize)]
+pub struct Step {
+    /// What it was for: `initialize`, `legacy GET`, `tools/list`...
+    pub step: String,
+    pub method: String,
+    pub url: String,
+    pub status: Option<u16>,
+    pub content_type: Option<String>,
+    /// The headers that mattered, as received.
+    pub headers: BTreeMap<String, String>,
+    pub ms: f64,
+    /// What this step showed, in a few words.
+    pub note: String,
+}
+
+impl Step {
+    /// A step that got `answer`.
+    pub fn answered(step: &str, method: &str, url: &str, answer: &Answer, note: String) -> Step {
+        let headers = SHOWN
+            .iter()
+            .filter_map(|name| Some((name.to_string(), answer.header(name)?.to_owned())))
+            .collect();
+        Step {
+            step: step.into(),
+            method: method.into(),
+            url: url.into(),
+            status: Some(answer.status.as_u16()),
+            content_type: answer.media_type(),
+            headers,
+            ms: round_ms(answer.ms),
+            note,
+        }
+    }
+
+    /// A step that got no answer.
+    pub fn failed(step: &str, method: &str, url: &str, ms: f64, note: String) -> Step {
+        Step {
+            step: step.into(),
+            method: method.into(),
+            url: url.into(),
+            status: None,
+            content_type: None,
+            headers: BTreeMap::new(),
+            ms: round_ms(ms),
+            note,
+        }
+    }
+}
+
+fn round_ms(ms: f64) -> f64 {
+    (ms * 10.0).round() / 10.0
+}
+
+/// What a Streamable HTTP server told about itself.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Server {
+    pub protocol_version: Option<String>,
+    pub name: Option<String>,
+    pub version: Option<String>,
+    /// It assigned a session id (holdfast can carry the session across its restarts).
+    pub stateful: bool,
+    /// `json` or `sse`: how it answered the initialize.
+    pub answers: String,
+    pub tools: Option<Tools>,
+}
+
+/// The `tools/list` summary.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Tools {
+    pub count: usize,
+    /// The first page had a `nextCursor`.
+    pub paginates: bool,
+    pub read_only_hint: usize,
+    pub idempotent_hint: usize,
+}
+
+/// The whole report.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub url: String,
+    pub steps: Vec<Step>,
+    pub server: Option<Server>,
+    pub verdict: Verdict,
+    pub exit_code: u8,
+}
+
+impl Report {
+    /// The text form: a line per step, then the verdict.
+    pub fn text(&self) -> String {
+        let mut out = format!("holdfast probe {}\n", self.url);
+        for s in &self.steps {
+            let status = s.status.map_or("---".to_string(), |c| c.to_string());
+            let _ = write!(
+                out,
+                "  {:<6} {:<26} {status:>3} {:<18} {:>8.1} ms",
+                s.method,
+                s.step,
+                s.content_type.as_deref().unwrap_or("-"),
+                s.ms
+            );
+            for (name, value) in &s.headers {
+                let _ = write!(out, "  {name}: {value}");
+            }
+            if !s.note.is_empty() {
+                let _ = write!(out, "  {}", s.note);
+            }
+            out.push('\n');
+        }
+        if let Some(server) = &self.server {
+            let _ = writeln!(out, "server:   {}", server_line(server));
+        }
+        let _ = writeln!(out, "verdict:  {}", self.verdict.finding);
+        let _ = writeln!(out, "holdfast: {}", self.verdict.holdfast);
+        let _ = writeln!(out, "next:     {}", self.verdict.next);
+        out
+    }
+}
+
+fn server_line(s: &Server) -> String {
+    let mut line = format!(
+        "{} {}, protocol {}, {}, answers as {}",
+        s.name.as_deref().unwrap_or("(unnamed)"),
+        s.version.as_deref().unwrap_or(""),
+        s.protocol_version.as_deref().unwrap_or("?"),
+        if s.stateful {
+            "stateful (session id)"
+        } else {
+            "stateless"
+        },
+        s.answers
+    );
+    if let Some(t) = &s.tools {
+        let _ = write!(
+            line,
+            "; {} tools ({} readOnlyHint, {} idempotentHint){}",
+            t.count,
+            t.read_only_hint,
+            t.idempotent_hint,
+            if t.paginates { ", paginated" } else { "" }
+        );
+    }
+    line
+}
