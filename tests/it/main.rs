@@ -19,6 +19,7 @@ mod logs;
 mod mcp_e2e;
 mod pause;
 mod per_route;
+mod probe;
 mod retry;
 mod rmcp_smoke;
 mod rows;
