@@ -372,7 +372,12 @@ impl Probe<'_> {
             tools.paginates = true;
         }
         if let Some(step) = self.steps.last_mut() {
-            step.note = format!("{} tools so far", tools.count);
+            let pages = if tools.paginates {
+                ", over several pages"
+            } else {
+                ""
+            };
+            step.note = format!("{} tools{pages}", tools.count);
         }
         Some(tools)
     }
