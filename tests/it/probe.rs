@@ -460,3 +460,138 @@ async fn holdfasts_own_503_in_front_of_a_missing_server_is_an_outage() {
         Some("2")
     );
 }
+
+/// A legacy server: the POST answered 405 after `post_delay`, the GET's stream sends
+/// `endpoint_event` after `event_delay` and stays open.
+async fn legacy_server(
+    post_delay: Duration,
+    event_delay: Duration,
+    endpoint: &'static str,
+) -> (
+    Upstream,
+    mpsc::Receiver<mpsc::Sender<Result<Frame<Bytes>, crate::support::http::BoxError>>>,
+) {
+    let (keep_open, kept) = mpsc::channel(4);
+    let server = Upstream::start(move |seen| {
+        let keep_open = keep_open.clone();
+        async move {
+            if seen.method == Method::POST {
+                tokio::time::sleep(post_delay).await;
+                return response(405, &[("content-type", "text/plain")], "Method Not Allowed");
+            }
+            let (resp, tx) = open_stream(": connected\n\n");
+            let later = tx.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(event_delay).await;
+                let event = format!("event: endpoint\ndata: {endpoint}\n\n");
+                let _ = later.send(Ok(Frame::data(Bytes::from(event)))).await;
+            });
+            let _ = keep_open.send(tx).await;
+            resp
+        }
+    })
+    .await;
+    (server, kept)
+}
+
+#[tokio::test]
+async fn an_absolute_endpoint_url_is_named_as_such() {
+    let (server, _kept) = legacy_server(
+        Duration::ZERO,
+        Duration::ZERO,
+        "http://127.0.0.1:8000/messages?session_id=1",
+    )
+    .await;
+    let report = probe(&format!("{}/sse", server.url())).await;
+    assert_eq!(report.verdict.kind, Kind::LegacyServer, "{}", report.text());
+    assert!(report
+        .verdict
+        .finding
+        .contains("http://127.0.0.1:8000/messages?session_id=1 (absolute)"));
+}
+
+#[tokio::test]
+async fn a_slow_post_leaves_the_get_its_whole_budget() {
+    // The POST's answer takes most of a 2 s budget and the endpoint event comes 1.2 s into
+    // the GET: only a GET with a budget of its own sees it.
+    let (server, _kept) = legacy_server(
+        Duration::from_millis(1500),
+        Duration::from_millis(1200),
+        "/messages",
+    )
+    .await;
+    let report = probe_with(&format!("{}/sse", server.url()), 2.0, &[]).await;
+    assert_eq!(report.verdict.kind, Kind::LegacyServer, "{}", report.text());
+}
+
+#[tokio::test]
+async fn an_unresolvable_name_is_an_outage_named_dns_or_a_timeout() {
+    // `.invalid` never resolves (RFC 6761); a slow resolver may make it a timeout instead.
+    let report = probe("http://holdfast-probe-test.invalid/mcp").await;
+    assert_eq!(report.verdict.kind, Kind::Outage, "{}", report.text());
+    let finding = &report.verdict.finding;
+    assert!(
+        finding.contains("the name does not resolve")
+            || finding.contains("did not complete in time"),
+        "{finding}"
+    );
+}
+
+#[tokio::test]
+async fn a_410_with_a_json_message_shows_it() {
+    let old = Upstream::start(|_| async {
+        response(
+            410,
+            &[("content-type", "application/json")],
+            r#"{"error":"this endpoint is retired, use /mcp"}"#,
+        )
+    })
+    .await;
+    let report = probe(&format!("{}/sse", old.url())).await;
+    assert_eq!(report.verdict.kind, Kind::NotMcp);
+    assert!(report
+        .verdict
+        .finding
+        .contains("this endpoint is retired, use /mcp"));
+}
+
+/// The text form with what changes from run to run (ports, milliseconds) replaced.
+fn normalised(text: &str, port: u16) -> String {
+    let text = text.replace(&port.to_string(), "PORT");
+    text.lines()
+        .map(|line| {
+            let words: Vec<&str> = line.split(' ').collect();
+            words
+                .iter()
+                .enumerate()
+                .map(|(i, w)| {
+                    let is_ms = words.get(i + 1) == Some(&"ms") && w.parse::<f64>().is_ok();
+                    if is_ms {
+                        "T"
+                    } else {
+                        w
+                    }
+                })
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[tokio::test]
+async fn the_text_form_reads_as_documented() {
+    let (server, _kept) = legacy_server(Duration::ZERO, Duration::ZERO, "/messages?s=1").await;
+    let report = probe(&format!("{}/sse", server.url())).await;
+    let golden = "\
+holdfast probe http://127.0.0.1:PORT/sse
+  POST   initialize                 405 text/plain              T ms
+  GET    legacy GET                 200 text/event-stream       T ms
+verdict:  a legacy HTTP+SSE server (2024-11-05 transport): its endpoint event names /messages?s=1 (relative)
+holdfast: holdfast would forward it, but legacy sessions live in the SSE stream: a restart ends them, and holdfast cannot carry them
+next:     upgrade the server to Streamable HTTP, or point clients at the /sse URL with a client that speaks the legacy transport";
+    assert_eq!(
+        normalised(report.text().trim_end(), server.addr.port()),
+        golden
+    );
+}
