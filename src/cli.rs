@@ -93,7 +93,15 @@ pub struct AdminArgs {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Print the effective configuration, or every error in it, and exit (non-zero on errors).
-    CheckConfig(ProxyArgs),
+    CheckConfig {
+        /// The configuration flags.
+        #[command(flatten)]
+        proxy: ProxyArgs,
+        /// Also probe the configured upstream (`holdfast probe`) at PATH under its URL, and
+        /// warn, on stderr, when it is not a Streamable HTTP MCP endpoint.
+        #[arg(long, value_name = "PATH", num_args = 0..=1, default_missing_value = "/mcp")]
+        probe: Option<String>,
+    },
     /// Ask the admin listener's /readyz; exit 0 when ready, 1 otherwise (for container
     /// HEALTHCHECKs: a minimal image has no curl). Uses the configured admin address.
     Healthcheck(AdminArgs),

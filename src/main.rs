@@ -11,7 +11,7 @@ use holdfast::{server, telemetry};
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Some(Command::CheckConfig(args)) => check_config(&args),
+        Some(Command::CheckConfig { proxy, probe }) => check_config(&proxy, probe.as_deref()),
         Some(Command::Healthcheck(args)) => healthcheck(&args),
         Some(Command::Pause {
             admin,
@@ -172,22 +172,59 @@ fn demo(duration: f64, period: f64) -> ExitCode {
     }
 }
 
-/// `holdfast check-config`: the effective configuration as TOML, or every problem.
-fn check_config(cli: &ProxyArgs) -> ExitCode {
+/// `holdfast check-config`: the effective configuration as TOML, or every problem; with
+/// `--probe`, then the upstream probed.
+fn check_config(cli: &ProxyArgs, probe_path: Option<&str>) -> ExitCode {
     let fig = config::figment(cli.config.as_deref(), &cli.flags());
-    match config::load(cli.config.as_deref(), &cli.flags()) {
-        Ok(_) => {
-            let raw: RawConfig = fig.extract().expect("validated above");
-            print!(
-                "{}",
-                toml::to_string(&raw).expect("the raw config serializes")
-            );
-            ExitCode::SUCCESS
-        }
+    let config = match config::load(cli.config.as_deref(), &cli.flags()) {
+        Ok(c) => c,
         Err(e) => {
             eprintln!("{e}");
-            ExitCode::from(EXIT_CONFIG)
+            return ExitCode::from(EXIT_CONFIG);
         }
+    };
+    let raw: RawConfig = fig.extract().expect("validated above");
+    print!(
+        "{}",
+        toml::to_string(&raw).expect("the raw config serializes")
+    );
+    if let Some(path) = probe_path {
+        probe_upstream(&config, path);
+    }
+    ExitCode::SUCCESS
+}
+
+/// Probes the configured upstream at `path` under its URL; a warning unless it is a
+/// Streamable HTTP MCP endpoint (the configuration itself is valid either way).
+fn probe_upstream(config: &config::Config, path: &str) {
+    let up = &config.upstream;
+    let path = format!("/{}", path.trim_start_matches('/'));
+    let url = format!("{}://{}{}{path}", up.scheme(), up.authority, up.path_prefix);
+    let mut opts = match holdfast::probe::Options::new(
+        &url,
+        10.0,
+        &[],
+        holdfast::probe::DEFAULT_PROTOCOL_VERSION.into(),
+        None,
+    ) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("warning: cannot probe the upstream: {e}");
+            return;
+        }
+    };
+    opts.tls = config.upstream_tls.as_ref().map(|t| t.config.clone());
+    match current_thread_runtime().block_on(holdfast::probe::run(&opts)) {
+        Ok(report) => {
+            if report.verdict.kind != holdfast::probe::verdict::Kind::McpServer {
+                eprintln!(
+                    "warning: the upstream at {url} is not a Streamable HTTP MCP endpoint: {}",
+                    report.verdict.finding
+                );
+            }
+            eprint!("{}", report.text());
+        }
+        Err(e) => eprintln!("warning: cannot probe the upstream: {e}"),
     }
 }
 

@@ -44,6 +44,9 @@ pub struct Options {
     pub protocol_version: String,
     /// PEM CA certificates to trust for an `https://` URL instead of the system's.
     pub ca_file: Option<PathBuf>,
+    /// The TLS settings to use as they are (`check-config --probe`: the configured upstream's),
+    /// instead of `ca_file` or the system's roots.
+    pub tls: Option<std::sync::Arc<rustls::ClientConfig>>,
 }
 
 impl Options {
@@ -84,6 +87,7 @@ impl Options {
             headers: map,
             protocol_version,
             ca_file,
+            tls: None,
         })
     }
 }
@@ -112,6 +116,9 @@ pub async fn run(opts: &Options) -> Result<Report, String> {
 fn tls_config(opts: &Options) -> Result<Option<std::sync::Arc<rustls::ClientConfig>>, String> {
     if opts.url.scheme_str() != Some("https") {
         return Ok(None);
+    }
+    if let Some(tls) = &opts.tls {
+        return Ok(Some(tls.clone()));
     }
     let roots = match &opts.ca_file {
         Some(file) => crate::tls::load_roots(file),

@@ -595,3 +595,41 @@ next:     upgrade the server to Streamable HTTP, or point clients at the /sse UR
         golden
     );
 }
+
+#[tokio::test]
+async fn check_config_probe_warns_unless_the_upstream_is_a_streamable_http_server() {
+    let server = McpServer::start().await;
+    let port = Reserved::new();
+    let run = |upstream: String| {
+        tokio::task::spawn_blocking(move || {
+            finish(
+                holdfast(&["check-config", "--upstream", &upstream, "--probe"]),
+                "holdfast check-config --probe",
+            )
+        })
+    };
+    let good = run(format!("http://{}", server.addr())).await.unwrap();
+    assert!(good.status.success(), "{good:?}");
+    assert!(
+        good.stdout.contains("upstream = "),
+        "the TOML stays on stdout: {good:?}"
+    );
+    assert!(!good.stderr.contains("warning"), "{good:?}");
+    assert!(
+        good.stderr
+            .contains("verdict:  a Streamable HTTP MCP server"),
+        "{good:?}"
+    );
+    // The probe went to the default MCP path under the upstream URL.
+    assert!(server.seen().iter().any(|r| r.method == Method::DELETE));
+
+    let bad = run(port.url()).await.unwrap();
+    assert!(bad.status.success(), "a valid configuration: {bad:?}");
+    assert!(
+        bad.stderr.contains(&format!(
+            "warning: the upstream at {}/mcp is not a Streamable HTTP MCP endpoint: connection refused",
+            port.url()
+        )),
+        "{bad:?}"
+    );
+}
