@@ -172,20 +172,7 @@ pub fn look(answer: &Answer) -> Look {
         };
     }
     if status == 503 {
-        let retry = answer
-            .header("retry-after")
-            .map(|r| format!(", Retry-After {r}"))
-            .unwrap_or_default();
-        return Look::Done(verdict(
-            Kind::Outage,
-            format!(
-                "503{retry}: the server, or a proxy in front of it (holdfast answers so while the \
-                 backend is missing), says it is unavailable"
-            ),
-            "holdfast would pass the server's own 503 unchanged; with a JSON-RPC error body \
-             clients see the message",
-            "probe the MCP server's own address to see what is behind",
-        ));
+        return Look::Done(unavailable(answer));
     }
     if let Some(m) = message.filter(|m| m.get("error").is_some()) {
         // A JSON-RPC error is a modern server's answer: no legacy server writes one to a POST.
@@ -207,6 +194,24 @@ pub fn look(answer: &Answer) -> Look {
             "check the URL",
         )),
     }
+}
+
+/// A 503: the server, or something in front of it, says it is not there now.
+fn unavailable(answer: &Answer) -> Verdict {
+    let retry = answer
+        .header("retry-after")
+        .map(|r| format!(", Retry-After {r}"))
+        .unwrap_or_default();
+    verdict(
+        Kind::Outage,
+        format!(
+            "503{retry}: the server, or a proxy in front of it (holdfast answers so while the \
+             backend is missing), says it is unavailable"
+        ),
+        "holdfast would pass the server's own 503 unchanged; with a JSON-RPC error body \
+         clients see the message",
+        "probe the MCP server's own address to see what is behind",
+    )
 }
 
 /// A JSON-RPC error to the initialize.
