@@ -286,7 +286,34 @@ impl Proxy {
         };
         let learn = (head.status.is_success() && self.answers_tools_list(ex))
             .then(|| ex.target.headers.get(HOST).cloned());
-        Next::Answer((self.pass(&mut head, peek, learn, ex.flight.take()), note))
+        let legacy_stream = ex.target.method == Method::GET
+            && head.status.is_success()
+            && super::headers::is_event_stream(&head.headers);
+        let resp = self.pass(&mut head, peek, learn, ex.flight.take());
+        let resp = match (legacy_stream, &ex.target.client_host) {
+            (true, Some(host)) => self.endpoint_rewrite(resp, host),
+            _ => resp,
+        };
+        Next::Answer((resp, note))
+    }
+
+    /// A GET's event stream, with a legacy server's absolute `endpoint` URL naming the upstream
+    /// pointed at the origin the client used (src/proxy/endpoint.rs).
+    fn endpoint_rewrite(
+        &self,
+        resp: Response<ProxyBody>,
+        client_host: &http::HeaderValue,
+    ) -> Response<ProxyBody> {
+        let Ok(host) = client_host.to_str() else {
+            return resp;
+        };
+        let upstream = format!("{}://{}", self.upstream.scheme(), self.upstream.authority);
+        let client = format!("{}://{host}", self.client_proto);
+        resp.map(|body| {
+            http_body_util::BodyExt::boxed_unsync(super::endpoint::EndpointRewrite::new(
+                body, &upstream, client,
+            ))
+        })
     }
 
     /// A router answered by itself with something the client must see as it is.
@@ -528,11 +555,12 @@ impl Proxy {
         let headers = &mut parts.headers;
         headers::strip_hop_by_hop(headers);
         headers::add_forwarded(headers, peer.ip(), self.client_proto, client_host.clone());
-        match (self.host_header, client_host) {
+        match (self.host_header, client_host.clone()) {
             (HostHeader::Preserve, Some(host)) => headers.insert(HOST, host),
             _ => headers.insert(HOST, self.upstream_host.clone()),
         };
         Ok(Target {
+            client_host,
             client: parts.uri,
             method: parts.method,
             uri,

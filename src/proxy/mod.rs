@@ -26,6 +26,7 @@
 
 mod answer;
 pub mod body;
+mod endpoint;
 mod forward;
 pub mod headers;
 mod health;
@@ -161,6 +162,8 @@ struct Target {
     headers: http::HeaderMap,
     /// The client's request target (its path decides expected routes and learning).
     client: Uri,
+    /// The client's Host (or `:authority`): where a legacy server's endpoint must point.
+    client_host: Option<http::HeaderValue>,
 }
 
 /// The session a request carries, when holdfast tracks it.

@@ -164,6 +164,7 @@ impl Proxy {
             uri: current.uri.clone(),
             headers,
             client: current.client.clone(),
+            client_host: current.client_host.clone(),
         };
         let mut headers = own_headers(&current.headers);
 

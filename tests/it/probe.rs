@@ -633,3 +633,44 @@ async fn check_config_probe_warns_unless_the_upstream_is_a_streamable_http_serve
         "{bad:?}"
     );
 }
+
+#[tokio::test]
+async fn through_holdfast_a_legacy_endpoint_naming_the_upstream_points_at_holdfast() {
+    let reserved = Reserved::new();
+    let upstream = reserved.url();
+    let endpoint: &'static str =
+        Box::leak(format!("{upstream}/messages?session_id=1").into_boxed_str());
+    let (keep_open, _kept) = mpsc::channel(4);
+    let server = Upstream::serve(reserved.listen(), move |seen| {
+        let keep_open = keep_open.clone();
+        async move {
+            if seen.method == Method::POST {
+                return response(405, &[("content-type", "text/plain")], "Method Not Allowed");
+            }
+            // The endpoint event split over two frames, after an event of another kind.
+            let (resp, tx) = open_stream(": connected\n\nevent: endpoint\ndata: ");
+            let rest = format!("{endpoint}\n\n");
+            tx.send(Ok(Frame::data(Bytes::from(rest)))).await.unwrap();
+            let _ = keep_open.send(tx).await;
+            resp
+        }
+    });
+    let proxy = crate::support::proxy::Holdfast::start(&server.url()).await;
+    let report = probe(&proxy.url("/sse")).await;
+    assert_eq!(report.verdict.kind, Kind::LegacyServer, "{}", report.text());
+    assert!(
+        report.verdict.finding.contains(&format!(
+            "http://{}/messages?session_id=1 (absolute)",
+            proxy.addr
+        )),
+        "{}",
+        report.text()
+    );
+    // Directly, the server names itself.
+    let direct = probe(&format!("{}/sse", server.url())).await;
+    assert!(
+        direct.verdict.finding.contains(endpoint),
+        "{}",
+        direct.text()
+    );
+}

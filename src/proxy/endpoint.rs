@@ -1,0 +1,325 @@
+//! A legacy (2024-11-05 HTTP+SSE) server's `endpoint` event, pointed back through holdfast.
+//!
+//! Such a server's GET stream starts with an `endpoint` event naming where clients POST. A
+//! relative URL passes unchanged. An absolute one naming the upstream's own address (e.g.
+//! `http://127.0.0.1:8000/messages?session_id=1`) would send clients around holdfast, to an
+//! address they may not reach and that no hold protects: it is rewritten to the origin the
+//! client used. The stream is not buffered: complete events go on as they arrive; only a
+//! partial event waits for its end, and only until the first `endpoint` event (or
+//! [`MAX_SCANNED`] bytes without one, a modern server's GET stream): then every frame passes
+//! untouched.
+
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::{Bytes, BytesMut};
+use http_body::{Body, Frame, SizeHint};
+
+use super::body::{BoxError, ProxyBody};
+
+/// Bytes of a stream looked at for the `endpoint` event before giving up.
+pub const MAX_SCANNED: usize = 16 * 1024;
+
+pin_project_lite::pin_project! {
+    /// An SSE response body whose first `endpoint` event is rewritten.
+    pub struct EndpointRewrite {
+        #[pin]
+        inner: ProxyBody,
+        // While still looking.
+        scan: Option<Scan>,
+        // A frame that arrived while a partial event waited, sent after it.
+        queued: Option<Frame<Bytes>>,
+    }
+}
+
+struct Scan {
+    /// `scheme://authority` of the upstream, lower case.
+    upstream: String,
+    /// `scheme://host` the client used.
+    client: String,
+    pending: BytesMut,
+    scanned: usize,
+}
+
+impl EndpointRewrite {
+    /// Rewrites URLs starting with `upstream` (`http://127.0.0.1:8000`) to start with `client`.
+    pub fn new(inner: ProxyBody, upstream: &str, client: String) -> Self {
+        Self {
+            inner,
+            scan: Some(Scan {
+                upstream: upstream.to_ascii_lowercase(),
+                client,
+                pending: BytesMut::new(),
+                scanned: 0,
+            }),
+            queued: None,
+        }
+    }
+}
+
+impl Scan {
+    /// Takes in `data`; returns what can go to the client now, and whether scanning is over.
+    fn feed(&mut self, data: &[u8]) -> (Bytes, bool) {
+        self.pending.extend_from_slice(data);
+        self.scanned += data.len();
+        let mut out = BytesMut::new();
+        while let Some(end) = event_end(&self.pending) {
+            let event = self.pending.split_to(end);
+            if is_endpoint(&event) {
+                out.extend_from_slice(&self.rewrite(&event));
+                out.extend_from_slice(&self.pending.split());
+                return (out.freeze(), true);
+            }
+            out.extend_from_slice(&event);
+        }
+        if self.scanned > MAX_SCANNED {
+            out.extend_from_slice(&self.pending.split());
+            return (out.freeze(), true);
+        }
+        (out.freeze(), false)
+    }
+
+    /// The event with each `data:` line that names the upstream pointed at the client's origin.
+    fn rewrite(&self, event: &[u8]) -> Vec<u8> {
+        let text = String::from_utf8_lossy(event);
+        let mut out = String::with_capacity(text.len());
+        for line in text.split_inclusive('\n') {
+            let Some(value) = line.strip_prefix("data:") else {
+                out.push_str(line);
+                continue;
+            };
+            let lead = value.len() - value.trim_start_matches(' ').len();
+            let url = &value[lead..];
+            let names_upstream = url.len() >= self.upstream.len()
+                && url.is_char_boundary(self.upstream.len())
+                && url[..self.upstream.len()].eq_ignore_ascii_case(&self.upstream)
+                && matches!(
+                    url.as_bytes().get(self.upstream.len()),
+                    None | Some(b'/' | b'?' | b'#' | b'\r' | b'\n')
+                );
+            if names_upstream {
+                out.push_str("data:");
+                out.push_str(&value[..lead]);
+                out.push_str(&self.client);
+                out.push_str(&url[self.upstream.len()..]);
+            } else {
+                out.push_str(line);
+            }
+        }
+        out.into_bytes()
+    }
+}
+
+/// The end (after the blank line) of the first complete event in `buf`.
+fn event_end(buf: &[u8]) -> Option<usize> {
+    let lf = memchr::memmem::find(buf, b"\n\n").map(|i| i + 2);
+    let crlf = memchr::memmem::find(buf, b"\r\n\r\n").map(|i| i + 4);
+    match (lf, crlf) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// Whether an event's `event:` field is `endpoint`.
+fn is_endpoint(event: &[u8]) -> bool {
+    event.split(|&b| b == b'\n').any(|line| {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        line.strip_prefix(b"event:")
+            .map(|v| v.strip_prefix(b" ").unwrap_or(v))
+            .is_some_and(|v| v == b"endpoint")
+    })
+}
+
+impl Body for EndpointRewrite {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let mut this = self.project();
+        if let Some(frame) = this.queued.take() {
+            return Poll::Ready(Some(Ok(frame)));
+        }
+        loop {
+            let Some(scan) = this.scan.as_mut() else {
+                return this.inner.as_mut().poll_frame(cx);
+            };
+            let frame = match std::task::ready!(this.inner.as_mut().poll_frame(cx)) {
+                Some(Ok(frame)) => frame,
+                // The end, an error or trailers: what waited goes first.
+                other => {
+                    let pending = scan.pending.split().freeze();
+                    *this.scan = None;
+                    if pending.is_empty() {
+                        return Poll::Ready(other);
+                    }
+                    match other {
+                        Some(Ok(_)) | None => {
+                            if let Some(Ok(f)) = other {
+                                *this.queued = Some(f);
+                            }
+                        }
+                        Some(Err(e)) => {
+                            tracing::debug!(error = %e, "a stream broke while its endpoint was read");
+                        }
+                    }
+                    return Poll::Ready(Some(Ok(Frame::data(pending))));
+                }
+            };
+            let data = match frame.into_data() {
+                Ok(data) => data,
+                Err(frame) => {
+                    // Trailers: flush what waited, then them.
+                    let pending = scan.pending.split().freeze();
+                    *this.scan = None;
+                    if pending.is_empty() {
+                        return Poll::Ready(Some(Ok(frame)));
+                    }
+                    *this.queued = Some(frame);
+                    return Poll::Ready(Some(Ok(Frame::data(pending))));
+                }
+            };
+            let (out, done) = scan.feed(&data);
+            if done {
+                *this.scan = None;
+            }
+            if !out.is_empty() {
+                return Poll::Ready(Some(Ok(Frame::data(out))));
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.queued.is_none()
+            && self.scan.as_ref().is_none_or(|s| s.pending.is_empty())
+            && self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        // Rewriting changes the length.
+        SizeHint::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::BodyExt;
+
+    fn scan() -> Scan {
+        Scan {
+            upstream: "http://127.0.0.1:8000".into(),
+            client: "https://mcp.example".into(),
+            pending: BytesMut::new(),
+            scanned: 0,
+        }
+    }
+
+    /// Feeds `chunks` to a fresh scan; what the client gets, and whether the scan ended.
+    fn through(chunks: &[&str]) -> (String, bool) {
+        let mut s = scan();
+        let mut out = Vec::new();
+        let mut done = false;
+        for c in chunks {
+            assert!(!done, "fed after the scan ended");
+            let (bytes, d) = s.feed(c.as_bytes());
+            out.extend_from_slice(&bytes);
+            done = d;
+        }
+        (String::from_utf8(out).unwrap(), done)
+    }
+
+    #[test]
+    fn an_absolute_endpoint_naming_the_upstream_points_at_the_client_origin() {
+        let (out, done) = through(&[
+            ": hi\n\nevent: endpoint\ndata: http://127.0.0.1:8000/messages?session_id=1\n\nevent: message\ndata: {}\n\n",
+        ]);
+        assert!(done);
+        assert_eq!(
+            out,
+            ": hi\n\nevent: endpoint\ndata: https://mcp.example/messages?session_id=1\n\nevent: message\ndata: {}\n\n"
+        );
+    }
+
+    #[test]
+    fn an_event_split_over_frames_waits_only_for_its_own_end() {
+        let mut s = scan();
+        let (first, done) = s.feed(b"event: message\ndata: 1\n\nevent: endp");
+        assert_eq!(
+            (&first[..], done),
+            (&b"event: message\ndata: 1\n\n"[..], false)
+        );
+        let (second, done) = s.feed(b"oint\r\ndata: HTTP://127.0.0.1:8000/m\r\n\r\n");
+        assert!(done);
+        assert_eq!(
+            &second[..],
+            b"event: endpoint\r\ndata: https://mcp.example/m\r\n\r\n"
+        );
+    }
+
+    #[test]
+    fn relative_and_foreign_urls_pass_unchanged() {
+        for data in [
+            "/messages?session_id=1",
+            "http://127.0.0.1:80001/x",
+            "http://other.example/messages",
+            "http://127.0.0.1:8000.evil.example/x",
+        ] {
+            let event = format!("event: endpoint\ndata: {data}\n\n");
+            assert_eq!(through(&[&event]), (event.clone(), true), "{data}");
+        }
+    }
+
+    #[test]
+    fn a_stream_without_an_endpoint_event_is_let_go_after_the_scan_limit() {
+        let event = "data: x\n\n".repeat(MAX_SCANNED / 9 + 2);
+        let (out, done) = through(&[&event]);
+        assert!(done);
+        assert_eq!(out, event);
+    }
+
+    /// A body of fixed frames.
+    struct Chunks(std::collections::VecDeque<&'static str>);
+
+    impl Body for Chunks {
+        type Data = Bytes;
+        type Error = BoxError;
+
+        fn poll_frame(
+            mut self: Pin<&mut Self>,
+            _cx: &mut Context<'_>,
+        ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+            Poll::Ready(
+                self.0
+                    .pop_front()
+                    .map(|c| Ok(Frame::data(Bytes::from_static(c.as_bytes())))),
+            )
+        }
+    }
+
+    fn rewriting(chunks: &[&'static str]) -> EndpointRewrite {
+        EndpointRewrite::new(
+            BodyExt::boxed_unsync(Chunks(chunks.iter().copied().collect())),
+            "http://127.0.0.1:8000",
+            "http://proxy:8080".into(),
+        )
+    }
+
+    #[tokio::test]
+    async fn as_a_body_it_keeps_every_byte_and_flushes_a_partial_event_at_the_end() {
+        let body = rewriting(&["event: endpoint\ndata: http://127.0.0.1:8000/a\n", "\nrest"]);
+        let all = body.collect().await.unwrap().to_bytes();
+        assert_eq!(
+            &all[..],
+            b"event: endpoint\ndata: http://proxy:8080/a\n\nrest"
+        );
+        let all = rewriting(&["event: endp"])
+            .collect()
+            .await
+            .unwrap()
+            .to_bytes();
+        assert_eq!(&all[..], b"event: endp");
+    }
+}
