@@ -181,23 +181,18 @@ impl Client {
     }
 }
 
-/// What a failed request says, in holdfast's terms.
+/// What a failed request says, in holdfast's terms (the classifier's own cause search).
 fn failure(e: &hyper_util::client::legacy::Error) -> Failure {
-    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
-    while let Some(err) = source {
-        if let Some(connect) = err.downcast_ref::<ConnectError>() {
-            // The cause without holdfast's own "connecting to the upstream failed" prefix.
-            let cause = std::error::Error::source(connect)
+    match crate::classify::find_cause::<ConnectError>(e) {
+        // The cause without holdfast's own "connecting to the upstream failed" prefix.
+        Some(connect) => Failure::Connect {
+            kind: connect.kind(),
+            cause: std::error::Error::source(connect)
                 .map(|c| ErrorChain(c).to_string())
-                .unwrap_or_default();
-            return Failure::Connect {
-                kind: connect.kind(),
-                cause,
-            };
-        }
-        source = err.source();
+                .unwrap_or_default(),
+        },
+        None => Failure::Protocol(ErrorChain(e).to_string()),
     }
-    Failure::Protocol(ErrorChain(e).to_string())
 }
 
 /// An incremental `text/event-stream` parser (lines end in LF, CRLF or CR; an empty line ends

@@ -187,8 +187,8 @@ impl Probe<'_> {
         };
         // An answer on a stream is complete at its JSON-RPC response.
         let is_answer = |e: &http::Event| {
-            serde_json::from_str::<Value>(&e.data)
-                .is_ok_and(|v| v.get("result").is_some() || v.get("error").is_some())
+            crate::session::rpc::reply(false, e.data.as_bytes())
+                != crate::session::rpc::Reply::Nothing
         };
         self.send(step, out, is_answer).await
     }
@@ -365,7 +365,9 @@ impl Probe<'_> {
                 body["params"] = json!({ "cursor": c });
             }
             let answer = self.post("tools/list", &body, extra).await.ok()?;
-            let result = verdict::rpc_message(&answer)?.get("result")?.clone();
+            let crate::session::rpc::Reply::Result(result) = verdict::rpc_reply(&answer) else {
+                return None;
+            };
             for tool in result["tools"].as_array()? {
                 tools.count += 1;
                 let hint = |name: &str| tool["annotations"][name].as_bool() == Some(true);

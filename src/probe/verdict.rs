@@ -3,9 +3,9 @@
 //! not a verdict until a GET has looked for a legacy server's `endpoint` event).
 
 use serde::Serialize;
-use serde_json::Value;
 
 use super::http::{Answer, Failure};
+use crate::session::rpc::Reply;
 use crate::signature::{Preset, Signature};
 use crate::upstream::ConnectErrorKind;
 
@@ -63,7 +63,7 @@ pub enum Look {
     /// 400, 404 or 405 without HTML: a GET must look for a legacy `endpoint` event.
     TryGet,
     /// The server initialized: its result.
-    Initialized(Value),
+    Initialized(serde_json::Value),
 }
 
 /// The POST failed before an answer.
@@ -158,12 +158,12 @@ pub fn look(answer: &Answer) -> Look {
             "use the URL it names, if any",
         ));
     }
-    let message = rpc_message(answer);
+    let reply = rpc_reply(answer);
     if answer.status.is_success() {
-        return match message {
-            Some(m) if m.get("result").is_some() => Look::Initialized(m["result"].clone()),
-            Some(m) => Look::Done(refused(&m, status)),
-            None => Look::Done(verdict(
+        return match reply {
+            Reply::Result(result) => Look::Initialized(result),
+            Reply::Error(code, message) => Look::Done(refused(code, &message, status)),
+            Reply::Nothing => Look::Done(verdict(
                 Kind::NotMcp,
                 format!("status {status}, but the body is not a JSON-RPC answer"),
                 "holdfast would pass it unchanged",
@@ -174,9 +174,9 @@ pub fn look(answer: &Answer) -> Look {
     if status == 503 {
         return Look::Done(unavailable(answer));
     }
-    if let Some(m) = message.filter(|m| m.get("error").is_some()) {
+    if let Reply::Error(code, message) = reply {
         // A JSON-RPC error is a modern server's answer: no legacy server writes one to a POST.
-        return Look::Done(refused(&m, status));
+        return Look::Done(refused(code, &message, status));
     }
     match status {
         400 | 404 | 405 => Look::TryGet,
@@ -215,14 +215,12 @@ fn unavailable(answer: &Answer) -> Verdict {
 }
 
 /// A JSON-RPC error to the initialize.
-fn refused(message: &Value, status: u16) -> Verdict {
-    let error = &message["error"];
+fn refused(code: i64, message: &str, status: u16) -> Verdict {
     verdict(
         Kind::McpServer,
         format!(
-            "an MCP server refused the initialize (status {status}, JSON-RPC error {}: {})",
-            error["code"],
-            error["message"].as_str().unwrap_or("")
+            "an MCP server refused the initialize (status {status}, JSON-RPC error {code}: \
+             {message})"
         ),
         "holdfast would pass the answer unchanged",
         "try another --protocol-version, or read the error",
@@ -325,19 +323,10 @@ pub fn failure_text(failure: &Failure) -> String {
     }
 }
 
-/// The JSON-RPC message answering id 1: the body, or the first event of a stream that is one.
-pub fn rpc_message(answer: &Answer) -> Option<Value> {
-    let is_answer = |v: &Value| v.get("result").is_some() || v.get("error").is_some();
-    if answer.is_event_stream() {
-        return answer
-            .events
-            .iter()
-            .filter_map(|e| serde_json::from_str::<Value>(&e.data).ok())
-            .find(is_answer);
-    }
-    serde_json::from_slice::<Value>(&answer.body)
-        .ok()
-        .filter(is_answer)
+/// The JSON-RPC response in an answer: its body, or the first event of a stream that is one
+/// (the parser session continuity uses for its own requests).
+pub fn rpc_reply(answer: &Answer) -> Reply {
+    crate::session::rpc::reply(answer.is_event_stream(), &answer.body)
 }
 
 /// A parameter of a `WWW-Authenticate` challenge (`name="value"` or `name=value`).

@@ -10,6 +10,7 @@
 //! untouched.
 
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::{Bytes, BytesMut};
@@ -33,8 +34,8 @@ pin_project_lite::pin_project! {
 }
 
 struct Scan {
-    /// `scheme://authority` of the upstream, lower case.
-    upstream: String,
+    /// `scheme://authority` of the upstream, lower case (built once, shared by every stream).
+    upstream: Arc<str>,
     /// `scheme://host` the client used.
     client: String,
     pending: BytesMut,
@@ -42,12 +43,13 @@ struct Scan {
 }
 
 impl EndpointRewrite {
-    /// Rewrites URLs starting with `upstream` (`http://127.0.0.1:8000`) to start with `client`.
-    pub fn new(inner: ProxyBody, upstream: &str, client: String) -> Self {
+    /// Rewrites URLs starting with `upstream` (`http://127.0.0.1:8000`, lower case) to start
+    /// with `client`.
+    pub fn new(inner: ProxyBody, upstream: Arc<str>, client: String) -> Self {
         Self {
             inner,
             scan: Some(Scan {
-                upstream: upstream.to_ascii_lowercase(),
+                upstream,
                 client,
                 pending: BytesMut::new(),
                 scanned: 0,
@@ -146,38 +148,33 @@ impl Body for EndpointRewrite {
             let Some(scan) = this.scan.as_mut() else {
                 return this.inner.as_mut().poll_frame(cx);
             };
-            let frame = match std::task::ready!(this.inner.as_mut().poll_frame(cx)) {
-                Some(Ok(frame)) => frame,
-                // The end, an error or trailers: what waited goes first.
+            let frame = std::task::ready!(this.inner.as_mut().poll_frame(cx));
+            let data = match frame {
+                Some(Ok(frame)) => frame.into_data(),
                 other => {
+                    // The end or an error: what waited goes first (an error then ends the
+                    // stream as a cut, the client sees the bytes that did arrive).
                     let pending = scan.pending.split().freeze();
                     *this.scan = None;
                     if pending.is_empty() {
                         return Poll::Ready(other);
                     }
-                    match other {
-                        Some(Ok(_)) | None => {
-                            if let Some(Ok(f)) = other {
-                                *this.queued = Some(f);
-                            }
-                        }
-                        Some(Err(e)) => {
-                            tracing::debug!(error = %e, "a stream broke while its endpoint was read");
-                        }
+                    if let Some(Err(e)) = other {
+                        tracing::debug!(error = %e, "a stream broke while its endpoint was read");
                     }
                     return Poll::Ready(Some(Ok(Frame::data(pending))));
                 }
             };
-            let data = match frame.into_data() {
+            let data = match data {
                 Ok(data) => data,
-                Err(frame) => {
-                    // Trailers: flush what waited, then them.
+                // Trailers: what waited goes first, then they.
+                Err(trailers) => {
                     let pending = scan.pending.split().freeze();
                     *this.scan = None;
                     if pending.is_empty() {
-                        return Poll::Ready(Some(Ok(frame)));
+                        return Poll::Ready(Some(Ok(trailers)));
                     }
-                    *this.queued = Some(frame);
+                    *this.queued = Some(trailers);
                     return Poll::Ready(Some(Ok(Frame::data(pending))));
                 }
             };
@@ -210,7 +207,7 @@ mod tests {
 
     fn scan() -> Scan {
         Scan {
-            upstream: "http://127.0.0.1:8000".into(),
+            upstream: Arc::from("http://127.0.0.1:8000"),
             client: "https://mcp.example".into(),
             pending: BytesMut::new(),
             scanned: 0,
@@ -302,7 +299,7 @@ mod tests {
     fn rewriting(chunks: &[&'static str]) -> EndpointRewrite {
         EndpointRewrite::new(
             BodyExt::boxed_unsync(Chunks(chunks.iter().copied().collect())),
-            "http://127.0.0.1:8000",
+            Arc::from("http://127.0.0.1:8000"),
             "http://proxy:8080".into(),
         )
     }

@@ -307,11 +307,11 @@ impl Proxy {
         let Ok(host) = client_host.to_str() else {
             return resp;
         };
-        let upstream = format!("{}://{}", self.upstream.scheme(), self.upstream.authority);
         let client = format!("{}://{host}", self.client_proto);
+        let upstream = self.upstream_origin.clone();
         resp.map(|body| {
             http_body_util::BodyExt::boxed_unsync(super::endpoint::EndpointRewrite::new(
-                body, &upstream, client,
+                body, upstream, client,
             ))
         })
     }

@@ -65,6 +65,9 @@ const BODY_ID_WAIT: Duration = Duration::from_secs(1);
 /// The forwarding service, shared by every connection.
 pub struct Proxy {
     upstream: crate::config::UpstreamUrl,
+    /// `scheme://authority` of the upstream, lower case: what a legacy server's absolute
+    /// `endpoint` URL names when it names itself (src/proxy/endpoint.rs).
+    upstream_origin: Arc<str>,
     /// `http` or `https`, for every upstream URI.
     upstream_scheme: http::uri::Scheme,
     /// The upstream's `host:port` as a Host value (`client.host_header = "upstream"`).
@@ -196,6 +199,9 @@ impl Proxy {
         ));
         Self {
             upstream: cfg.upstream.clone(),
+            upstream_origin: format!("{}://{}", cfg.upstream.scheme(), cfg.upstream.authority)
+                .to_ascii_lowercase()
+                .into(),
             upstream_scheme: cfg.upstream.scheme(),
             upstream_host: http::HeaderValue::from_str(cfg.upstream.authority.as_str())
                 .expect("an authority is a header value"),
