@@ -318,7 +318,7 @@ impl std::fmt::Display for ErrorChain<'_> {
 }
 
 mod routes;
-pub use routes::ExpectedRoutes;
+pub use routes::{ExpectedRoutes, LegacyPaths};
 
 #[cfg(test)]
 mod props;

@@ -1,21 +1,62 @@
 //! Which paths the application is expected to serve: where a router's 404 means "missing".
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 /// Which paths the application is expected to serve, so a router's 404 there means "missing".
 ///
-/// Two sources: configured endpoint prefixes (default `/mcp`) and, when learning is on, exact
-/// paths the application itself answered within the learn TTL. The learned set is bounded; when
-/// full, the stalest entry goes.
+/// Three sources: configured endpoint prefixes (default `/mcp`); a legacy (2024-11-05 HTTP+SSE)
+/// server's two paths, once its `endpoint` event has shown them ([`LegacyPaths`]); and, when
+/// learning is on, exact paths the application itself answered within the learn TTL. The
+/// learned set is bounded; when full, the stalest entry goes.
 pub struct ExpectedRoutes {
     endpoints: Vec<String>,
+    legacy: Arc<LegacyPaths>,
     learn: bool,
     ttl: Duration,
     learned: Mutex<HashMap<String, Instant>>,
+}
+
+/// A legacy server's paths: the GET path of its event stream and the path its `endpoint` event
+/// names for POSTs (`/sse` and `/messages`, say). Seen once, they are expected for the life of the
+/// process, not for a learn TTL: the stream they belong to lives for hours, and the moment they
+/// matter is when the server restarts and its router drops the route, however long after the
+/// last answer that is. Exact paths (a session id rides in the query), at most
+/// [`MAX_LEGACY_PATHS`].
+#[derive(Debug, Default)]
+pub struct LegacyPaths {
+    paths: RwLock<Vec<String>>,
+}
+
+/// Most legacy paths kept. A legacy server has two; this bounds what a misbehaving upstream
+/// could make holdfast keep.
+pub const MAX_LEGACY_PATHS: usize = 16;
+
+impl LegacyPaths {
+    /// Records `path` as a legacy server's; `true` if it was new (and there was room).
+    pub fn add(&self, path: &str) -> bool {
+        if self.contains(path) {
+            return false;
+        }
+        let mut paths = self.paths.write().expect("legacy-path lock");
+        if paths.len() >= MAX_LEGACY_PATHS || paths.iter().any(|p| p == path) {
+            return false;
+        }
+        paths.push(path.to_owned());
+        true
+    }
+
+    /// Whether `path` is one of them.
+    pub fn contains(&self, path: &str) -> bool {
+        self.paths
+            .read()
+            .expect("legacy-path lock")
+            .iter()
+            .any(|p| p == path)
+    }
 }
 
 /// Most learned paths kept: memory stays bounded whatever paths clients send.
@@ -26,6 +67,7 @@ impl ExpectedRoutes {
     pub fn new(endpoints: Vec<String>, learn: bool, ttl: Duration) -> Self {
         Self {
             endpoints,
+            legacy: Arc::default(),
             learn,
             ttl,
             learned: Mutex::new(HashMap::new()),
@@ -34,7 +76,7 @@ impl ExpectedRoutes {
 
     /// Whether a router's 404 for `path` means the backend is missing.
     pub fn is_expected(&self, path: &str, now: Instant) -> bool {
-        if self.endpoints.iter().any(|e| prefix_matches(e, path)) {
+        if self.endpoints.iter().any(|e| prefix_matches(e, path)) || self.legacy.contains(path) {
             return true;
         }
         self.learn
@@ -44,6 +86,11 @@ impl ExpectedRoutes {
                 .expect("learned-path lock")
                 .get(path)
                 .is_some_and(|seen| now.saturating_duration_since(*seen) <= self.ttl)
+    }
+
+    /// Where a legacy server's paths are recorded (shared with the streams that find them).
+    pub fn legacy(&self) -> Arc<LegacyPaths> {
+        self.legacy.clone()
     }
 
     /// The index of the configured endpoint `path` falls under, if any (the first that
@@ -101,6 +148,34 @@ mod tests {
         let off = ExpectedRoutes::new(vec!["/mcp".into()], false, Duration::from_secs(60));
         off.learn("/other", now);
         assert!(!off.is_expected("/other", now));
+    }
+
+    #[test]
+    fn a_legacy_servers_paths_stay_expected_past_the_learn_ttl_and_with_learning_off() {
+        let now = Instant::now();
+        let r = ExpectedRoutes::new(vec!["/mcp".into()], false, Duration::from_secs(60));
+        assert!(!r.is_expected("/sse", now));
+        assert!(r.legacy().add("/sse"));
+        assert!(r.legacy().add("/messages"));
+        assert!(!r.legacy().add("/sse"), "already known");
+        for path in ["/sse", "/messages"] {
+            assert!(r.is_expected(path, now));
+            assert!(r.is_expected(path, now + Duration::from_secs(7 * 24 * 3600)));
+        }
+        // Exact paths, not prefixes.
+        assert!(!r.is_expected("/messages/x", now));
+        assert!(!r.is_expected("/ss", now));
+    }
+
+    #[test]
+    fn legacy_paths_are_bounded() {
+        let paths = LegacyPaths::default();
+        for i in 0..MAX_LEGACY_PATHS {
+            assert!(paths.add(&format!("/p{i}")));
+        }
+        assert!(!paths.add("/one-too-many"));
+        assert!(!paths.contains("/one-too-many"));
+        assert!(paths.contains("/p0"));
     }
 
     #[test]

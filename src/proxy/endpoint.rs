@@ -8,6 +8,10 @@
 //! partial event waits for its end, and only until the first `endpoint` event (or
 //! [`MAX_SCANNED`] bytes without one, a modern server's GET stream): then every frame passes
 //! untouched.
+//!
+//! The event also proves the upstream a legacy server, and names its two paths: the stream's own
+//! (`/sse`) and the one clients POST to (`/messages`). Both become expected routes
+//! ([`LegacyPaths`]), so a router's route-missing 404 on them is masked while the server restarts.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -17,6 +21,7 @@ use bytes::{Bytes, BytesMut};
 use http_body::{Body, Frame, SizeHint};
 
 use super::body::{BoxError, ProxyBody};
+use crate::classify::LegacyPaths;
 
 /// Bytes of a stream looked at for the `endpoint` event before giving up.
 pub const MAX_SCANNED: usize = 16 * 1024;
@@ -40,12 +45,22 @@ struct Scan {
     client: String,
     pending: BytesMut,
     scanned: usize,
+    /// Where the paths an `endpoint` event shows are recorded.
+    legacy: Legacy,
+}
+
+/// The stream's own path, and where a legacy server's paths go.
+pub struct Legacy {
+    /// The client-facing path of the GET that opened the stream.
+    pub stream_path: String,
+    /// The expected routes' record of legacy paths.
+    pub paths: Arc<LegacyPaths>,
 }
 
 impl EndpointRewrite {
     /// Rewrites URLs starting with `upstream` (`http://127.0.0.1:8000`, lower case) to start
-    /// with `client`.
-    pub fn new(inner: ProxyBody, upstream: Arc<str>, client: String) -> Self {
+    /// with `client`, and records the paths an `endpoint` event shows in `legacy`.
+    pub fn new(inner: ProxyBody, upstream: Arc<str>, client: String, legacy: Legacy) -> Self {
         Self {
             inner,
             scan: Some(Scan {
@@ -53,6 +68,7 @@ impl EndpointRewrite {
                 client,
                 pending: BytesMut::new(),
                 scanned: 0,
+                legacy,
             }),
             queued: None,
         }
@@ -68,7 +84,9 @@ impl Scan {
         while let Some(end) = event_end(&self.pending) {
             let event = self.pending.split_to(end);
             if is_endpoint(&event) {
-                out.extend_from_slice(&self.rewrite(&event));
+                let event = self.rewrite(&event);
+                self.record(&event);
+                out.extend_from_slice(&event);
                 out.extend_from_slice(&self.pending.split());
                 return (out.freeze(), true);
             }
@@ -79,6 +97,24 @@ impl Scan {
             return (out.freeze(), true);
         }
         (out.freeze(), false)
+    }
+
+    /// Records the stream's path and the (rewritten) `endpoint` event's path as a legacy
+    /// server's.
+    fn record(&self, event: &[u8]) {
+        let legacy = &self.legacy;
+        let post = endpoint_path(event, &self.client, &legacy.stream_path);
+        let mut added = legacy.paths.add(&legacy.stream_path);
+        if let Some(post) = &post {
+            added |= legacy.paths.add(post);
+        }
+        if added {
+            tracing::info!(
+                stream = %legacy.stream_path,
+                messages = post.as_deref().unwrap_or("(another origin)"),
+                "the upstream is a legacy HTTP+SSE server: a router's route-missing 404 on its paths is masked from now on"
+            );
+        }
     }
 
     /// The event with each `data:` line that names the upstream pointed at the client's origin.
@@ -120,6 +156,42 @@ fn event_end(buf: &[u8]) -> Option<usize> {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
     }
+}
+
+/// The client-facing path an `endpoint` event names (its first `data:` line, rewritten already):
+/// a path on the client's own origin, absolute or relative to `stream_path`. `None` for a URL on
+/// another origin, or one with dot segments (not worth resolving: no server sends them).
+fn endpoint_path(event: &[u8], client: &str, stream_path: &str) -> Option<String> {
+    let text = std::str::from_utf8(event).ok()?;
+    let value = text.lines().find_map(|l| l.strip_prefix("data:"))?;
+    let url = value.trim_start_matches(' ').trim_end_matches('\r');
+    let on_client = url.len() >= client.len()
+        && url.is_char_boundary(client.len())
+        && url[..client.len()].eq_ignore_ascii_case(client)
+        && matches!(
+            url.as_bytes().get(client.len()),
+            None | Some(b'/' | b'?' | b'#')
+        );
+    let reference = if on_client { &url[client.len()..] } else { url };
+    let end = reference.find(['?', '#']).unwrap_or(reference.len());
+    let reference = &reference[..end];
+    let path = if on_client && reference.is_empty() {
+        "/".to_owned()
+    } else if reference.starts_with("//") {
+        return None;
+    } else if reference.starts_with('/') {
+        reference.to_owned()
+    } else if reference.contains(':') {
+        // An absolute URL on another origin (or a scheme-like first segment): not ours.
+        return None;
+    } else {
+        let dir = &stream_path[..stream_path.rfind('/').map_or(0, |i| i + 1)];
+        format!("{}{reference}", if dir.is_empty() { "/" } else { dir })
+    };
+    let dots = path
+        .split('/')
+        .any(|segment| segment == "." || segment == "..");
+    (!dots).then_some(path)
 }
 
 /// Whether an event's `event:` field is `endpoint`.
@@ -211,6 +283,14 @@ mod tests {
             client: "https://mcp.example".into(),
             pending: BytesMut::new(),
             scanned: 0,
+            legacy: legacy(),
+        }
+    }
+
+    fn legacy() -> Legacy {
+        Legacy {
+            stream_path: "/sse".into(),
+            paths: Arc::default(),
         }
     }
 
@@ -301,7 +381,53 @@ mod tests {
             BodyExt::boxed_unsync(Chunks(chunks.iter().copied().collect())),
             Arc::from("http://127.0.0.1:8000"),
             "http://proxy:8080".into(),
+            legacy(),
         )
+    }
+
+    #[test]
+    fn the_endpoint_event_names_the_legacy_paths() {
+        let mut s = scan();
+        let paths = s.legacy.paths.clone();
+        assert!(!paths.contains("/sse"));
+        s.feed(b"event: endpoint\ndata: http://127.0.0.1:8000/messages?session_id=1\n\n");
+        assert!(paths.contains("/sse"), "the stream's own path");
+        assert!(
+            paths.contains("/messages"),
+            "where clients POST, without the query"
+        );
+        assert!(!paths.contains("/messages?session_id=1"));
+    }
+
+    #[test]
+    fn endpoint_paths_absolute_relative_and_foreign() {
+        let c = "https://mcp.example";
+        let path = |data: &str, stream: &str| {
+            endpoint_path(
+                format!("event: endpoint\r\ndata: {data}\r\n\r\n").as_bytes(),
+                c,
+                stream,
+            )
+        };
+        assert_eq!(path("/messages?s=1", "/sse").as_deref(), Some("/messages"));
+        assert_eq!(
+            path("https://mcp.example/m/x#f", "/sse").as_deref(),
+            Some("/m/x")
+        );
+        assert_eq!(
+            path("HTTPS://MCP.EXAMPLE?s=1", "/sse").as_deref(),
+            Some("/")
+        );
+        assert_eq!(
+            path("messages?s=1", "/api/sse").as_deref(),
+            Some("/api/messages")
+        );
+        assert_eq!(path("messages", "sse").as_deref(), Some("/messages"));
+        assert_eq!(path("https://other.example/messages", "/sse"), None);
+        assert_eq!(path("https://mcp.example.evil/messages", "/sse"), None);
+        assert_eq!(path("//other.example/messages", "/sse"), None);
+        assert_eq!(path("/a/../admin", "/sse"), None);
+        assert_eq!(path("./messages", "/sse"), None);
     }
 
     #[tokio::test]

@@ -291,27 +291,33 @@ impl Proxy {
             && super::headers::is_event_stream(&head.headers);
         let resp = self.pass(&mut head, peek, learn, ex.flight.take());
         let resp = match (legacy_stream, &ex.target.client_host) {
-            (true, Some(host)) => self.endpoint_rewrite(resp, host),
+            (true, Some(host)) => self.endpoint_rewrite(resp, host, ex.target.client.path()),
             _ => resp,
         };
         Next::Answer((resp, note))
     }
 
     /// A GET's event stream, with a legacy server's absolute `endpoint` URL naming the upstream
-    /// pointed at the origin the client used (src/proxy/endpoint.rs).
+    /// pointed at the origin the client used, and its paths recorded as expected routes
+    /// (src/proxy/endpoint.rs).
     fn endpoint_rewrite(
         &self,
         resp: Response<ProxyBody>,
         client_host: &http::HeaderValue,
+        path: &str,
     ) -> Response<ProxyBody> {
         let Ok(host) = client_host.to_str() else {
             return resp;
         };
         let client = format!("{}://{host}", self.client_proto);
         let upstream = self.upstream_origin.clone();
+        let legacy = super::endpoint::Legacy {
+            stream_path: path.to_owned(),
+            paths: self.routes.legacy(),
+        };
         resp.map(|body| {
             http_body_util::BodyExt::boxed_unsync(super::endpoint::EndpointRewrite::new(
-                body, upstream, client,
+                body, upstream, client, legacy,
             ))
         })
     }

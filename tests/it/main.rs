@@ -14,6 +14,7 @@ mod health;
 mod held_memory;
 mod hold;
 mod hold_e2e;
+mod legacy;
 mod limits;
 mod logs;
 mod mcp_e2e;

@@ -1,7 +1,9 @@
 // The official MCP TypeScript SDK client, driven one command at a time by a Rust test
 // (tests/it/support/node.rs) so the test decides when each call happens.
 //
-// Usage: node client.mjs URL
+// Usage: node client.mjs [--legacy] URL
+//   --legacy: the deprecated 2024-11-05 HTTP+SSE transport (SSEClientTransport): URL is the
+//   server's GET stream (e.g. /sse); its `endpoint` event names where the client POSTs.
 // stdout: one JSON line per event: {"event":"ready","sessionId":...} once connected (or
 //         {"event":"failed","error":...} and exit 1), then per command one
 //         {"event":"result","ok":true,"text":<first text content>,"sessionId":...} or
@@ -14,11 +16,13 @@
 //         test's failure messages and for reading what the client does around a restart.
 import { createInterface } from 'node:readline';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { SSEClientTransport } from '@modelcontextprotocol/sdk/client/sse.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 
-const url = process.argv[2];
+const legacy = process.argv[2] === '--legacy';
+const url = process.argv[legacy ? 3 : 2];
 if (!url) {
-    console.error('usage: node client.mjs URL');
+    console.error('usage: node client.mjs [--legacy] URL');
     process.exit(2);
 }
 
@@ -50,7 +54,11 @@ async function tracedFetch(input, init = {}) {
     }
 }
 
-const transport = new StreamableHTTPClientTransport(new URL(url), { fetch: tracedFetch });
+// The legacy transport's event stream goes through the same traced fetch (SSEClientTransport
+// hands `fetch` to its EventSource).
+const transport = legacy
+    ? new SSEClientTransport(new URL(url), { fetch: tracedFetch })
+    : new StreamableHTTPClientTransport(new URL(url), { fetch: tracedFetch });
 const client = new Client({ name: 'holdfast-ts-test-client', version: '1.0.0' });
 // Errors the SDK reports out of band (the GET stream dropping, its reconnects failing): not a
 // command's result, but what the client went through.
@@ -79,7 +87,10 @@ async function perform(command) {
             await client.setLoggingLevel(command.level);
             return '';
         case 'close':
-            await transport.terminateSession();
+            // A legacy session ends with its stream, closed below.
+            if (!legacy) {
+                await transport.terminateSession();
+            }
             return '';
         default:
             throw new Error(`unknown op ${JSON.stringify(command.op)}`);

@@ -172,10 +172,22 @@ impl TsClient {
     /// Starts the client on `url` (the MCP endpoint, e.g. holdfast's `/mcp`) and waits until it
     /// has initialized its session.
     pub async fn start(url: &str) -> TsClient {
+        TsClient::spawn(&[url]).await
+    }
+
+    /// Starts a client of the deprecated 2024-11-05 HTTP+SSE transport (`SSEClientTransport`) on
+    /// `url` (the server's event stream, e.g. holdfast's `/sse`) and waits until it has
+    /// initialized its session.
+    pub async fn start_legacy(url: &str) -> TsClient {
+        TsClient::spawn(&["--legacy", url]).await
+    }
+
+    async fn spawn(args: &[&str]) -> TsClient {
+        let url = args.last().expect("a URL");
         let mut script = Script::spawn(
             format!("the TypeScript SDK client ({url})"),
             "client.mjs",
-            &[url],
+            args,
             Stdio::piped(),
         );
         let stdin = script.child.0.stdin.take().expect("piped stdin");
@@ -268,6 +280,8 @@ impl TsClient {
 pub struct TsServer {
     /// The running process; `None` between [`TsServer::stop`] and [`TsServer::start_again`].
     script: Option<Script>,
+    /// A legacy (2024-11-05 HTTP+SSE) server, `legacy-server.mjs`, instead of `server.mjs`.
+    legacy: bool,
     /// The port bound at the first start, kept for every later one.
     port: u16,
     /// One line per execution of `count`.
@@ -284,9 +298,27 @@ impl TsServer {
     pub async fn start(port: u16, ledger: &Path, levels: &Path) -> TsServer {
         let mut server = TsServer {
             script: None,
+            legacy: false,
             port,
             ledger: ledger.to_owned(),
             levels: levels.to_owned(),
+            history: Vec::new(),
+        };
+        server.start_again().await;
+        server
+    }
+
+    /// A legacy (2024-11-05 HTTP+SSE) server on the SDK's `SSEServerTransport`, as the SDK's
+    /// example writes one: `GET /sse` opens a session's stream, whose `endpoint` event names
+    /// `/messages?sessionId=...`; a POST for a session it does not know gets its own
+    /// `404 Session not found`. Tool `count` only (no levels file).
+    pub async fn start_legacy(port: u16, ledger: &Path) -> TsServer {
+        let mut server = TsServer {
+            script: None,
+            legacy: true,
+            port,
+            ledger: ledger.to_owned(),
+            levels: PathBuf::new(),
             history: Vec::new(),
         };
         server.start_again().await;
@@ -298,17 +330,18 @@ impl TsServer {
     pub async fn start_again(&mut self) {
         assert!(self.script.is_none(), "the server is already running");
         let port = self.port.to_string();
-        let args = [
-            "--port",
-            &port,
-            "--ledger",
-            path_str(&self.ledger),
-            "--levels",
-            path_str(&self.levels),
-        ];
+        let mut args = vec!["--port", &port, "--ledger", path_str(&self.ledger)];
+        if !self.legacy {
+            args.extend(["--levels", path_str(&self.levels)]);
+        }
+        let (what, file) = if self.legacy {
+            ("legacy server", "legacy-server.mjs")
+        } else {
+            ("server", "server.mjs")
+        };
         let mut script = Script::spawn(
-            format!("the TypeScript SDK server (port {port})"),
-            "server.mjs",
+            format!("the TypeScript SDK {what} (port {port})"),
+            file,
             &args,
             Stdio::null(),
         );

@@ -25,6 +25,8 @@ pub const TRAEFIK_404: &[u8] = b"404 page not found\n";
 pub struct Routed {
     /// Request method.
     pub method: Method,
+    /// Request path (without the query).
+    pub path: String,
     /// `Mcp-Session-Id`.
     pub session: Option<String>,
     /// `Last-Event-ID`.
@@ -130,6 +132,7 @@ async fn route(
     let answered_404 = missing.load(Ordering::SeqCst);
     log.lock().unwrap().push(Routed {
         method: parts.method.clone(),
+        path: parts.uri.path().to_owned(),
         session: header(&parts.headers, "mcp-session-id"),
         last_event_id: header(&parts.headers, "last-event-id"),
         body: body.clone(),
