@@ -33,6 +33,7 @@ pub mod cli;
 pub mod config;
 pub mod demo;
 pub mod hold;
+pub mod http1;
 pub mod idempotent;
 pub mod listener;
 pub mod mcp_method;

@@ -1,0 +1,463 @@
+//! Heads written out, and a body sent with its framing.
+
+use std::io::{self, IoSlice};
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
+
+use bytes::Bytes;
+use http::{HeaderMap, Method, StatusCode, Version};
+use http_body::Body;
+use tokio::io::AsyncWrite;
+
+use super::{BoxError, Error};
+
+/// How a body being sent is framed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framing {
+    /// None (the head says so, or the message cannot have one).
+    Empty,
+    /// `Content-Length`: exactly this many bytes.
+    Length(u64),
+    /// `Transfer-Encoding: chunked`.
+    Chunked,
+    /// As it comes; the connection's close ends it (a response to an HTTP/1.0 client).
+    Close,
+}
+
+/// `METHOD target HTTP/1.1`, the header lines and the blank line, in one allocation.
+pub fn request_head(method: &Method, target: &str, headers: &HeaderMap) -> Vec<u8> {
+    let mut out =
+        Vec::with_capacity(method.as_str().len() + target.len() + 13 + fields_len(headers));
+    out.extend_from_slice(method.as_str().as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(target.as_bytes());
+    out.extend_from_slice(b" HTTP/1.1\r\n");
+    fields(&mut out, headers);
+    out
+}
+
+/// `HTTP/1.1 200 OK` (or `HTTP/1.0` for `version` 1.0), the header lines and the blank line.
+pub fn response_head(version: Version, status: StatusCode, headers: &HeaderMap) -> Vec<u8> {
+    let reason = status.canonical_reason().unwrap_or("");
+    let mut out = Vec::with_capacity(15 + reason.len() + fields_len(headers));
+    out.extend_from_slice(if version == Version::HTTP_10 {
+        b"HTTP/1.0 "
+    } else {
+        b"HTTP/1.1 "
+    });
+    out.extend_from_slice(status.as_str().as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(reason.as_bytes());
+    out.extend_from_slice(b"\r\n");
+    fields(&mut out, headers);
+    out
+}
+
+fn fields_len(headers: &HeaderMap) -> usize {
+    2 + headers
+        .iter()
+        .map(|(n, v)| n.as_str().len() + v.len() + 4)
+        .sum::<usize>()
+}
+
+fn fields(out: &mut Vec<u8>, headers: &HeaderMap) {
+    for (name, value) in headers {
+        out.extend_from_slice(name.as_str().as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+/// A chunk's size line, `{hex}\r\n`, without an allocation.
+#[derive(Debug, Default, Clone, Copy)]
+struct SizeLine {
+    bytes: [u8; 18],
+    len: u8,
+}
+
+impl SizeLine {
+    fn new(size: usize) -> Self {
+        let mut line = SizeLine::default();
+        let digits = if size == 0 {
+            1
+        } else {
+            (usize::BITS - size.leading_zeros()).div_ceil(4) as usize
+        };
+        for i in 0..digits {
+            let nibble = (size >> (4 * (digits - 1 - i))) & 0xf;
+            line.bytes[i] = b"0123456789ABCDEF"[nibble];
+        }
+        line.bytes[digits] = b'\r';
+        line.bytes[digits + 1] = b'\n';
+        line.len = (digits + 2) as u8;
+        line
+    }
+
+    fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..self.len as usize]
+    }
+}
+
+/// Sends one message: its head, then its body's frames in its framing, one frame at a time
+/// (nothing is queued beyond the frame being written). The head and the body's first frame go
+/// out in one write when the first frame is at hand, as a whole small request or answer is.
+///
+/// A failure before any byte went out leaves everything here unsent: [`BodyWriter::untouched`]
+/// says so, and the writer can go on another connection as it is.
+pub struct BodyWriter<B> {
+    head: Vec<u8>,
+    head_at: usize,
+    size: SizeLine,
+    size_at: usize,
+    data: Bytes,
+    /// After the frame: its CRLF, or the last chunk with trailers.
+    tail: Bytes,
+    body: Option<B>,
+    framing: Framing,
+    /// Body bytes taken from the body so far.
+    taken: u64,
+    /// Whether any byte went to the connection.
+    started: bool,
+}
+
+impl<B> BodyWriter<B>
+where
+    B: Body<Data = Bytes> + Unpin,
+    B::Error: Into<BoxError>,
+{
+    /// A message with `head` (already written out by [`request_head`] or [`response_head`])
+    /// and `body` in `framing`.
+    pub fn new(head: Vec<u8>, framing: Framing, body: B) -> Self {
+        BodyWriter {
+            head,
+            head_at: 0,
+            size: SizeLine::default(),
+            size_at: 0,
+            data: Bytes::new(),
+            tail: Bytes::new(),
+            body: Some(body),
+            framing,
+            taken: 0,
+            started: false,
+        }
+    }
+
+    /// Whether no byte of the message has been written yet.
+    pub fn untouched(&self) -> bool {
+        !self.started
+    }
+
+    /// Whether the head has been written whole.
+    pub fn head_written(&self) -> bool {
+        self.head_at == self.head.len()
+    }
+
+    /// Whether anything is waiting to be written.
+    fn pending(&self) -> bool {
+        self.head_at < self.head.len()
+            || self.size_at < self.size.len as usize
+            || !self.data.is_empty()
+            || !self.tail.is_empty()
+    }
+
+    /// Writes until the message is sent (`Ready(Ok)`), the connection or the body must be waited
+    /// for (`Pending`), or something fails. `written` counts the bytes the connection took.
+    pub fn poll_write<W: AsyncWrite + Unpin>(
+        &mut self,
+        cx: &mut Context<'_>,
+        io: &mut W,
+        written: &mut u64,
+    ) -> Poll<Result<(), Error>> {
+        loop {
+            // The next frame, once the previous one is out (and before the first write, so
+            // that the head can take it along).
+            let frame_gone = self.size_at == self.size.len as usize
+                && self.data.is_empty()
+                && self.tail.is_empty();
+            if frame_gone && self.body.is_some() {
+                match self.poll_next_frame(cx) {
+                    Poll::Ready(Ok(())) => {}
+                    Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                    Poll::Pending if !self.pending() => return Poll::Pending,
+                    // The head goes out without waiting for the body.
+                    Poll::Pending => {}
+                }
+                if self.body.is_some() && !self.pending() {
+                    continue;
+                }
+            }
+            if !self.pending() {
+                return Poll::Ready(Ok(()));
+            }
+            let n = ready!(self.poll_write_pending(cx, io))?;
+            *written += n as u64;
+            self.started = true;
+            self.advance(n);
+        }
+    }
+
+    /// Takes one frame from the body into the pending bytes (or ends the body).
+    fn poll_next_frame(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
+        let body = self.body.as_mut().expect("called with a body");
+        match ready!(Pin::new(body).poll_frame(cx)) {
+            Some(Ok(frame)) => match frame.into_data() {
+                Ok(data) if data.is_empty() => Poll::Ready(Ok(())),
+                Ok(data) => Poll::Ready(self.queue(data)),
+                Err(frame) => {
+                    if let (Framing::Chunked, Ok(trailers)) = (self.framing, frame.into_trailers())
+                    {
+                        self.finish(Some(&trailers))?;
+                    }
+                    // Elsewhere trailers cannot be sent: dropped.
+                    Poll::Ready(Ok(()))
+                }
+            },
+            Some(Err(e)) => {
+                self.body = None;
+                Poll::Ready(Err(Error::Body(e.into())))
+            }
+            None => Poll::Ready(self.finish(None)),
+        }
+    }
+
+    fn queue(&mut self, data: Bytes) -> Result<(), Error> {
+        self.taken += data.len() as u64;
+        match self.framing {
+            Framing::Empty => {
+                return Err(Error::Body("a body on a message that declares none".into()))
+            }
+            Framing::Length(n) if self.taken > n => {
+                return Err(Error::Body(
+                    format!("the body is longer than its Content-Length ({n})").into(),
+                ))
+            }
+            Framing::Chunked => {
+                self.size = SizeLine::new(data.len());
+                self.size_at = 0;
+                self.tail = Bytes::from_static(b"\r\n");
+            }
+            Framing::Length(_) | Framing::Close => {}
+        }
+        self.data = data;
+        Ok(())
+    }
+
+    /// The body ended (with `trailers`, for a chunked one).
+    fn finish(&mut self, trailers: Option<&HeaderMap>) -> Result<(), Error> {
+        self.body = None;
+        match self.framing {
+            Framing::Length(n) if self.taken != n => Err(Error::Body(
+                format!("the body ended after {} of its {n} bytes", self.taken).into(),
+            )),
+            Framing::Chunked => {
+                let mut last = b"0\r\n".to_vec();
+                match trailers {
+                    Some(t) if !t.is_empty() => fields(&mut last, t),
+                    _ => last.extend_from_slice(b"\r\n"),
+                }
+                self.tail = Bytes::from(last);
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+
+    fn poll_write_pending<W: AsyncWrite + Unpin>(
+        &self,
+        cx: &mut Context<'_>,
+        io: &mut W,
+    ) -> Poll<Result<usize, Error>> {
+        let slices = [
+            IoSlice::new(&self.head[self.head_at..]),
+            IoSlice::new(&self.size.as_bytes()[self.size_at..]),
+            IoSlice::new(&self.data),
+            IoSlice::new(&self.tail),
+        ];
+        let n = if io.is_write_vectored() {
+            ready!(Pin::new(io).poll_write_vectored(cx, &slices))?
+        } else {
+            let first = slices.iter().find(|s| !s.is_empty()).expect("pending");
+            ready!(Pin::new(io).poll_write(cx, first))?
+        };
+        if n == 0 {
+            return Poll::Ready(Err(Error::Io(io::ErrorKind::WriteZero.into())));
+        }
+        Poll::Ready(Ok(n))
+    }
+
+    /// Marks `n` more bytes written, in order: head, size line, data, tail.
+    fn advance(&mut self, mut n: usize) {
+        let head = (self.head.len() - self.head_at).min(n);
+        self.head_at += head;
+        n -= head;
+        if self.head_at == self.head.len() && !self.head.is_empty() {
+            // Written: the head's memory is not needed while the body streams.
+            self.head = Vec::new();
+            self.head_at = 0;
+        }
+        let size = (self.size.len as usize - self.size_at).min(n);
+        self.size_at += size;
+        n -= size;
+        let data = self.data.len().min(n);
+        bytes::Buf::advance(&mut self.data, data);
+        n -= data;
+        let tail = self.tail.len().min(n);
+        bytes::Buf::advance(&mut self.tail, tail);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::{BodyExt, Full};
+
+    #[test]
+    fn size_lines_are_upper_case_hex() {
+        for (n, want) in [
+            (0, "0"),
+            (1, "1"),
+            (15, "F"),
+            (16, "10"),
+            (4096, "1000"),
+            (usize::MAX, "FFFFFFFFFFFFFFFF"),
+        ] {
+            assert_eq!(
+                SizeLine::new(n).as_bytes(),
+                format!("{want}\r\n").as_bytes()
+            );
+        }
+    }
+
+    /// Writes the message to a buffer that takes at most `step` bytes per write.
+    async fn written<B>(mut w: BodyWriter<B>, step: usize) -> Result<Vec<u8>, Error>
+    where
+        B: Body<Data = Bytes> + Unpin,
+        B::Error: Into<BoxError>,
+    {
+        let mut sink = Trickle {
+            out: Vec::new(),
+            step,
+        };
+        let mut count = 0;
+        std::future::poll_fn(|cx| w.poll_write(cx, &mut sink, &mut count)).await?;
+        assert_eq!(count as usize, sink.out.len());
+        Ok(sink.out)
+    }
+
+    struct Trickle {
+        out: Vec<u8>,
+        step: usize,
+    }
+
+    impl AsyncWrite for Trickle {
+        fn poll_write(
+            mut self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            buf: &[u8],
+        ) -> Poll<io::Result<usize>> {
+            let n = buf.len().min(self.step);
+            self.out.extend_from_slice(&buf[..n]);
+            Poll::Ready(Ok(n))
+        }
+        fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+        fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    /// A body of the given data frames, each ready at once.
+    struct Frames(std::collections::VecDeque<&'static str>);
+
+    impl Body for Frames {
+        type Data = Bytes;
+        type Error = std::convert::Infallible;
+
+        fn poll_frame(
+            mut self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+        ) -> Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
+            Poll::Ready(
+                self.0
+                    .pop_front()
+                    .map(|p| Ok(http_body::Frame::data(Bytes::from_static(p.as_bytes())))),
+            )
+        }
+    }
+
+    fn frames(parts: &[&'static str]) -> Frames {
+        Frames(parts.iter().copied().collect())
+    }
+
+    #[tokio::test]
+    async fn a_chunked_body_is_framed_frame_by_frame_over_any_write_size() {
+        for step in [1, 3, 7, 64, 4096] {
+            let w = BodyWriter::new(
+                b"HEAD\r\n\r\n".to_vec(),
+                Framing::Chunked,
+                frames(&["hello", "", ", world"]),
+            );
+            let out = written(w, step).await.unwrap();
+            assert_eq!(
+                out, b"HEAD\r\n\r\n5\r\nhello\r\n7\r\n, world\r\n0\r\n\r\n",
+                "step {step}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn a_length_body_must_match_its_length() {
+        let ok = BodyWriter::new(
+            Vec::new(),
+            Framing::Length(5),
+            Full::new(Bytes::from("hello")),
+        );
+        assert_eq!(written(ok, 2).await.unwrap(), b"hello");
+        let long = BodyWriter::new(
+            Vec::new(),
+            Framing::Length(4),
+            Full::new(Bytes::from("hello")),
+        );
+        assert!(matches!(written(long, 64).await, Err(Error::Body(_))));
+        let short = BodyWriter::new(
+            Vec::new(),
+            Framing::Length(6),
+            Full::new(Bytes::from("hello")),
+        );
+        assert!(matches!(written(short, 64).await, Err(Error::Body(_))));
+        let none = BodyWriter::new(Vec::new(), Framing::Empty, Full::new(Bytes::from("x")));
+        assert!(matches!(written(none, 64).await, Err(Error::Body(_))));
+    }
+
+    #[tokio::test]
+    async fn trailers_close_a_chunked_body() {
+        let mut trailers = HeaderMap::new();
+        trailers.insert("x-sum", "7".parse().unwrap());
+        let body =
+            Full::new(Bytes::from("abc")).with_trailers(std::future::ready(Some(Ok(trailers))));
+        let w = BodyWriter::new(Vec::new(), Framing::Chunked, body);
+        assert_eq!(
+            written(w, 64).await.unwrap(),
+            b"3\r\nabc\r\n0\r\nx-sum: 7\r\n\r\n"
+        );
+    }
+
+    #[test]
+    fn heads_are_written_in_order() {
+        let mut h = HeaderMap::new();
+        h.insert("host", "a".parse().unwrap());
+        h.append("x-list", "1".parse().unwrap());
+        h.append("x-list", "2".parse().unwrap());
+        assert_eq!(
+            request_head(&Method::POST, "/mcp?x=1", &h),
+            b"POST /mcp?x=1 HTTP/1.1\r\nhost: a\r\nx-list: 1\r\nx-list: 2\r\n\r\n"
+        );
+        assert_eq!(
+            response_head(Version::HTTP_11, StatusCode::NOT_FOUND, &HeaderMap::new()),
+            b"HTTP/1.1 404 Not Found\r\n\r\n"
+        );
+    }
+}

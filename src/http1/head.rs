@@ -1,0 +1,324 @@
+//! Heads read off the wire: parsed by `httparse`, copied into `http` types (so nothing kept
+//! later pins the buffer they arrived in), and the body's framing decided from them.
+
+use http::header::{CONNECTION, CONTENT_LENGTH, TRANSFER_ENCODING};
+use http::{HeaderMap, HeaderName, HeaderValue, Method, Response, StatusCode, Version};
+
+use super::decode::Framing;
+use super::Error;
+
+/// hyper's default and HAProxy's: the header lines a head may have unless configured.
+const DEFAULT_MAX_HEADERS: usize = 100;
+
+/// A parsed response head.
+#[derive(Debug)]
+pub struct ResponseHead {
+    /// Status, version and headers (the reason phrase is not kept).
+    pub parts: http::response::Parts,
+    /// How its body is framed.
+    pub framing: Framing,
+    /// Whether the connection may carry another request after this exchange.
+    pub keep_alive: bool,
+}
+
+/// Parses a response head at the start of `buf`: its length and the head, or `None` when more
+/// bytes are needed. `method` is the request's (a HEAD's answer has no body).
+pub fn parse_response(
+    buf: &[u8],
+    max_headers: usize,
+    method: &Method,
+) -> Result<Option<(usize, ResponseHead)>, Error> {
+    let mut stack = [httparse::EMPTY_HEADER; DEFAULT_MAX_HEADERS];
+    let mut heap;
+    let fields: &mut [httparse::Header<'_>] = if max_headers == DEFAULT_MAX_HEADERS {
+        &mut stack
+    } else {
+        heap = vec![httparse::EMPTY_HEADER; max_headers];
+        &mut heap
+    };
+    let mut resp = httparse::Response::new(fields);
+    let len = match resp.parse(buf) {
+        Ok(httparse::Status::Complete(len)) => len,
+        Ok(httparse::Status::Partial) => return Ok(None),
+        Err(httparse::Error::TooManyHeaders) => return Err(Error::TooManyHeaders(max_headers)),
+        Err(_) => return Err(Error::Parse("an invalid response head")),
+    };
+    let version = match resp.version {
+        Some(0) => Version::HTTP_10,
+        _ => Version::HTTP_11,
+    };
+    let status = resp
+        .code
+        .and_then(|c| StatusCode::from_u16(c).ok())
+        .ok_or(Error::Parse("an invalid status code"))?;
+    let mut headers = copy_fields(resp.headers)?;
+    let framing = response_framing(method, status, &mut headers)?;
+    let keep_alive = framing != Framing::Close && keeps_alive(version, &headers);
+    let (mut parts, ()) = Response::new(()).into_parts();
+    parts.status = status;
+    parts.version = version;
+    parts.headers = headers;
+    Ok(Some((
+        len,
+        ResponseHead {
+            parts,
+            framing,
+            keep_alive,
+        },
+    )))
+}
+
+/// The parsed fields as a header map, each name and value copied.
+fn copy_fields(fields: &[httparse::Header<'_>]) -> Result<HeaderMap, Error> {
+    let mut headers = HeaderMap::with_capacity(fields.len());
+    for field in fields {
+        let name = HeaderName::from_bytes(field.name.as_bytes())
+            .map_err(|_| Error::Parse("an invalid header name"))?;
+        let value = HeaderValue::from_bytes(field.value)
+            .map_err(|_| Error::Parse("an invalid header value"))?;
+        headers.append(name, value);
+    }
+    Ok(headers)
+}
+
+/// How a response's body is framed (RFC 9112 §6.3), fixing the head where it contradicts
+/// itself: with `Transfer-Encoding`, any `Content-Length` is wrong and removed; equal repeated
+/// `Content-Length` values become one; different ones are an error.
+fn response_framing(
+    method: &Method,
+    status: StatusCode,
+    headers: &mut HeaderMap,
+) -> Result<Framing, Error> {
+    if method == Method::HEAD
+        || status.is_informational()
+        || status == StatusCode::NO_CONTENT
+        || status == StatusCode::NOT_MODIFIED
+    {
+        return Ok(Framing::Empty);
+    }
+    if headers.contains_key(TRANSFER_ENCODING) {
+        headers.remove(CONTENT_LENGTH);
+        return Ok(if is_chunked(headers) {
+            Framing::Chunked
+        } else {
+            // Not ending in chunked: only the connection's close ends it.
+            Framing::Close
+        });
+    }
+    match content_length(headers)? {
+        Some(n) => Ok(Framing::Length(n)),
+        None => Ok(Framing::Close),
+    }
+}
+
+/// Whether the last transfer coding is `chunked`.
+pub fn is_chunked(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(TRANSFER_ENCODING)
+        .iter()
+        .next_back()
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.rsplit(',').next())
+        .is_some_and(|last| last.trim().eq_ignore_ascii_case("chunked"))
+}
+
+/// The one `Content-Length` value (repeated lines or a list of equal values become one line), or
+/// an error for an invalid or disagreeing one.
+pub fn content_length(headers: &mut HeaderMap) -> Result<Option<u64>, Error> {
+    let mut found: Option<u64> = None;
+    let mut lines = 0;
+    for value in headers.get_all(CONTENT_LENGTH) {
+        lines += 1;
+        let text = value
+            .to_str()
+            .map_err(|_| Error::Parse("an invalid Content-Length"))?;
+        for part in text.split(',') {
+            let part = part.trim();
+            if part.is_empty() || part.len() > 19 || !part.bytes().all(|b| b.is_ascii_digit()) {
+                return Err(Error::Parse("an invalid Content-Length"));
+            }
+            let n: u64 = part
+                .parse()
+                .map_err(|_| Error::Parse("an invalid Content-Length"))?;
+            if found.is_some_and(|f| f != n) {
+                return Err(Error::Parse("disagreeing Content-Length values"));
+            }
+            found = Some(n);
+        }
+    }
+    if let Some(n) = found {
+        if lines > 1
+            || headers
+                .get(CONTENT_LENGTH)
+                .is_some_and(|v| v.as_bytes().contains(&b','))
+        {
+            headers.insert(CONTENT_LENGTH, HeaderValue::from(n));
+        }
+    }
+    Ok(found)
+}
+
+/// Whether a message of `version` with `headers` leaves its connection open.
+pub fn keeps_alive(version: Version, headers: &HeaderMap) -> bool {
+    let has = |token: &str| {
+        headers
+            .get_all(CONNECTION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .any(|t| t.trim().eq_ignore_ascii_case(token))
+    };
+    if version == Version::HTTP_10 {
+        has("keep-alive")
+    } else {
+        !has("close")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(head: &str, method: Method) -> Result<Option<(usize, ResponseHead)>, Error> {
+        parse_response(head.as_bytes(), DEFAULT_MAX_HEADERS, &method)
+    }
+
+    fn framing(head: &str) -> Framing {
+        parse(head, Method::GET).unwrap().unwrap().1.framing
+    }
+
+    #[test]
+    fn a_head_is_complete_only_at_its_blank_line() {
+        assert!(
+            parse("HTTP/1.1 200 OK\r\ncontent-length: 2\r\n", Method::GET)
+                .unwrap()
+                .is_none()
+        );
+        let (len, head) = parse(
+            "HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok",
+            Method::GET,
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(len, 38);
+        assert_eq!(head.parts.status, 200);
+        assert_eq!(head.framing, Framing::Length(2));
+        assert!(head.keep_alive);
+    }
+
+    #[test]
+    fn framing_follows_rfc_9112() {
+        assert_eq!(
+            framing("HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"),
+            Framing::Chunked
+        );
+        assert_eq!(
+            framing("HTTP/1.1 200 OK\r\ntransfer-encoding: gzip, chunked\r\n\r\n"),
+            Framing::Chunked
+        );
+        assert_eq!(
+            framing("HTTP/1.1 200 OK\r\ntransfer-encoding: gzip\r\n\r\n"),
+            Framing::Close
+        );
+        assert_eq!(framing("HTTP/1.1 200 OK\r\n\r\n"), Framing::Close);
+        assert_eq!(
+            framing("HTTP/1.1 204 No Content\r\ncontent-length: 5\r\n\r\n"),
+            Framing::Empty
+        );
+        assert_eq!(
+            framing("HTTP/1.1 304 Not Modified\r\ncontent-length: 5\r\n\r\n"),
+            Framing::Empty
+        );
+        let (_, head) = parse("HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\n", Method::HEAD)
+            .unwrap()
+            .unwrap();
+        assert_eq!(head.framing, Framing::Empty);
+        assert_eq!(
+            head.parts.headers[CONTENT_LENGTH], "5",
+            "a HEAD's length passes as it came"
+        );
+    }
+
+    #[test]
+    fn transfer_encoding_wins_and_the_stale_length_goes() {
+        let (_, head) = parse(
+            "HTTP/1.1 200 OK\r\ncontent-length: 3\r\ntransfer-encoding: chunked\r\n\r\n",
+            Method::GET,
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(head.framing, Framing::Chunked);
+        assert!(!head.parts.headers.contains_key(CONTENT_LENGTH));
+    }
+
+    #[test]
+    fn content_lengths_agree_or_fail() {
+        let (_, head) = parse(
+            "HTTP/1.1 200 OK\r\ncontent-length: 2\r\ncontent-length: 2\r\n\r\n",
+            Method::GET,
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(head.framing, Framing::Length(2));
+        assert_eq!(head.parts.headers.get_all(CONTENT_LENGTH).iter().count(), 1);
+        for bad in ["2, 3", "-1", "", "1e3", "99999999999999999999"] {
+            let text = format!("HTTP/1.1 200 OK\r\ncontent-length: {bad}\r\n\r\n");
+            assert!(parse(&text, Method::GET).unwrap_err().is_parse(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn keep_alive_by_version_and_connection() {
+        assert!(
+            !parse(
+                "HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 0\r\n\r\n",
+                Method::GET
+            )
+            .unwrap()
+            .unwrap()
+            .1
+            .keep_alive
+        );
+        assert!(
+            !parse("HTTP/1.0 200 OK\r\ncontent-length: 0\r\n\r\n", Method::GET)
+                .unwrap()
+                .unwrap()
+                .1
+                .keep_alive
+        );
+        assert!(
+            parse(
+                "HTTP/1.0 200 OK\r\nconnection: keep-alive\r\ncontent-length: 0\r\n\r\n",
+                Method::GET
+            )
+            .unwrap()
+            .unwrap()
+            .1
+            .keep_alive
+        );
+        assert!(
+            !parse("HTTP/1.1 200 OK\r\n\r\n", Method::GET)
+                .unwrap()
+                .unwrap()
+                .1
+                .keep_alive,
+            "close-delimited"
+        );
+    }
+
+    #[test]
+    fn too_many_headers_and_garbage_fail() {
+        let many: String = (0..101).map(|i| format!("x-{i}: v\r\n")).collect();
+        let text = format!("HTTP/1.1 200 OK\r\n{many}\r\n");
+        assert!(matches!(
+            parse(&text, Method::GET),
+            Err(Error::TooManyHeaders(100))
+        ));
+        assert!(parse_response(text.as_bytes(), 200, &Method::GET)
+            .unwrap()
+            .is_some());
+        assert!(parse("SSH-2.0-OpenSSH\r\n\r\n", Method::GET)
+            .unwrap_err()
+            .is_parse());
+    }
+}
