@@ -266,6 +266,14 @@ pub fn classify(outcome: &Outcome<'_>, cx: &Context<'_>) -> Verdict {
                 // TLS failed after the handshake: with TLS 1.3 an upstream that refuses
                 // holdfast's client certificate says so only after the request was written.
                 Verdict::Failed(FailReason::UpstreamTls)
+            } else if let Some(h) = find_cause::<crate::http1::Error>(*err) {
+                if h.is_parse() {
+                    Verdict::Failed(FailReason::Protocol)
+                } else {
+                    // Closed, reset, incomplete: the request may have been written, so the
+                    // application may have executed it.
+                    Verdict::Failed(FailReason::UpstreamReset)
+                }
             } else if let Some(h) = find_cause::<hyper::Error>(*err) {
                 if h.is_parse() || h.is_parse_status() {
                     Verdict::Failed(FailReason::Protocol)

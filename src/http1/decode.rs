@@ -78,6 +78,15 @@ impl Decoder {
         self.state == State::Close
     }
 
+    /// The bytes left of a body whose whole length is known (0 once complete).
+    pub fn length_rest(&self) -> Option<u64> {
+        match self.state {
+            State::Length(n) => Some(n),
+            State::Done => Some(0),
+            _ => None,
+        }
+    }
+
     /// Bytes known to be still to come (a `Content-Length` body's rest, a chunk's), to size
     /// the next read.
     pub fn known_rest(&self) -> Option<u64> {

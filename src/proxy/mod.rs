@@ -195,7 +195,10 @@ impl Proxy {
             cfg.pool_idle_timeout,
             cfg.upstream_tls.as_ref().map(|t| t.config.clone()),
             metrics.upstream_closed.clone(),
-            (cfg.max_headers != crate::config::defaults::MAX_HEADERS).then_some(cfg.max_headers),
+            crate::upstream::ResponseLimits {
+                max_headers: cfg.max_headers,
+                max_head_bytes: cfg.max_header_bytes,
+            },
         ));
         Self {
             upstream: cfg.upstream.clone(),

@@ -33,8 +33,6 @@ use rustls::pki_types::ServerName;
 use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
 
-use super::tcp::{SharedTcp, TcpHandle};
-
 /// Why a connection to the upstream could not be made.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ConnectErrorKind {
@@ -168,7 +166,7 @@ impl tower_service::Service<Uri> for UpstreamConnector {
             within(timeout, async move {
                 let tcp = connect(&host, port).await?;
                 let Some(tls) = tls else {
-                    return Ok(UpstreamIo::Plain(SharedTcp::new(tcp)));
+                    return Ok(UpstreamIo::Plain(TokioIo::new(tcp)));
                 };
                 // SNI and certificate verification use the upstream URL's host, never anything a
                 // client sent (the Host header is the client's to choose).
@@ -186,6 +184,15 @@ impl tower_service::Service<Uri> for UpstreamConnector {
             })
             .await
         })
+    }
+}
+
+impl UpstreamConnector {
+    /// A plain TCP connection to `uri`'s host and port within the connect timeout: what
+    /// holdfast's own HTTP/1 path sends on (an `http://` upstream).
+    pub async fn connect_tcp(&self, uri: &Uri) -> Result<TcpStream, ConnectError> {
+        let (host, port) = host_and_port(uri)?;
+        within(self.connect_timeout, connect(&host, port)).await
     }
 }
 
@@ -219,20 +226,10 @@ impl ConnectError {
 /// A connection to the upstream, plain or TLS.
 #[derive(Debug)]
 pub enum UpstreamIo {
-    /// `http://`: shared with the pool, which asks the kernel about it (see [`super::tcp`]).
-    Plain(SharedTcp),
+    /// `http://`.
+    Plain(TokioIo<TcpStream>),
     /// `https://` (boxed: a TLS session is large and the plain variant is common).
     Tls(Box<TokioIo<TlsStream<TcpStream>>>),
-}
-
-impl UpstreamIo {
-    /// The pool's view of a plain connection (`None` for TLS).
-    pub fn tcp_handle(&self) -> Option<TcpHandle> {
-        match self {
-            UpstreamIo::Plain(tcp) => Some(tcp.handle()),
-            UpstreamIo::Tls(_) => None,
-        }
-    }
 }
 
 impl Connection for UpstreamIo {

@@ -5,43 +5,44 @@
 //! - [`pool`]: idle HTTP/1 connections of our own.
 //! - here, [`Client`]: sends one request and hands back the response.
 //!
-//! A plain `http://` upstream (the sidecar's usual case) goes through our own HTTP/1 path on
-//! `hyper::client::conn::http1`: a pooled (or new) connection is taken first and the request sent
-//! second, so a pooled connection that turns out closed hands the request back untouched (hyper's
-//! `try_send_request`), and it goes on a new connection; and a connection returns to the pool when
-//! its response body ends, with no task spawned per response to wait for that. An `https://`
+//! A plain `http://` upstream (the sidecar's usual case) goes through our own HTTP/1 path
+//! ([`h1`], on [`crate::http1`]): a pooled (or new) connection is taken first and the request
+//! written second, in the request's own task, so a connection that fails before a byte of the
+//! request went out hands it back whole, and it goes on another one; the response body is read
+//! straight off the connection, which returns to the pool when the body ends. An `https://`
 //! upstream keeps hyper-util's pooled client, which also speaks HTTP/2 when the upstream picks
 //! `h2` by ALPN.
 //!
-//! On that HTTP/1 path the kernel is asked, twice, what it knows that hyper does not ([`tcp`]):
-//! whether a pooled connection was closed by the upstream before it carries a request (then it
-//! is not used), and, when an exchange fails, whether the upstream's TCP acknowledged any byte of
-//! the request. A request none of whose bytes were acknowledged, or that hyper handed back
-//! unwritten from a new connection, fails with [`NeverRead`]: it provably never reached the
-//! application, so it may be held and sent again.
+//! On that HTTP/1 path the kernel is asked, twice, what it knows that the exchange does not
+//! ([`tcp`]): whether a pooled connection was closed by the upstream before it carries a
+//! request (then it is not used), and, when an exchange fails, whether the upstream's TCP
+//! acknowledged any byte of the request. A request none of whose bytes were acknowledged, or
+//! that a new connection failed before writing, fails with [`NeverRead`]: it provably never
+//! reached the application, so it may be held and sent again.
 
 pub mod connector;
+pub mod h1;
 pub mod pool;
 pub mod tcp;
 
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{ready, Context, Poll};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{Request, Response, Uri};
+use http::{HeaderValue, Request, Response, Uri};
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
-use hyper::client::conn::http1;
 use hyper_util::client::legacy::Client as HyperClient;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use prometheus_client::metrics::counter::Counter;
 
 pub use connector::{ConnectError, ConnectErrorKind, Connector, UpstreamConnector, UpstreamIo};
-use pool::{Conn, Pool};
+use h1::{Conn, Failure, Limits, Outgoing};
+use pool::Pool;
 
-use crate::replay::{Completion, ReplayBody};
+use crate::replay::ReplayBody;
 
 /// Why sending failed. Each variant keeps its cause: the classifier walks the chain to a
 /// [`ConnectError`] (never sent) or a `hyper::Error` (may have been sent).
@@ -52,7 +53,7 @@ pub enum SendError {
     Connect(#[source] ConnectError),
     /// The HTTP/1 exchange failed.
     #[error("the upstream exchange failed")]
-    Exchange(#[source] hyper::Error),
+    Exchange(#[source] crate::http1::Error),
     /// hyper-util's client (an `https://` upstream) failed.
     #[error("the upstream request failed")]
     Pooled(#[source] hyper_util::client::legacy::Error),
@@ -69,13 +70,14 @@ pub struct NeverRead {
     /// How it is known.
     pub when: Unread,
     #[source]
-    source: hyper::Error,
+    source: crate::http1::Error,
 }
 
 /// How a request is known to have never been read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Unread {
-    /// A new connection closed before hyper wrote anything on it (an accept-then-close port).
+    /// A new connection failed before anything was written on it, closed by the upstream (an
+    /// accept-then-close port).
     BeforeRequest,
     /// Written, but the upstream's TCP acknowledged none of it: it had closed, or was killed,
     /// before the request arrived, and answered it with a reset.
@@ -110,18 +112,31 @@ pub struct Client {
 
 enum Inner {
     /// `http://`: our own HTTP/1 pool.
-    Http1 {
-        /// The upstream's base URI: where every connection goes (one upstream per holdfast).
-        base: Uri,
-        connector: UpstreamConnector,
-        pool: Arc<Pool>,
-        closed: ClosedCounters,
-        /// Most header lines in a response head, when not hyper's default.
-        max_headers: Option<usize>,
-    },
+    Http1(Box<Http1>),
     /// `https://`: hyper-util's client (HTTP/1.1, or HTTP/2 by ALPN). Boxed: it is large, and
     /// the plain variant is the common one.
     Pooled(Box<HyperClient<UpstreamConnector, ReplayBody>>),
+}
+
+/// Our own HTTP/1 path to an `http://` upstream.
+struct Http1 {
+    /// The upstream's base URI: where every connection goes (one upstream per holdfast).
+    base: Uri,
+    /// `Host` for a request that has none (its authority).
+    host: HeaderValue,
+    connector: UpstreamConnector,
+    pool: Arc<Pool>,
+    closed: ClosedCounters,
+    limits: Limits,
+}
+
+/// What a client accepts from the upstream.
+#[derive(Debug, Clone, Copy)]
+pub struct ResponseLimits {
+    /// Most header lines in a response head.
+    pub max_headers: usize,
+    /// Most bytes in a response head.
+    pub max_head_bytes: usize,
 }
 
 impl Client {
@@ -135,21 +150,26 @@ impl Client {
         pool_idle: Duration,
         tls: Option<Arc<rustls::ClientConfig>>,
         closed: ClosedCounters,
-        max_headers: Option<usize>,
+        limits: ResponseLimits,
     ) -> Client {
         let inner = match tls {
-            None => Inner::Http1 {
+            None => Inner::Http1(Box::new(Http1 {
+                host: base
+                    .authority()
+                    .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
+                    .unwrap_or_else(|| HeaderValue::from_static("localhost")),
                 base,
                 connector: UpstreamConnector::new(connect_timeout, None),
                 pool: Pool::new(pool_idle, closed.idle.clone()),
                 closed,
-                max_headers,
-            },
+                limits: Limits {
+                    max_headers: limits.max_headers,
+                    max_head_bytes: limits.max_head_bytes,
+                },
+            })),
             Some(tls) => Inner::Pooled(Box::new({
                 let mut builder = HyperClient::builder(TokioExecutor::new());
-                if let Some(max) = max_headers {
-                    builder.http1_max_headers(max);
-                }
+                builder.http1_max_headers(limits.max_headers);
                 builder
                     .pool_timer(TokioTimer::new())
                     .timer(TokioTimer::new())
@@ -170,17 +190,11 @@ impl Client {
         req: Request<ReplayBody>,
     ) -> Result<Response<UpstreamBody>, SendError> {
         match &self.inner {
-            Inner::Http1 {
-                base,
-                connector,
-                pool,
-                closed,
-                max_headers,
-            } => send_http1(base, connector, pool, closed, *max_headers, req).await,
+            Inner::Http1(h1) => h1.send(req).await,
             Inner::Pooled(client) => client
                 .request(req)
                 .await
-                .map(|resp| resp.map(UpstreamBody::unpooled))
+                .map(|resp| resp.map(UpstreamBody::Pooled))
                 .map_err(SendError::Pooled),
         }
     }
@@ -188,243 +202,141 @@ impl Client {
     /// Idle pooled HTTP/1 connections now (0 for an `https://` upstream).
     pub fn idle_connections(&self) -> usize {
         match &self.inner {
-            Inner::Http1 { pool, .. } => pool.idle(),
+            Inner::Http1(h1) => h1.pool.idle(),
             Inner::Pooled(_) => 0,
         }
     }
 }
 
-/// Sends on a pooled connection, or a new one. A pooled connection that closed before the request
-/// was written hands it back, and the next one (eventually a new one) takes it: it never reached
-/// the application.
-async fn send_http1(
-    base: &Uri,
-    connector: &UpstreamConnector,
-    pool: &Arc<Pool>,
-    closed: &ClosedCounters,
-    max_headers: Option<usize>,
-    mut req: Request<ReplayBody>,
-) -> Result<Response<UpstreamBody>, SendError> {
-    origin_form(req.uri_mut());
-    // A connection may take the next request only once this one's body is written too: an
-    // upstream may answer before reading it all (a 404 for a forgotten session does), and the
-    // next request must not wait behind a slow client's upload.
-    let uploaded = req.body().completion();
-    loop {
-        let (mut conn, pooled) = match pool.checkout() {
-            Some(conn) => (conn, true),
-            // Boxed: a new connection is the rare case, and its future is large.
-            None => (
-                Box::pin(connect(connector, base, max_headers)).await?,
-                false,
-            ),
-        };
-        // A pooled connection became idle when its last response ended; hyper may still be
-        // finishing that exchange, so wait until it takes a new request (or turns out closed).
-        if pooled && conn.sender.ready().await.is_err() {
-            pool.found_closed();
-            continue;
-        }
-        match send_on(conn, pooled, closed, req).await {
-            Ok((resp, conn)) => {
-                let (head, body) = resp.into_parts();
-                return Ok(Response::from_parts(
-                    head,
-                    UpstreamBody::pooled(body, conn, pool, uploaded),
-                ));
+impl Http1 {
+    /// Sends on a pooled connection, or a new one. A connection that failed before any byte of
+    /// the request was written hands it back, and the next one (eventually a new one) takes it:
+    /// it never reached the application.
+    async fn send(&self, req: Request<ReplayBody>) -> Result<Response<UpstreamBody>, SendError> {
+        let mut out = Outgoing::new(req, &self.host).map_err(SendError::Exchange)?;
+        loop {
+            let (conn, pooled) = match self.pool.checkout() {
+                Some(conn) => (conn, true),
+                // Boxed: a new connection is the rare case, and its future is large.
+                None => (Box::pin(self.connect()).await?, false),
+            };
+            match self.send_on(conn, pooled, out).await {
+                Ok(resp) => return Ok(resp),
+                Err(Retry::Again(back)) => out = *back,
+                Err(Retry::Failed(err)) => return Err(err),
             }
-            Err(Failed::Back(back)) => {
-                pool.found_closed();
-                req = *back;
-            }
-            Err(Failed::Error(err)) => return Err(err),
         }
+    }
+
+    /// Sends `out` on one connection, and tells what the kernel knows when that fails.
+    async fn send_on(
+        &self,
+        conn: Conn,
+        pooled: bool,
+        out: Outgoing,
+    ) -> Result<Response<UpstreamBody>, Retry> {
+        match h1::send(conn, out, self.limits).await {
+            Ok((head, mut body)) => {
+                body.return_to(&self.pool);
+                Ok(Response::from_parts(head, UpstreamBody::H1(body)))
+            }
+            Err(Failure::Unwritten { out: back, .. }) if pooled => {
+                self.pool.found_closed();
+                Err(Retry::Again(back))
+            }
+            Err(Failure::Unwritten { conn, error, .. }) => {
+                // Unwritten, on a new connection the upstream closed or reset as soon as it
+                // opened: a port that accepts before anything serves it. Never read. (An
+                // upstream that spoke first, not HTTP, is no missing backend: a 502.)
+                Err(Retry::Failed(if conn.check() == tcp::Idle::Closed {
+                    self.closed.before_request.inc();
+                    never_read(Unread::BeforeRequest, error)
+                } else {
+                    SendError::Exchange(error)
+                }))
+            }
+            Err(Failure::Failed { error, unread }) => Err(Retry::Failed(if unread {
+                self.closed.unacknowledged.inc();
+                never_read(Unread::Unacknowledged, error)
+            } else {
+                SendError::Exchange(error)
+            })),
+        }
+    }
+
+    /// A new connection.
+    async fn connect(&self) -> Result<Conn, SendError> {
+        let tcp = self
+            .connector
+            .connect_tcp(&self.base)
+            .await
+            .map_err(SendError::Connect)?;
+        Ok(Conn::new(tcp))
     }
 }
 
 /// Why one connection did not carry a request.
-enum Failed {
-    /// A pooled connection closed before hyper wrote the request: here it is, untouched (boxed:
-    /// the rare case should not make every result large).
-    Back(Box<Request<ReplayBody>>),
+enum Retry {
+    /// A pooled connection failed before any byte of the request was written: here it is,
+    /// whole, for the next one (boxed: the rare case should not make every result large).
+    Again(Box<Outgoing>),
     /// The request failed (perhaps proven unread: [`SendError::NeverRead`]).
-    Error(SendError),
+    Failed(SendError),
 }
 
-/// Sends `req` on one connection, and tells what the kernel knows when that fails.
-async fn send_on(
-    mut conn: Conn,
-    pooled: bool,
-    closed: &ClosedCounters,
-    req: Request<ReplayBody>,
-) -> Result<(Response<Incoming>, Conn), Failed> {
-    let mark = conn.tcp.written();
-    match conn.sender.try_send_request(req).await {
-        Ok(resp) => Ok((resp, conn)),
-        Err(mut failed) => match failed.take_message() {
-            Some(back) if pooled => Err(Failed::Back(Box::new(back))),
-            // Unwritten, from a connection the upstream closed or reset as soon as it opened: a
-            // port that accepts before anything serves it. Never read; the caller decides what
-            // next. (An upstream that spoke first, not HTTP, is no missing backend: a 502.)
-            Some(_) if conn.tcp.check() == tcp::Idle::Closed => {
-                closed.before_request.inc();
-                Err(Failed::Error(never_read(
-                    Unread::BeforeRequest,
-                    failed.into_error(),
-                )))
-            }
-            Some(_) => Err(Failed::Error(SendError::Exchange(failed.into_error()))),
-            None => {
-                let err = failed.into_error();
-                Err(Failed::Error(if unacknowledged(&err, &conn, mark) {
-                    closed.unacknowledged.inc();
-                    never_read(Unread::Unacknowledged, err)
-                } else {
-                    SendError::Exchange(err)
-                }))
-            }
-        },
-    }
-}
-
-fn never_read(when: Unread, source: hyper::Error) -> SendError {
+fn never_read(when: Unread, source: crate::http1::Error) -> SendError {
     SendError::NeverRead(NeverRead { when, source })
 }
 
-/// Whether a request whose exchange failed is proven unread. Never for a parse error, a
-/// timeout or the client's own body failing. Then either no byte of it reached the socket, or
-/// the connection ended with the upstream's FIN (hyper saw EOF) and the upstream's TCP
-/// acknowledged none of the bytes written for it. A FIN carries the acknowledgement of every
-/// byte its sender's kernel had received, and a server cannot read a byte its kernel never
-/// received: so a FIN that acknowledges none of the request was sent before the request
-/// arrived. A reset proves nothing: Linux does not read the acknowledgement on a RST, and a
-/// server that read the request and then aborted (`SO_LINGER` 0, closing with bytes unread)
-/// sends one while its acknowledgement may still be delayed.
-fn unacknowledged(err: &hyper::Error, conn: &Conn, mark: u64) -> bool {
-    if err.is_parse() || err.is_user() || err.is_timeout() {
-        return false;
-    }
-    if conn.tcp.written() == mark {
-        return true;
-    }
-    err.is_incomplete_message() && conn.tcp.acknowledged_since(mark) == Some(false)
+/// An upstream response body: read off our own HTTP/1 connection, or hyper's (an `https://`
+/// upstream).
+pub enum UpstreamBody {
+    /// Our own HTTP/1 path.
+    H1(h1::Body),
+    /// hyper-util's client.
+    Pooled(Incoming),
 }
 
-/// A new HTTP/1 connection, driven by its own task.
-async fn connect(
-    connector: &UpstreamConnector,
-    uri: &Uri,
-    max_headers: Option<usize>,
-) -> Result<Conn, SendError> {
-    use tower_service::Service;
-    let io = connector
-        .clone()
-        .call(uri.clone())
-        .await
-        .map_err(SendError::Connect)?;
-    let tcp = io
-        .tcp_handle()
-        .expect("the HTTP/1 path connects to http:// upstreams only");
-    let mut builder = http1::Builder::new();
-    // Only a count other than hyper's default is set: setting one costs a heap allocation
-    // per response (hyper's header buffer leaves the stack).
-    if let Some(max) = max_headers {
-        builder.max_headers(max);
-    }
-    let (sender, conn) = builder.handshake(io).await.map_err(SendError::Exchange)?;
-    tokio::spawn(async move {
-        if let Err(error) = conn.await {
-            tracing::debug!(%error, "upstream connection ended with an error");
-        }
-    });
-    Ok(Conn { sender, tcp })
-}
-
-/// The request line's target: `/path?query`, as HTTP/1.1 sends it to an origin server.
-fn origin_form(uri: &mut Uri) {
-    let mut parts = std::mem::take(uri).into_parts();
-    parts.scheme = None;
-    parts.authority = None;
-    *uri = Uri::from_parts(parts).unwrap_or_default();
-}
-
-pin_project_lite::pin_project! {
-    /// An upstream response body. When it ends, its HTTP/1 connection goes back to the pool; a
-    /// body that fails or is dropped before its end takes its connection with it (hyper closes
-    /// it: its state is unknown).
-    pub struct UpstreamBody {
-        #[pin]
-        inner: Incoming,
-        back: Option<Checkin>,
-    }
-}
-
-struct Checkin {
-    conn: Conn,
-    pool: Arc<Pool>,
-    /// Whether the request's body has been read to its end.
-    uploaded: Completion,
-}
-
-impl UpstreamBody {
-    fn unpooled(inner: Incoming) -> Self {
-        UpstreamBody { inner, back: None }
-    }
-
-    fn pooled(inner: Incoming, conn: Conn, pool: &Arc<Pool>, uploaded: Completion) -> Self {
-        let mut back = Some(Checkin {
-            conn,
-            pool: pool.clone(),
-            uploaded,
-        });
-        if inner.is_end_stream() {
-            // No body (a 202, a HEAD, `Content-Length: 0`): the connection is free now.
-            check_in(&mut back);
-        }
-        UpstreamBody { inner, back }
-    }
+/// Why reading a response body failed.
+#[derive(Debug, thiserror::Error)]
+pub enum BodyError {
+    /// On our own HTTP/1 path.
+    #[error(transparent)]
+    H1(crate::http1::Error),
+    /// On hyper's.
+    #[error(transparent)]
+    Hyper(hyper::Error),
 }
 
 impl Body for UpstreamBody {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = BodyError;
 
     fn poll_frame(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
-        let this = self.project();
-        let mut inner = this.inner;
-        let frame = ready!(inner.as_mut().poll_frame(cx));
-        match &frame {
-            Some(Err(_)) => *this.back = None,
-            None => check_in(this.back),
-            Some(Ok(_)) if inner.is_end_stream() => check_in(this.back),
-            Some(Ok(_)) => {}
+    ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
+        match self.get_mut() {
+            UpstreamBody::H1(body) => Pin::new(body)
+                .poll_frame(cx)
+                .map(|f| f.map(|r| r.map_err(BodyError::H1))),
+            UpstreamBody::Pooled(body) => Pin::new(body)
+                .poll_frame(cx)
+                .map(|f| f.map(|r| r.map_err(BodyError::Hyper))),
         }
-        Poll::Ready(frame)
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+        match self {
+            UpstreamBody::H1(body) => body.is_end_stream(),
+            UpstreamBody::Pooled(body) => body.is_end_stream(),
+        }
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
-    }
-}
-
-/// Returns the connection to the pool, if its request body was read to the end; otherwise it is
-/// dropped, and hyper closes it once the upload is over.
-fn check_in(back: &mut Option<Checkin>) {
-    if let Some(Checkin {
-        conn,
-        pool,
-        uploaded,
-    }) = back.take()
-    {
-        if uploaded.is_complete() {
-            pool.checkin(conn);
+        match self {
+            UpstreamBody::H1(body) => body.size_hint(),
+            UpstreamBody::Pooled(body) => body.size_hint(),
         }
     }
 }

@@ -8,19 +8,18 @@
 //! a request is never written onto a connection the server is closing.
 //!
 //! Before a connection leaves the pool the kernel is asked whether the upstream closed it
-//! ([`TcpHandle::check`]): a FIN or RST that arrived while the connection's task had not run yet
+//! ([`Conn::check`]): nothing reads an idle connection, so a FIN or RST that arrived meanwhile
 //! would otherwise turn into a request written into a dead connection, a failure that looks
 //! like "sent, then reset".
 
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use hyper::client::conn::http1::SendRequest;
 use prometheus_client::metrics::counter::Counter;
 use tokio::time::Instant;
 
-use super::tcp::{Idle as Liveness, TcpHandle};
-use crate::replay::ReplayBody;
+use super::h1::Conn;
+use super::tcp::Idle as Liveness;
 
 /// Most idle connections kept; more are closed when they come back.
 const MAX_IDLE: usize = 1024;
@@ -34,15 +33,6 @@ pub struct Pool {
     closed_idle: Counter,
     /// Whether the reaper runs (started with the first connection that comes back).
     reaping: std::sync::atomic::AtomicBool,
-}
-
-/// One HTTP/1 connection: hyper's handle to send on it, and the pool's view of its socket.
-#[derive(Debug)]
-pub struct Conn {
-    /// Sends a request on it.
-    pub sender: SendRequest<ReplayBody>,
-    /// Asks the kernel about it.
-    pub tcp: TcpHandle,
 }
 
 #[derive(Debug)]
@@ -73,10 +63,10 @@ impl Pool {
             // The lock is not held across the kernel check: one syscall, but other requests
             // need not wait for it.
             let idle = self.lock().pop()?;
-            if idle.conn.sender.is_closed() || idle.since.elapsed() >= self.timeout {
+            if idle.since.elapsed() >= self.timeout {
                 continue;
             }
-            if idle.conn.tcp.check() != Liveness::Open {
+            if idle.conn.check() != Liveness::Open {
                 self.closed_idle.inc();
                 tracing::debug!(
                     "a pooled upstream connection was closed by the upstream; not used"
@@ -87,16 +77,13 @@ impl Pool {
         }
     }
 
-    /// Counts a pooled connection that hyper found closed before it wrote a request on it.
+    /// Counts a pooled connection found closed when a request was written on it.
     pub fn found_closed(&self) {
         self.closed_idle.inc();
     }
 
     /// Takes a connection back after its response ended.
     pub fn checkin(self: &Arc<Self>, conn: Conn) {
-        if conn.sender.is_closed() {
-            return;
-        }
         {
             let mut idle = self.lock();
             if idle.len() >= MAX_IDLE {
@@ -117,11 +104,10 @@ impl Pool {
         self.lock().len()
     }
 
-    /// Closes the idle connections that expired (or that the upstream closed).
+    /// Closes the idle connections that expired.
     fn evict(&self) {
         let timeout = self.timeout;
-        self.lock()
-            .retain(|c| !c.conn.sender.is_closed() && c.since.elapsed() < timeout);
+        self.lock().retain(|c| c.since.elapsed() < timeout);
     }
 }
 

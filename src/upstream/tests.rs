@@ -1,5 +1,5 @@
 //! The HTTP/1 path against connections the upstream closes, with the runtime held still so
-//! that hyper's connection task has not yet seen what the kernel already knows.
+//! that nothing has read what the kernel already knows.
 
 use std::io::{Read, Write};
 use std::net::TcpListener;
@@ -10,15 +10,15 @@ use bytes::Bytes;
 use http::Request;
 
 use super::pool::Pool;
-use super::tcp::{Idle, TcpHandle};
+use super::tcp::Idle;
 use super::*;
 use crate::replay::BodyHandle;
 
 /// Blocks the thread (and so the test's single-threaded runtime: no task runs meanwhile) until
-/// the kernel reports the upstream's close of `tcp`, bounded.
-fn block_until_closed(tcp: &TcpHandle) {
+/// the kernel reports the upstream's close of `conn`, bounded.
+fn block_until_closed(conn: &Conn) {
     let deadline = Instant::now() + Duration::from_secs(10);
-    while tcp.check() == Idle::Open {
+    while conn.check() == Idle::Open {
         assert!(
             Instant::now() < deadline,
             "the upstream's close never arrived"
@@ -46,33 +46,61 @@ fn request(uri: &str) -> Request<ReplayBody> {
         .unwrap()
 }
 
-fn connector() -> UpstreamConnector {
-    UpstreamConnector::new(Duration::from_secs(5), None)
+/// A client of `base` with the default limits, and its HTTP/1 path.
+fn client(base: &Uri, closed: &ClosedCounters) -> Client {
+    Client::new(
+        base.clone(),
+        Duration::from_secs(5),
+        Duration::from_secs(60),
+        None,
+        closed.clone(),
+        ResponseLimits {
+            max_headers: 100,
+            max_head_bytes: 64 * 1024,
+        },
+    )
+}
+
+fn http1(client: &Client) -> &Http1 {
+    match &client.inner {
+        Inner::Http1(h1) => h1,
+        Inner::Pooled(_) => unreachable!("an http:// upstream"),
+    }
+}
+
+fn outgoing(h1: &Http1, uri: &str) -> Outgoing {
+    Outgoing::new(request(uri), &h1.host).unwrap()
+}
+
+fn listening() -> (TcpListener, Uri) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let base = format!("http://{}/", listener.local_addr().unwrap())
+        .parse()
+        .unwrap();
+    (listener, base)
 }
 
 #[tokio::test]
-async fn a_pooled_connection_the_upstream_closed_is_not_used_even_before_hyper_notices() {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let base: Uri = format!("http://{}/", listener.local_addr().unwrap())
-        .parse()
-        .unwrap();
+async fn a_pooled_connection_the_upstream_closed_is_not_used_even_before_anyone_reads_it() {
+    let (listener, base) = listening();
     let (close, closing) = mpsc::channel::<()>();
     let server = std::thread::spawn(move || {
         let (stream, _) = listener.accept().unwrap();
         closing.recv().unwrap();
         drop(stream);
     });
-    let conn = connect(&connector(), &base, None).await.unwrap();
-    let tcp = conn.tcp.clone();
+    let closed = ClosedCounters::default();
+    let client = client(&base, &closed);
+    let conn = http1(&client).connect().await.unwrap();
     let counted = Counter::default();
     let pool = Pool::new(Duration::from_secs(60), counted.clone());
-    pool.checkin(conn);
 
     close.send(()).unwrap();
     server.join().unwrap();
-    block_until_closed(&tcp);
-    // hyper's connection task has not run since the close (nothing was awaited): only the
-    // kernel knows, and the pool asks it.
+    block_until_closed(&conn);
+    pool.checkin(conn);
+    // Nothing has read the connection since the close (nothing was awaited): only the kernel
+    // knows, and the pool asks it.
     assert!(
         pool.checkout().is_none(),
         "a closed connection was handed out"
@@ -83,28 +111,28 @@ async fn a_pooled_connection_the_upstream_closed_is_not_used_even_before_hyper_n
 
 #[tokio::test]
 async fn a_request_written_into_a_closed_connection_is_proven_unread() {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let base: Uri = format!("http://{}/", listener.local_addr().unwrap())
-        .parse()
-        .unwrap();
+    let (listener, base) = listening();
     let server = std::thread::spawn(move || {
         // Accepts, then closes at once: the backend died as the request was on its way.
         drop(listener.accept().unwrap());
     });
-    let conn = connect(&connector(), &base, None).await.unwrap();
-    server.join().unwrap();
-    block_until_closed(&conn.tcp);
-
     let closed = ClosedCounters::default();
-    let result = send_on(conn, false, &closed, request("/mcp")).await;
-    let Err(Failed::Error(err)) = result else {
+    let client = client(&base, &closed);
+    let h1 = http1(&client);
+    let conn = h1.connect().await.unwrap();
+    server.join().unwrap();
+    block_until_closed(&conn);
+
+    let result = h1.send_on(conn, false, outgoing(h1, "/mcp")).await;
+    let Err(Retry::Failed(err)) = result else {
         panic!("expected a failure");
     };
     let SendError::NeverRead(never) = &err else {
         panic!("expected a never-read failure, got {err:?}");
     };
-    // hyper either saw the close first and handed the request back unwritten, or wrote it and
-    // met the upstream's reset: the kernel proves it unread either way.
+    // Either the first write failed (the upstream's reset arrived first) and nothing was
+    // written, or it was written and met the upstream's FIN: the kernel proves it unread
+    // either way.
     let counted = closed.before_request.get() + closed.unacknowledged.get();
     assert_eq!(counted, 1);
     match never.when {
@@ -128,33 +156,84 @@ async fn a_request_written_into_a_closed_connection_is_proven_unread() {
 
 #[tokio::test]
 async fn a_request_the_upstream_read_before_closing_may_have_run() {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let base: Uri = format!("http://{}/", listener.local_addr().unwrap())
-        .parse()
-        .unwrap();
+    let (listener, base) = listening();
     let server = std::thread::spawn(move || {
         // Reads the whole request, then dies without answering: it may have executed it.
         let (mut stream, _) = listener.accept().unwrap();
         read_head(&mut stream);
         drop(stream);
     });
-    let conn = connect(&connector(), &base, None).await.unwrap();
     let closed = ClosedCounters::default();
-    let result = send_on(conn, false, &closed, request("/mcp")).await;
+    let client = client(&base, &closed);
+    let h1 = http1(&client);
+    let conn = h1.connect().await.unwrap();
+    let result = h1.send_on(conn, false, outgoing(h1, "/mcp")).await;
     server.join().unwrap();
     assert!(
-        matches!(result, Err(Failed::Error(SendError::Exchange(_)))),
+        matches!(result, Err(Retry::Failed(SendError::Exchange(_)))),
         "a request the upstream read is not proven unread"
     );
     assert_eq!(closed.before_request.get() + closed.unacknowledged.get(), 0);
 }
 
 #[tokio::test]
+async fn a_pooled_connection_that_fails_unwritten_hands_the_request_back_whole() {
+    // A pooled connection that passed the kernel check and then failed on its first write
+    // (the upstream's reset arrived in between): the request was not touched, and goes on
+    // another connection as it is. Here the connection is reset before it is used.
+    let (listener, base) = listening();
+    let server = std::thread::spawn(move || {
+        let (stream, _) = listener.accept().unwrap();
+        socket2::SockRef::from(&stream)
+            .set_linger(Some(Duration::ZERO))
+            .unwrap();
+        drop(stream);
+    });
+    let closed = ClosedCounters::default();
+    let client = client(&base, &closed);
+    let h1 = http1(&client);
+    let conn = h1.connect().await.unwrap();
+    server.join().unwrap();
+    block_until_closed(&conn);
+    let result = h1.send_on(conn, true, outgoing(h1, "/mcp")).await;
+    let Err(Retry::Again(back)) = result else {
+        panic!("the request comes back whole");
+    };
+    assert_eq!(
+        closed.idle.get(),
+        1,
+        "counted as a pooled connection found closed"
+    );
+    // And it is the same request: sent on a live connection, it is answered.
+    let (listener2, base2) = listening();
+    let server = std::thread::spawn(move || {
+        let (mut stream, _) = listener2.accept().unwrap();
+        read_head(&mut stream);
+        stream
+            .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+            .unwrap();
+    });
+    let other = client_to(&base2);
+    let h1b = http1(&other);
+    let conn = h1b.connect().await.unwrap();
+    let Ok(resp) = h1b.send_on(conn, false, *back).await else {
+        panic!("the handed-back request was not sent");
+    };
+    let body = http_body_util::BodyExt::collect(resp.into_body())
+        .await
+        .unwrap()
+        .to_bytes();
+    assert_eq!(&body[..], b"ok");
+    server.join().unwrap();
+}
+
+fn client_to(base: &Uri) -> Client {
+    client(base, &ClosedCounters::default())
+}
+
+#[tokio::test]
 async fn an_answered_request_returns_its_connection_to_the_pool() {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let base: Uri = format!("http://{}/", listener.local_addr().unwrap())
-        .parse()
-        .unwrap();
+    let (listener, base) = listening();
     let (done, finished) = mpsc::channel::<()>();
     let server = std::thread::spawn(move || {
         let (mut stream, _) = listener.accept().unwrap();
@@ -172,14 +251,7 @@ async fn an_answered_request_returns_its_connection_to_the_pool() {
         finished.recv().unwrap();
     });
     let closed = ClosedCounters::default();
-    let client = Client::new(
-        base,
-        Duration::from_secs(5),
-        Duration::from_secs(60),
-        None,
-        closed.clone(),
-        None,
-    );
+    let client = client(&base, &closed);
     for _ in 0..2 {
         let resp = client
             .request(request("http://upstream/mcp"))
@@ -204,10 +276,7 @@ async fn a_request_the_upstream_read_and_then_reset_is_not_proven_unread() {
     // A reset carries no acknowledgement Linux reads, and the server's may still be delayed
     // when it aborts: a request it read and reset on must stay "may have run". Warmed up first,
     // so the server's TCP has left quick-ACK mode and delays its ACKs as it usually does.
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let base: Uri = format!("http://{}/", listener.local_addr().unwrap())
-        .parse()
-        .unwrap();
+    let (listener, base) = listening();
     const WARM: usize = 20;
     let server = std::thread::spawn(move || {
         let (mut stream, _) = listener.accept().unwrap();
@@ -225,21 +294,21 @@ async fn a_request_the_upstream_read_and_then_reset_is_not_proven_unread() {
         drop(stream);
     });
     let closed = ClosedCounters::default();
-    let mut conn = connect(&connector(), &base, None).await.unwrap();
+    let client = client(&base, &closed);
     for _ in 0..WARM {
-        let (resp, back) = match send_on(conn, true, &closed, request("/mcp")).await {
-            Ok(answered) => answered,
-            Err(_) => panic!("a warm-up request failed"),
-        };
+        let resp = client
+            .request(request("/mcp"))
+            .await
+            .expect("a warm-up request");
         http_body_util::BodyExt::collect(resp.into_body())
             .await
             .unwrap();
-        conn = back;
     }
-    let result = send_on(conn, true, &closed, request("/mcp")).await;
+    assert_eq!(client.idle_connections(), 1, "one warm connection");
+    let result = client.request(request("/mcp")).await;
     server.join().unwrap();
     assert!(
-        matches!(result, Err(Failed::Error(SendError::Exchange(_)))),
+        matches!(result, Err(SendError::Exchange(_))),
         "a reset after the upstream read the request proves nothing"
     );
     assert_eq!(closed.unacknowledged.get(), 0);
