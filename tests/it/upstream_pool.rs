@@ -39,10 +39,28 @@ enum Script {
     /// Traefik's own `502 Bad Gateway` as soon as the head is read (its dial failed), then
     /// reading on.
     Router502,
+    /// `200`, chunked, with a chunk extension and a trailer, keep-alive.
+    Chunked,
+    /// `200` with neither length nor chunks: the body ends when the server closes.
+    CloseDelimited,
+    /// `200` whose head is larger than `limits.max_header_bytes`.
+    HugeHead,
 }
 
 impl Script {
-    fn response(self) -> &'static [u8] {
+    fn response(self) -> std::borrow::Cow<'static, [u8]> {
+        match self {
+            Script::HugeHead => format!(
+                "HTTP/1.1 200 OK\r\nx-big: {}\r\ncontent-length: 2\r\n\r\nok",
+                "a".repeat(70 * 1024)
+            )
+            .into_bytes()
+            .into(),
+            other => other.fixed().into(),
+        }
+    }
+
+    fn fixed(self) -> &'static [u8] {
         match self {
             Script::KeepAlive => b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok",
             Script::NoBody => b"HTTP/1.1 202 Accepted\r\ncontent-length: 0\r\n\r\n",
@@ -56,13 +74,21 @@ impl Script {
             Script::Router502 => {
                 b"HTTP/1.1 502 Bad Gateway\r\ncontent-length: 11\r\n\r\nBad Gateway"
             }
+            Script::Chunked => {
+                b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n\
+                  2;name=value\r\nok\r\n3\r\n!!!\r\n0\r\nx-checksum: 1\r\n\r\n"
+            }
+            Script::CloseDelimited => {
+                b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\n\r\nuntil close"
+            }
+            Script::HugeHead => unreachable!("built in response()"),
         }
     }
 
     fn closes(self) -> bool {
         matches!(
             self,
-            Script::CloseAfter | Script::ConnectionClose | Script::Http10
+            Script::CloseAfter | Script::ConnectionClose | Script::Http10 | Script::CloseDelimited
         )
     }
 }
@@ -135,7 +161,7 @@ async fn serve(
         }
         let end = buf.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
         buf.drain(..end);
-        if stream.write_all(script.response()).await.is_err() {
+        if stream.write_all(&script.response()).await.is_err() {
             return;
         }
         answered.fetch_add(1, Ordering::SeqCst);
@@ -331,4 +357,73 @@ async fn a_router_answer_during_a_slow_upload_closes_the_abandoned_upstream_conn
     let mut closed = upstream.peer_closed.clone();
     within(closed.wait_for(|n| *n >= 1)).await.expect("watch");
     drop(slow);
+}
+
+#[tokio::test]
+async fn chunked_and_close_delimited_answers_arrive_whole() {
+    for (script, body, connections) in [
+        (Script::Chunked, "ok!!!", 1),
+        (Script::CloseDelimited, "until close", 3),
+    ] {
+        let upstream = RawUpstream::start(script).await;
+        let holdfast = Holdfast::start(&upstream.url()).await;
+        for n in 0..3 {
+            let got = within(http::get(&holdfast.url("/mcp"))).await;
+            assert_eq!(got.status, 200, "{script:?}, request {n}: {got:?}");
+            assert_eq!(got.text(), body, "{script:?}, request {n}");
+        }
+        assert_eq!(
+            upstream.accepted.load(Ordering::SeqCst),
+            connections,
+            "{script:?}: a chunked answer leaves its connection reusable, a close-delimited one cannot"
+        );
+        assert_eq!(failures(&holdfast).await, 0.0, "{script:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_response_head_beyond_the_limit_is_a_protocol_error() {
+    let upstream = RawUpstream::start(Script::HugeHead).await;
+    let holdfast = Holdfast::start(&upstream.url()).await;
+    let got = within(http::get(&holdfast.url("/mcp"))).await;
+    assert_eq!(got.status, 502, "{got:?}");
+    assert_eq!(got.header("holdfast-reason"), Some("upstream_protocol"));
+}
+
+#[tokio::test]
+async fn a_chunked_request_body_arrives_whole_and_chunked() {
+    // A client that streams its body (no length): holdfast cannot know the length either, so
+    // the upstream gets it chunked, byte for byte.
+    let upstream = http::Upstream::start(|seen: http::Seen| {
+        std::future::ready(http::response(200, &[], seen.body))
+    })
+    .await;
+    let holdfast = Holdfast::start(&upstream.url()).await;
+    let mut client = TcpStream::connect(holdfast.addr).await.unwrap();
+    let head = format!(
+        "POST /mcp HTTP/1.1\r\nhost: {}\r\ntransfer-encoding: chunked\r\n\r\n",
+        holdfast.addr
+    );
+    client.write_all(head.as_bytes()).await.unwrap();
+    client.write_all(b"6\r\n{\"a\":1\r\n").await.unwrap();
+    client.write_all(b"1\r\n}\r\n0\r\n\r\n").await.unwrap();
+    let mut answer = Vec::new();
+    let mut chunk = [0u8; 1024];
+    while !answer.ends_with(b"{\"a\":1}") {
+        let n = within(client.read(&mut chunk)).await.unwrap();
+        assert!(n > 0, "closed: {}", String::from_utf8_lossy(&answer));
+        answer.extend_from_slice(&chunk[..n]);
+    }
+    let seen = upstream.seen();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(&seen[0].body[..], b"{\"a\":1}");
+    assert_eq!(
+        seen[0]
+            .headers
+            .get("transfer-encoding")
+            .map(|v| v.to_str().unwrap()),
+        Some("chunked"),
+        "{:?}",
+        seen[0].headers
+    );
 }
