@@ -23,12 +23,64 @@ use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 use tokio::time::{Instant, Sleep};
 
+/// The client's request body, whatever protocol brought it.
+pub enum ClientBody {
+    /// Read off an HTTP/1 connection by holdfast itself.
+    H1(crate::http1::conn::RequestBody),
+    /// From hyper's HTTP/2.
+    H2(Incoming),
+}
+
+/// Why reading the client's request body failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    /// On an HTTP/1 connection.
+    #[error(transparent)]
+    H1(crate::http1::Error),
+    /// On an HTTP/2 one.
+    #[error(transparent)]
+    H2(hyper::Error),
+}
+
+impl Body for ClientBody {
+    type Data = Bytes;
+    type Error = ReadError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, ReadError>>> {
+        match self.get_mut() {
+            ClientBody::H1(body) => Pin::new(body)
+                .poll_frame(cx)
+                .map(|f| f.map(|r| r.map_err(ReadError::H1))),
+            ClientBody::H2(body) => Pin::new(body)
+                .poll_frame(cx)
+                .map(|f| f.map(|r| r.map_err(ReadError::H2))),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            ClientBody::H1(body) => body.is_end_stream(),
+            ClientBody::H2(body) => body.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            ClientBody::H1(body) => body.size_hint(),
+            ClientBody::H2(body) => body.size_hint(),
+        }
+    }
+}
+
 /// The client's request body failed while being forwarded.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientBodyError {
     /// The client's connection failed mid-body.
     #[error("reading the client's request body failed")]
-    Read(#[source] hyper::Error),
+    Read(#[source] ReadError),
     /// The client sent nothing for longer than the idle timeout.
     #[error("the client's request body was idle for {0:?}")]
     Idle(Duration),
@@ -78,7 +130,7 @@ impl CopyBudget {
 /// State shared by the handle and the attempts' bodies.
 struct Shared {
     /// The part of the client's body not read yet.
-    rest: Option<Incoming>,
+    rest: Option<ClientBody>,
     /// Bytes read from the client and still held: all of them while `replayable`, otherwise
     /// only those no attempt has sent yet.
     chunks: Vec<Bytes>,
@@ -105,7 +157,7 @@ struct Shared {
 }
 
 impl Shared {
-    fn new(rest: Option<Incoming>, cap: usize, budget: Arc<CopyBudget>, complete: bool) -> Self {
+    fn new(rest: Option<ClientBody>, cap: usize, budget: Arc<CopyBudget>, complete: bool) -> Self {
         Shared {
             rest,
             chunks: Vec::new(),
@@ -196,7 +248,7 @@ impl BodyHandle {
     /// Takes over the client's body. At most `cap` bytes are kept for a replay; `idle` bounds
     /// the wait for each frame from the client.
     pub fn new(
-        incoming: Incoming,
+        incoming: ClientBody,
         cap: usize,
         budget: Arc<CopyBudget>,
         idle: Duration,

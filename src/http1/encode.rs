@@ -70,6 +70,29 @@ fn fields(out: &mut Vec<u8>, headers: &HeaderMap) {
     out.extend_from_slice(b"\r\n");
 }
 
+/// The `Date` header's value now, formatted once a second per thread (as hyper does: a
+/// response needs one, and formatting a date per response costs more than the rest of its
+/// head).
+pub fn date() -> http::HeaderValue {
+    use std::cell::RefCell;
+    use std::time::{SystemTime, UNIX_EPOCH};
+    thread_local! {
+        static CACHED: RefCell<(u64, http::HeaderValue)> =
+            const { RefCell::new((u64::MAX, http::HeaderValue::from_static(""))) };
+    }
+    let now = SystemTime::now();
+    let secs = now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    CACHED.with(|cached| {
+        let mut cached = cached.borrow_mut();
+        if cached.0 != secs {
+            let text = httpdate::fmt_http_date(now);
+            cached.1 = http::HeaderValue::from_str(&text).expect("an HTTP date is a header value");
+            cached.0 = secs;
+        }
+        cached.1.clone()
+    })
+}
+
 /// A chunk's size line, `{hex}\r\n`, without an allocation.
 #[derive(Debug, Default, Clone, Copy)]
 struct SizeLine {
@@ -120,6 +143,8 @@ pub struct BodyWriter<B> {
     taken: u64,
     /// Whether any byte went to the connection.
     started: bool,
+    /// Bytes were written since the last flush (a TLS session may hold them).
+    unflushed: bool,
 }
 
 impl<B> BodyWriter<B>
@@ -141,6 +166,7 @@ where
             framing,
             taken: 0,
             started: false,
+            unflushed: false,
         }
     }
 
@@ -180,7 +206,15 @@ where
                 match self.poll_next_frame(cx) {
                     Poll::Ready(Ok(())) => {}
                     Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
-                    Poll::Pending if !self.pending() => return Poll::Pending,
+                    // Waiting for the body: what was written must reach the peer meanwhile
+                    // (an event stream's last event), not wait in a TLS session's buffer.
+                    Poll::Pending if !self.pending() => {
+                        if self.unflushed {
+                            ready!(Pin::new(&mut *io).poll_flush(cx))?;
+                            self.unflushed = false;
+                        }
+                        return Poll::Pending;
+                    }
                     // The head goes out without waiting for the body.
                     Poll::Pending => {}
                 }
@@ -194,6 +228,7 @@ where
             let n = ready!(self.poll_write_pending(cx, io))?;
             *written += n as u64;
             self.started = true;
+            self.unflushed = true;
             self.advance(n);
         }
     }
@@ -443,6 +478,14 @@ mod tests {
             written(w, 64).await.unwrap(),
             b"3\r\nabc\r\n0\r\nx-sum: 7\r\n\r\n"
         );
+    }
+
+    #[test]
+    fn the_date_is_an_http_date() {
+        let date = date();
+        let parsed = httpdate::parse_http_date(date.to_str().unwrap()).unwrap();
+        let age = std::time::SystemTime::now().duration_since(parsed).unwrap();
+        assert!(age < std::time::Duration::from_secs(5), "{date:?}");
     }
 
     #[test]

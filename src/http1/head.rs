@@ -1,8 +1,11 @@
 //! Heads read off the wire: parsed by `httparse`, copied into `http` types (so nothing kept
 //! later pins the buffer they arrived in), and the body's framing decided from them.
 
-use http::header::{CONNECTION, CONTENT_LENGTH, TRANSFER_ENCODING};
-use http::{HeaderMap, HeaderName, HeaderValue, Method, Response, StatusCode, Version};
+use bytes::Bytes;
+use http::header::{CONNECTION, CONTENT_LENGTH, EXPECT, TRANSFER_ENCODING};
+use http::{
+    HeaderMap, HeaderName, HeaderValue, Method, Request, Response, StatusCode, Uri, Version,
+};
 
 use super::decode::Framing;
 use super::Error;
@@ -19,6 +22,96 @@ pub struct ResponseHead {
     pub framing: Framing,
     /// Whether the connection may carry another request after this exchange.
     pub keep_alive: bool,
+}
+
+/// Longest request target accepted (hyper's limit): longer is a 414.
+const MAX_URI_LEN: usize = (u16::MAX - 1) as usize;
+
+/// A parsed request head.
+#[derive(Debug)]
+pub struct RequestHead {
+    /// Method, target, version and headers.
+    pub parts: http::request::Parts,
+    /// How its body is framed (`Empty`, `Length` or `Chunked`).
+    pub framing: Framing,
+    /// Whether the client keeps the connection open after this exchange.
+    pub keep_alive: bool,
+    /// Whether the client waits for `100 Continue` before it sends the body.
+    pub expect_continue: bool,
+}
+
+/// Parses a request head at the start of `buf`: its length and the head, `None` when more
+/// bytes are needed, or the status to refuse it with (400, 414, 431), as hyper did. A
+/// `Transfer-Encoding` whose last coding is not `chunked`, or on HTTP/1.0, is a 400; with one,
+/// a `Content-Length` is removed and the connection closes after the exchange (a client that
+/// sends both is confused or smuggling). The stricter checks (one Host, a single `chunked`) are
+/// the proxy's (`src/proxy/request.rs`), which explains its 400s.
+pub fn parse_request(
+    buf: &[u8],
+    max_headers: usize,
+) -> Result<Option<(usize, RequestHead)>, StatusCode> {
+    let mut stack = [httparse::EMPTY_HEADER; DEFAULT_MAX_HEADERS];
+    let mut heap;
+    let fields: &mut [httparse::Header<'_>] = if max_headers == DEFAULT_MAX_HEADERS {
+        &mut stack
+    } else {
+        heap = vec![httparse::EMPTY_HEADER; max_headers];
+        &mut heap
+    };
+    let mut req = httparse::Request::new(fields);
+    let len = match req.parse(buf) {
+        Ok(httparse::Status::Complete(len)) => len,
+        Ok(httparse::Status::Partial) => return Ok(None),
+        Err(httparse::Error::TooManyHeaders) => {
+            return Err(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE)
+        }
+        Err(_) => return Err(StatusCode::BAD_REQUEST),
+    };
+    let bad = StatusCode::BAD_REQUEST;
+    let path = req.path.ok_or(bad)?;
+    if path.len() > MAX_URI_LEN {
+        return Err(StatusCode::URI_TOO_LONG);
+    }
+    let uri = Uri::from_maybe_shared(Bytes::copy_from_slice(path.as_bytes())).map_err(|_| bad)?;
+    let method = Method::from_bytes(req.method.ok_or(bad)?.as_bytes()).map_err(|_| bad)?;
+    let version = match req.version {
+        Some(1) => Version::HTTP_11,
+        _ => Version::HTTP_10,
+    };
+    let mut headers = copy_fields(req.headers).map_err(|_| bad)?;
+    let mut keep_alive = keeps_alive(version, &headers);
+    let framing = if headers.contains_key(TRANSFER_ENCODING) {
+        if version == Version::HTTP_10 || !is_chunked(&headers) {
+            return Err(bad);
+        }
+        if headers.remove(CONTENT_LENGTH).is_some() {
+            keep_alive = false;
+        }
+        Framing::Chunked
+    } else {
+        match content_length(&mut headers).map_err(|_| bad)? {
+            Some(0) | None => Framing::Empty,
+            Some(n) => Framing::Length(n),
+        }
+    };
+    let expect_continue = version == Version::HTTP_11
+        && headers
+            .get(EXPECT)
+            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+    let (mut parts, ()) = Request::new(()).into_parts();
+    parts.method = method;
+    parts.uri = uri;
+    parts.version = version;
+    parts.headers = headers;
+    Ok(Some((
+        len,
+        RequestHead {
+            parts,
+            framing,
+            keep_alive,
+            expect_continue,
+        },
+    )))
 }
 
 /// Parses a response head at the start of `buf`: its length and the head, or `None` when more
@@ -304,6 +397,69 @@ mod tests {
                 .keep_alive,
             "close-delimited"
         );
+    }
+
+    fn request(head: &str) -> Result<Option<(usize, RequestHead)>, StatusCode> {
+        parse_request(head.as_bytes(), DEFAULT_MAX_HEADERS)
+    }
+
+    #[test]
+    fn requests_parse_with_their_framing() {
+        let (len, head) =
+            request("POST /mcp?x=1 HTTP/1.1\r\nhost: a\r\ncontent-length: 5\r\n\r\nhello")
+                .unwrap()
+                .unwrap();
+        assert_eq!(len, 54);
+        assert_eq!(head.parts.method, Method::POST);
+        assert_eq!(head.parts.uri, "/mcp?x=1");
+        assert_eq!(head.framing, Framing::Length(5));
+        assert!(head.keep_alive && !head.expect_continue);
+        let (_, head) = request("GET / HTTP/1.0\r\n\r\n").unwrap().unwrap();
+        assert_eq!(
+            (head.parts.version, head.framing, head.keep_alive),
+            (Version::HTTP_10, Framing::Empty, false)
+        );
+        let (_, head) = request(
+            "POST / HTTP/1.1\r\ntransfer-encoding: chunked\r\nexpect: 100-Continue\r\n\r\n",
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(head.framing, Framing::Chunked);
+        assert!(head.expect_continue);
+        assert!(request("GET / HTTP/1.1\r\nhost: a\r\n").unwrap().is_none());
+    }
+
+    #[test]
+    fn ambiguous_request_framing_is_refused_or_made_plain() {
+        // Both: the chunks win, the length goes, and the connection closes afterwards.
+        let (_, head) =
+            request("POST / HTTP/1.1\r\ncontent-length: 3\r\ntransfer-encoding: chunked\r\n\r\n")
+                .unwrap()
+                .unwrap();
+        assert_eq!(head.framing, Framing::Chunked);
+        assert!(!head.parts.headers.contains_key(CONTENT_LENGTH));
+        assert!(!head.keep_alive);
+        for bad in [
+            "POST / HTTP/1.1\r\ntransfer-encoding: gzip\r\n\r\n",
+            "POST / HTTP/1.0\r\ntransfer-encoding: chunked\r\n\r\n",
+            "POST / HTTP/1.1\r\ncontent-length: 3\r\ncontent-length: 4\r\n\r\n",
+            "POST / HTTP/1.1\r\ncontent-length: x\r\n\r\n",
+            "GET /a b HTTP/1.1\r\n\r\n",
+            "GET / HTTP/2.0\r\n\r\n",
+        ] {
+            assert_eq!(
+                request(bad).unwrap_err(),
+                StatusCode::BAD_REQUEST,
+                "{bad:?}"
+            );
+        }
+        let many: String = (0..101).map(|i| format!("x-{i}: v\r\n")).collect();
+        assert_eq!(
+            request(&format!("GET / HTTP/1.1\r\n{many}\r\n")).unwrap_err(),
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE
+        );
+        let long = format!("GET /{} HTTP/1.1\r\n\r\n", "a".repeat(MAX_URI_LEN));
+        assert_eq!(request(&long).unwrap_err(), StatusCode::URI_TOO_LONG);
     }
 
     #[test]

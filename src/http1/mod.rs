@@ -13,7 +13,9 @@
 //! - [`encode`]: heads written out, and a body sent with its framing ([`encode::BodyWriter`]).
 //! - [`head`]: heads parsed, and the framing of the body that follows decided.
 //! - [`read`]: reading into a buffer allocated only once the socket is readable.
+//! - [`conn`]: a client connection shared by its driver and the request body being read.
 
+pub mod conn;
 pub mod decode;
 pub mod encode;
 pub mod head;

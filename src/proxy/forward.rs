@@ -6,7 +6,6 @@ use std::sync::Arc;
 use http::header::HOST;
 use http::uri::PathAndQuery;
 use http::{Method, Request, Response, StatusCode, Uri, Version};
-use hyper::body::Incoming;
 use tokio::time::Instant;
 
 use super::answer::{client_gone, Answer, Peeked};
@@ -72,7 +71,7 @@ impl Proxy {
     /// a forgotten session.
     pub(super) async fn forward(
         &self,
-        req: Request<Incoming>,
+        req: Request<crate::replay::ClientBody>,
         peer: SocketAddr,
     ) -> (Response<ProxyBody>, Note) {
         let version = req.version();

@@ -40,8 +40,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::replay::ClientBody;
 use http::{Request, Response, StatusCode, Uri};
-use hyper::body::Incoming;
 use tokio::time::Instant;
 
 use crate::classify::ExpectedRoutes;
@@ -261,7 +261,7 @@ impl Proxy {
     }
 
     /// Answers one client request. Never fails.
-    pub async fn handle(&self, req: Request<Incoming>, peer: SocketAddr) -> Response<ProxyBody> {
+    pub async fn handle(&self, req: Request<ClientBody>, peer: SocketAddr) -> Response<ProxyBody> {
         let start = Instant::now();
         let method = req.method().clone();
         // Copied only for the access log: the hot path needs no second copy of the path.

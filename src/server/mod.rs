@@ -14,10 +14,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::{GracefulShutdown, Watcher};
+use hyper_util::rt::{TokioExecutor, TokioTimer};
 use prometheus_client::registry::Registry;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
@@ -34,8 +31,11 @@ use crate::metrics::{HandshakeFailure, Metrics, TlsMetrics};
 use crate::proxy::Proxy;
 use crate::tls;
 
+mod conn;
+mod h1;
 mod idle;
-use idle::{Idle, Registered, Tracked};
+use conn::Served;
+use idle::Idle;
 
 /// holdfast running on a task of the current runtime (the demo, tests and benchmarks run it so).
 pub struct Spawned {
@@ -237,62 +237,10 @@ pub async fn try_upstream_once(upstream: crate::config::UpstreamUrl, connect_tim
     }
 }
 
-/// Serves one client connection (plain or TLS) until it ends or the drain closes it.
-async fn serve_connection<I>(
-    builder: Arc<auto::Builder<TokioExecutor>>,
-    io: I,
-    proxy: Arc<Proxy>,
-    peer: SocketAddr,
-    watcher: Watcher,
-    registered: Arc<Registered>,
-) where
-    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
-{
-    let in_service = registered.clone();
-    let service = service_fn(move |req| {
-        let (proxy, registered) = (proxy.clone(), in_service.clone());
-        async move {
-            // Busy from the request's start to its response body's end.
-            let busy = registered.begin();
-            let resp = proxy.handle(req, peer).await;
-            Ok::<_, std::convert::Infallible>(resp.map(|body| Tracked::new(body, busy)))
-        }
-    });
-    let conn = watcher.watch(builder.serve_connection(io, service).into_owned());
-    tokio::pin!(conn);
-    loop {
-        tokio::select! {
-            served = &mut conn => {
-                if let Err(e) = served {
-                    tracing::debug!(error = %e, %peer, "client connection ended with an error");
-                }
-                return;
-            }
-            // Idle the longest at the connection limit: dropped, as a keep-alive timeout would.
-            // HTTP/1 requests begin only while this task polls `conn`, so one still idle now
-            // stays idle until it is dropped.
-            () = registered.closed() => if registered.may_close() {
-                return;
-            },
-        }
-    }
-}
-
 /// HTTP/2 ping interval towards clients.
 const H2_KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(30);
 /// How long an HTTP/2 client has to answer a ping.
 const H2_KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(20);
-
-/// Waits for a new plain connection's first byte. hyper-util's protocol detection (HTTP/1 or
-/// HTTP/2) reads without a timer, so a connection that never sends anything would hold one of
-/// `limits.max_connections` slots forever; `header_read_timeout` only starts once bytes arrive.
-async fn sends_within(stream: &tokio::net::TcpStream, limit: Duration) -> bool {
-    let mut byte = [0u8; 1];
-    matches!(
-        tokio::time::timeout(limit, stream.peek(&mut byte)).await,
-        Ok(Ok(n)) if n > 0
-    )
-}
 
 /// The proxy's accept loop and drain.
 async fn serve_proxy(
@@ -303,28 +251,23 @@ async fn serve_proxy(
     ready: &Readiness,
     shutdown: impl Future<Output = ()>,
 ) {
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder
-        .http1()
-        .timer(TokioTimer::new())
-        // Slowloris guard: a client must finish its request head within this time.
-        .header_read_timeout(config.header_read_timeout)
-        .max_buf_size(config.max_header_bytes);
-    // Only a count other than hyper's default is set: setting one moves hyper's header
-    // buffer from the stack to a heap allocation per request.
-    if config.max_headers != crate::config::defaults::MAX_HEADERS {
-        builder.http1().max_headers(config.max_headers);
-    }
-    builder
-        .http2()
-        .timer(TokioTimer::new())
+    let mut h2 = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+    h2.timer(TokioTimer::new())
         // Pings find dead peers (a vanished client) so their connections free their slots.
         .keep_alive_interval(H2_KEEP_ALIVE_INTERVAL)
         .keep_alive_timeout(H2_KEEP_ALIVE_TIMEOUT)
         .max_header_list_size(u32::try_from(config.max_header_bytes).unwrap_or(u32::MAX));
-    let builder = Arc::new(builder);
-
-    let graceful = GracefulShutdown::new();
+    let (drain, draining) = tokio::sync::watch::channel(false);
+    let served = Served {
+        proxy: proxy.clone(),
+        h2: Arc::new(h2),
+        limits: h1::Limits {
+            max_head_bytes: config.max_header_bytes,
+            max_headers: config.max_headers,
+            header_read_timeout: config.header_read_timeout,
+        },
+        drain: draining,
+    };
     let mut connections = JoinSet::new();
     // At the limit, the connection just accepted waits until a slot is free (the rest wait in
     // the kernel's backlog) rather than being dropped; an idle keep-alive connection is closed
@@ -352,22 +295,10 @@ async fn serve_proxy(
         };
         let registered = Arc::new(idle.register());
         let _ = stream.set_nodelay(true);
-        let (proxy, builder, tls) = (proxy.clone(), builder.clone(), tls.clone());
-        let first_byte_timeout = config.header_read_timeout;
-        // Taken now, so a drain that starts during the TLS handshake still waits for (and then
-        // gracefully closes) this connection.
-        let watcher = graceful.watcher();
+        let (served, tls) = (served.clone(), tls.clone());
         connections.spawn(async move {
             match tls {
-                None => {
-                    let io = TokioIo::new(stream);
-                    tokio::select! {
-                        sends = sends_within(io.inner(), first_byte_timeout) => if sends {
-                            serve_connection(builder, io, proxy, peer, watcher, registered).await
-                        },
-                        () = registered.closed() => {}
-                    }
-                }
+                None => served.plain(stream, peer, registered).await,
                 // Boxed: a TLS stream and its connection state are large, and the plain
                 // connection's task (a sidecar's usual case) would otherwise be as large as
                 // the TLS one for as long as it lives.
@@ -378,15 +309,7 @@ async fn serve_proxy(
                             () = registered.closed() => None,
                         };
                         if let Some(stream) = handshake {
-                            serve_connection(
-                                builder,
-                                TokioIo::new(stream),
-                                proxy,
-                                peer,
-                                watcher,
-                                registered,
-                            )
-                            .await
+                            served.tls(stream, peer, registered).await
                         }
                     })
                     .await
@@ -408,7 +331,11 @@ async fn serve_proxy(
         drain_timeout_secs = config.drain_timeout.as_secs_f64(),
         "shutting down: draining in-flight requests"
     );
-    if tokio::time::timeout(config.drain_timeout, graceful.shutdown())
+    // Idle connections close now, busy ones after their request (HTTP/2: GOAWAY, then its
+    // open streams).
+    let _ = drain.send(true);
+    let drained = async { while connections.join_next().await.is_some() {} };
+    if tokio::time::timeout(config.drain_timeout, drained)
         .await
         .is_err()
     {

@@ -1,0 +1,405 @@
+//! A client's HTTP/1.1 connection, served by holdfast itself: read a request head, hand the
+//! request to the proxy, write its answer, and again, for as long as both sides keep the
+//! connection.
+//!
+//! What hyper's HTTP/1 server did here, and what this keeps of it:
+//! - the head's limits: `limits.max_header_bytes` and `limits.max_headers` (431 beyond), a
+//!   malformed head 400, a target over 64 KiB 414; `limits.header_read_timeout_secs` from a
+//!   head's first byte to its end (a slow head is cut off without an answer), and as the
+//!   keep-alive idle timeout between requests;
+//! - `100 Continue` when the proxy first reads a body whose client waits for it;
+//! - answers framed by their `Content-Length`, else chunked (closed-delimited for an HTTP/1.0
+//!   client), with a `Date`, nothing for a HEAD, a 204 or a 304;
+//! - a client that hangs up while its request waits for an answer cancels the request (once
+//!   its body is read: until then the proxy's read of it notices);
+//! - at the connection limit the longest-idle connection closes ([`super::idle`]); a drain lets
+//!   the request in progress finish, then closes.
+//!
+//! What it does not keep: while a connection waits for its next request, or streams an answer
+//! between events, it holds its socket and no buffer (hyper kept 8 KiB to read and 8 KiB to
+//! write for the connection's whole life), and the request's future lives only while the
+//! request does.
+
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::Poll;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use http::header::{HeaderValue, CONNECTION, CONTENT_LENGTH, DATE, TRANSFER_ENCODING};
+use http::{HeaderMap, Method, Request, Response, StatusCode, Version};
+use http_body::Body as _;
+use http_body_util::BodyExt;
+use tokio::io::AsyncWrite;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use super::idle::Registered;
+use crate::http1::conn::{Io, RequestBody, Shared, READ_SIZE};
+use crate::http1::encode::{self, BodyWriter, Framing};
+use crate::http1::head::{self, RequestHead};
+use crate::http1::read::{poll_read_buf, release};
+use crate::proxy::body::ProxyBody;
+use crate::proxy::Proxy;
+use crate::replay::ClientBody;
+
+/// What a connection is held to.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Most bytes in a request head.
+    pub max_head_bytes: usize,
+    /// Most header lines in a request head.
+    pub max_headers: usize,
+    /// From a head's first byte to its end, and the keep-alive idle timeout.
+    pub header_read_timeout: Duration,
+}
+
+/// Longest a closing connection reads (and drops) what its client still sends, so that the
+/// answer it was given is not destroyed by a reset (a socket closed with unread bytes resets).
+const LINGER: Duration = Duration::from_secs(2);
+
+/// Most bytes read and dropped while lingering.
+const LINGER_BYTES: usize = 256 * 1024;
+
+/// One connection's driver.
+pub struct Connection {
+    shared: Arc<Shared>,
+    proxy: Arc<Proxy>,
+    peer: SocketAddr,
+    registered: Arc<Registered>,
+    drain: watch::Receiver<bool>,
+    limits: Limits,
+}
+
+/// Why waiting for a head ended without a request.
+enum Stop {
+    /// A head to refuse with this status.
+    Refuse(StatusCode),
+    /// The connection ends: the client closed it, it was idle too long, a head was too slow,
+    /// or it was closed to make room or for a drain.
+    Close,
+}
+
+impl Connection {
+    /// A connection on `io`, whose first bytes (read while telling HTTP/1 from HTTP/2) are
+    /// `read`.
+    pub fn new(
+        io: Io,
+        read: BytesMut,
+        proxy: Arc<Proxy>,
+        peer: SocketAddr,
+        registered: Arc<Registered>,
+        drain: watch::Receiver<bool>,
+        limits: Limits,
+    ) -> Self {
+        let shared = Shared::new(io);
+        shared.lock().buf = read;
+        Connection {
+            shared,
+            proxy,
+            peer,
+            registered,
+            drain,
+            limits,
+        }
+    }
+
+    /// Serves requests until the connection ends.
+    pub async fn serve(mut self) {
+        loop {
+            let keep = match self.next_head().await {
+                Ok(head) => self.exchange(head).await,
+                Err(Stop::Refuse(status)) => {
+                    self.refuse(status).await;
+                    false
+                }
+                Err(Stop::Close) => return,
+            };
+            if !keep {
+                self.close().await;
+                return;
+            }
+        }
+    }
+
+    /// Waits for, reads and parses the next request head.
+    async fn next_head(&mut self) -> Result<RequestHead, Stop> {
+        let since = Instant::now();
+        // When this head's first byte arrived.
+        let mut started: Option<Instant> = None;
+        loop {
+            {
+                let mut st = self.shared.lock();
+                if !st.buf.is_empty() {
+                    started.get_or_insert_with(Instant::now);
+                    let window = &st.buf[..st.buf.len().min(self.limits.max_head_bytes)];
+                    match head::parse_request(window, self.limits.max_headers) {
+                        Ok(Some((len, head))) => {
+                            let _ = st.buf.split_to(len);
+                            return Ok(head);
+                        }
+                        Ok(None) if st.buf.len() >= self.limits.max_head_bytes => {
+                            return Err(Stop::Refuse(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE))
+                        }
+                        Ok(None) => {}
+                        Err(status) => return Err(Stop::Refuse(status)),
+                    }
+                }
+            }
+            let idle = started.is_none();
+            if idle && *self.drain.borrow() {
+                return Err(Stop::Close);
+            }
+            let deadline = started.unwrap_or(since) + self.limits.header_read_timeout;
+            let shared = &self.shared;
+            let read = std::future::poll_fn(|cx| {
+                let mut st = shared.lock();
+                let st = &mut *st;
+                let read = poll_read_buf(&mut st.io, cx, &mut st.buf, READ_SIZE);
+                if read.is_pending() {
+                    release(&mut st.buf);
+                }
+                read
+            });
+            tokio::select! {
+                biased;
+                read = read => match read {
+                    Ok(0) | Err(_) => return Err(Stop::Close),
+                    Ok(_) => {}
+                },
+                // A slow head (slowloris), or a keep-alive connection idle too long.
+                () = tokio::time::sleep_until(deadline) => return Err(Stop::Close),
+                // Closed to make room at the connection limit (only while idle).
+                () = self.registered.closed(), if idle => {
+                    if self.registered.may_close() {
+                        return Err(Stop::Close);
+                    }
+                }
+                Ok(()) = self.drain.changed(), if idle => return Err(Stop::Close),
+            }
+        }
+    }
+
+    /// One request and its answer; whether the connection may carry another.
+    async fn exchange(&mut self, head: RequestHead) -> bool {
+        let RequestHead {
+            parts,
+            framing,
+            keep_alive,
+            expect_continue,
+        } = head;
+        let method = parts.method.clone();
+        let version = parts.version;
+        self.shared.lock().begin(framing, expect_continue);
+        let body = ClientBody::H1(RequestBody::new(self.shared.clone()));
+        let busy = self.registered.begin();
+        // Boxed: it lives only while a request does, and an idle connection's task stays small.
+        let handling = Box::pin(
+            self.proxy
+                .handle(Request::from_parts(parts, body), self.peer),
+        );
+        let Some(resp) = until_answered(&self.shared, handling).await else {
+            // The client went away: the request was cancelled with it.
+            return false;
+        };
+        let mut keep = keep_alive && !*self.drain.borrow();
+        let (head, framing, body) = answer_head(&method, version, resp, &mut keep);
+        let mut writer = BodyWriter::new(head, framing, body);
+        let mut written = 0;
+        let shared = &self.shared;
+        // A client that hangs up while its answer streams (an event stream between events)
+        // ends it now, not at the next event's failed write.
+        let mut watch = Watch::default();
+        let sent = std::future::poll_fn(|cx| {
+            if let Poll::Ready(sent) = writer.poll_write(cx, &mut shared.writer(), &mut written) {
+                return Poll::Ready(sent.map_err(Some));
+            }
+            if watch.poll_gone(shared, cx) {
+                return Poll::Ready(Err(None));
+            }
+            Poll::Pending
+        })
+        .await;
+        drop(busy);
+        match sent {
+            Ok(()) => {}
+            Err(Some(error)) => {
+                tracing::debug!(peer = %self.peer, %error, "an answer could not be written whole");
+                return false;
+            }
+            Err(None) => return false,
+        }
+        if flush(shared).await.is_err() {
+            return false;
+        }
+        // A body the proxy did not read to its end: where the next request starts is unknown.
+        keep && shared.lock().body.is_none()
+    }
+
+    /// Answers a head that cannot be served, then closes.
+    async fn refuse(&mut self, status: StatusCode) {
+        tracing::debug!(peer = %self.peer, %status, "refused a request head");
+        let mut headers = HeaderMap::new();
+        headers.insert(CONTENT_LENGTH, HeaderValue::from_static("0"));
+        headers.insert(CONNECTION, HeaderValue::from_static("close"));
+        headers.insert(DATE, encode::date());
+        let head = encode::response_head(Version::HTTP_11, status, &headers);
+        let mut writer = BodyWriter::new(head, Framing::Empty, empty());
+        let shared = &self.shared;
+        let mut written = 0;
+        let _ =
+            std::future::poll_fn(|cx| writer.poll_write(cx, &mut shared.writer(), &mut written))
+                .await;
+        let _ = flush(shared).await;
+    }
+
+    /// Closes the connection: the write side first (the client reads the end of the last
+    /// answer), then a short read of whatever the client still sends, so that closing with
+    /// unread bytes does not reset the connection under that answer.
+    async fn close(&mut self) {
+        let shared = &self.shared;
+        let shut = std::future::poll_fn(|cx| Pin::new(&mut shared.writer()).poll_shutdown(cx));
+        if tokio::time::timeout(LINGER, shut).await.is_err() {
+            return;
+        }
+        let mut drained = 0;
+        let linger = async {
+            loop {
+                let read = std::future::poll_fn(|cx| {
+                    let mut st = shared.lock();
+                    let st = &mut *st;
+                    st.buf.clear();
+                    poll_read_buf(&mut st.io, cx, &mut st.buf, READ_SIZE)
+                })
+                .await;
+                match read {
+                    Ok(n) if n > 0 && drained < LINGER_BYTES => drained += n,
+                    _ => return,
+                }
+            }
+        };
+        let _ = tokio::time::timeout(LINGER, linger).await;
+    }
+}
+
+/// Flushes what the connection's TLS session (if any) still holds.
+async fn flush(shared: &Shared) -> std::io::Result<()> {
+    std::future::poll_fn(|cx| Pin::new(&mut shared.writer()).poll_flush(cx)).await
+}
+
+/// The proxy's answer, or `None` when the client hung up first (the request is cancelled).
+async fn until_answered(
+    shared: &Shared,
+    mut handling: Pin<Box<impl std::future::Future<Output = Response<ProxyBody>>>>,
+) -> Option<Response<ProxyBody>> {
+    let mut watch = Watch::default();
+    std::future::poll_fn(|cx| {
+        if let Poll::Ready(resp) = handling.as_mut().poll(cx) {
+            return Poll::Ready(Some(resp));
+        }
+        if watch.poll_gone(shared, cx) {
+            return Poll::Ready(None);
+        }
+        Poll::Pending
+    })
+    .await
+}
+
+/// Watches a client connection for its end while its request is answered. Only once the
+/// request's body has been read (or it had none): until then the proxy's read of the body
+/// notices. The first bytes of a pipelined next request end the watch (they stay read for it).
+#[derive(Default)]
+struct Watch {
+    over: bool,
+}
+
+impl Watch {
+    /// Whether the client has hung up (or its connection failed).
+    fn poll_gone(&mut self, shared: &Shared, cx: &mut std::task::Context<'_>) -> bool {
+        if self.over {
+            return false;
+        }
+        let mut st = shared.lock();
+        let st = &mut *st;
+        if st.body.is_some() || st.continue_owed.is_some() {
+            return false;
+        }
+        if !st.buf.is_empty() {
+            self.over = true;
+            return false;
+        }
+        match poll_read_buf(&mut st.io, cx, &mut st.buf, 1024) {
+            Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => true,
+            Poll::Ready(Ok(_)) => {
+                self.over = true;
+                false
+            }
+            Poll::Pending => {
+                release(&mut st.buf);
+                false
+            }
+        }
+    }
+}
+
+/// An empty body.
+fn empty() -> ProxyBody {
+    http_body_util::Empty::new()
+        .map_err(|never| match never {})
+        .boxed_unsync()
+}
+
+/// The answer's head in wire form, its framing, and the body to send. `keep` turns false when
+/// the connection must close after it.
+fn answer_head(
+    method: &Method,
+    version: Version,
+    resp: Response<ProxyBody>,
+    keep: &mut bool,
+) -> (Vec<u8>, Framing, ProxyBody) {
+    let (mut parts, body) = resp.into_parts();
+    let status = parts.status;
+    let headers = &mut parts.headers;
+    if !head::keeps_alive(Version::HTTP_11, headers) {
+        // The proxy's own answer asked to close (a 400 for a malformed request).
+        *keep = false;
+    }
+    let no_body = method == Method::HEAD
+        || status.is_informational()
+        || status == StatusCode::NO_CONTENT
+        || status == StatusCode::NOT_MODIFIED;
+    let framing = if no_body {
+        Framing::Empty
+    } else if let Ok(Some(n)) = head::content_length(headers) {
+        Framing::Length(n)
+    } else {
+        headers.remove(CONTENT_LENGTH);
+        if body.is_end_stream() {
+            headers.insert(CONTENT_LENGTH, HeaderValue::from_static("0"));
+            Framing::Length(0)
+        } else if let Some(n) = body.size_hint().exact() {
+            headers.insert(CONTENT_LENGTH, HeaderValue::from(n));
+            Framing::Length(n)
+        } else if version == Version::HTTP_11 {
+            headers.insert(TRANSFER_ENCODING, HeaderValue::from_static("chunked"));
+            Framing::Chunked
+        } else {
+            // An HTTP/1.0 client reads to the close.
+            *keep = false;
+            Framing::Close
+        }
+    };
+    if !headers.contains_key(DATE) {
+        headers.insert(DATE, encode::date());
+    }
+    headers.remove(CONNECTION);
+    if !*keep {
+        headers.insert(CONNECTION, HeaderValue::from_static("close"));
+    } else if version == Version::HTTP_10 {
+        headers.insert(CONNECTION, HeaderValue::from_static("keep-alive"));
+    }
+    let head = encode::response_head(Version::HTTP_11, status, headers);
+    let body = if no_body { empty() } else { body };
+    (head, framing, body)
+}
