@@ -72,13 +72,16 @@ pub fn parse_request(
     if path.len() > MAX_URI_LEN {
         return Err(StatusCode::URI_TOO_LONG);
     }
-    let uri = Uri::from_maybe_shared(Bytes::copy_from_slice(path.as_bytes())).map_err(|_| bad)?;
+    // One copy of the whole head; the target and every header value are slices of it, so a
+    // kept header pins neither the read buffer nor an allocation of its own.
+    let copy = Bytes::copy_from_slice(&buf[..len]);
+    let uri = Uri::from_maybe_shared(slice_of(&copy, buf, path.as_bytes())).map_err(|_| bad)?;
     let method = Method::from_bytes(req.method.ok_or(bad)?.as_bytes()).map_err(|_| bad)?;
     let version = match req.version {
         Some(1) => Version::HTTP_11,
         _ => Version::HTTP_10,
     };
-    let mut headers = copy_fields(req.headers).map_err(|_| bad)?;
+    let mut headers = copy_fields(&copy, buf, req.headers).map_err(|_| bad)?;
     let mut keep_alive = keeps_alive(version, &headers);
     let framing = if headers.contains_key(TRANSFER_ENCODING) {
         if version == Version::HTTP_10 || !is_chunked(&headers) {
@@ -144,7 +147,8 @@ pub fn parse_response(
         .code
         .and_then(|c| StatusCode::from_u16(c).ok())
         .ok_or(Error::Parse("an invalid status code"))?;
-    let mut headers = copy_fields(resp.headers)?;
+    let copy = Bytes::copy_from_slice(&buf[..len]);
+    let mut headers = copy_fields(&copy, buf, resp.headers)?;
     let framing = response_framing(method, status, &mut headers)?;
     let keep_alive = framing != Framing::Close && keeps_alive(version, &headers);
     let (mut parts, ()) = Response::new(()).into_parts();
@@ -161,17 +165,28 @@ pub fn parse_response(
     )))
 }
 
-/// The parsed fields as a header map, each name and value copied.
-fn copy_fields(fields: &[httparse::Header<'_>]) -> Result<HeaderMap, Error> {
+/// The parsed fields as a header map: names as `http` makes them (known names are constants),
+/// values as slices of `copy`, the copy of the head `buf` starts with.
+fn copy_fields(
+    copy: &Bytes,
+    buf: &[u8],
+    fields: &[httparse::Header<'_>],
+) -> Result<HeaderMap, Error> {
     let mut headers = HeaderMap::with_capacity(fields.len());
     for field in fields {
         let name = HeaderName::from_bytes(field.name.as_bytes())
             .map_err(|_| Error::Parse("an invalid header name"))?;
-        let value = HeaderValue::from_bytes(field.value)
+        let value = HeaderValue::from_maybe_shared(slice_of(copy, buf, field.value))
             .map_err(|_| Error::Parse("an invalid header value"))?;
         headers.append(name, value);
     }
     Ok(headers)
+}
+
+/// The part of `copy` (a copy of the start of `buf`) that `part` (a slice of `buf`) is.
+fn slice_of(copy: &Bytes, buf: &[u8], part: &[u8]) -> Bytes {
+    let start = part.as_ptr() as usize - buf.as_ptr() as usize;
+    copy.slice(start..start + part.len())
 }
 
 /// How a response's body is framed (RFC 9112 §6.3), fixing the head where it contradicts

@@ -3,8 +3,13 @@
 //! An idle connection (a keep-alive one between requests, an event stream between events) has
 //! nothing to read, so it should hold nothing to read into. A read here first waits for the
 //! socket to be readable, then allocates (or tops up) the buffer, then reads. What was read
-//! leaves as `Bytes` split off the buffer; once the buffer is empty the caller drops it
+//! leaves as `Bytes` split off the buffer; once the buffer is empty the caller lets go of it
 //! ([`release`]), and the allocation goes with the last of those `Bytes`.
+//!
+//! Letting go means handing it to a small per-thread stash of spare buffers, which the next
+//! read on any connection of that thread takes: the memory of the connections that are idle is
+//! in the stash (a few buffers per thread), not in each of them, and a busy proxy does not
+//! allocate and free a buffer per read.
 
 use std::io;
 use std::pin::Pin;
@@ -35,8 +40,11 @@ pub fn poll_read_buf<R: Readable>(
     size: usize,
 ) -> Poll<io::Result<usize>> {
     if buf.capacity() == buf.len() {
-        // Nothing is allocated before there is something to read.
+        // Nothing is taken before there is something to read.
         ready!(io.poll_readable(cx))?;
+        if buf.capacity() == 0 {
+            *buf = take();
+        }
         buf.reserve(size.max(1));
     }
     let spare = buf.spare_capacity_mut();
@@ -50,10 +58,37 @@ pub fn poll_read_buf<R: Readable>(
     Poll::Ready(Ok(n))
 }
 
-/// Drops the buffer's allocation when nothing is left in it (what was split off keeps its own
-/// share): an idle connection holds no buffer.
+/// Lets go of the buffer when nothing is left in it (what was split off keeps its own share of
+/// the allocation): an idle connection holds no buffer. Its spare room goes to the stash.
 pub fn release(buf: &mut BytesMut) {
     if buf.is_empty() && buf.capacity() > 0 {
-        *buf = BytesMut::new();
+        let mut spare = std::mem::take(buf);
+        // Unshared (everything split off it is gone), its whole allocation is spare again;
+        // shared, only its own spare room counts.
+        if spare.try_reclaim(STASHED) {
+            STASH.with(|stash| {
+                let mut stash = stash.borrow_mut();
+                if stash.len() < STASH_MAX {
+                    stash.push(spare);
+                }
+            });
+        }
     }
+}
+
+/// Spare room a buffer must have to be stashed.
+const STASHED: usize = 4096;
+
+/// Most buffers stashed per thread.
+const STASH_MAX: usize = 16;
+
+thread_local! {
+    static STASH: std::cell::RefCell<Vec<BytesMut>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// A stashed buffer, or a new empty one.
+fn take() -> BytesMut {
+    STASH
+        .with(|stash| stash.borrow_mut().pop())
+        .unwrap_or_default()
 }

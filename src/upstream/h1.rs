@@ -297,6 +297,7 @@ impl Body {
             Some(pool) if reusable => pool.checkin(conn),
             _ => drop(conn),
         }
+        release(&mut self.buf);
         self.buf = BytesMut::new();
     }
 
