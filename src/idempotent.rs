@@ -47,9 +47,6 @@ pub const READ_ONLY_METHODS: [&str; 8] = [
     "completion/complete",
 ];
 
-/// The method whose answers teach which tools are safe.
-pub const TOOLS_LIST: &str = "tools/list";
-
 const TOOLS_CALL: &str = "tools/call";
 
 /// Most tool names remembered from `tools/list` answers: memory stays bounded whatever a server
@@ -58,10 +55,6 @@ const MAX_LEARNED_TOOLS: usize = 4096;
 
 /// The spec's longest tool name.
 const MAX_TOOL_NAME: usize = 128;
-
-/// Largest request body looked at for `tools/list`: the request is a few dozen bytes, and a
-/// large body (a tool call's arguments) is not worth joining and searching on every request.
-pub const MAX_TOOLS_LIST_REQUEST: usize = 4096;
 
 /// Most bytes of `tools/list` answers copied for learning at once, over every answer in
 /// flight; past it an answer streams through unread.
@@ -181,23 +174,6 @@ impl Idempotency {
             .copied()
             .unwrap_or(false)
             .then_some(SafeKind::AnnotatedTool)
-    }
-
-    /// Whether the answer to this request should be read for tool annotations: the request is a
-    /// `tools/list`. Cheap for every other request: the header, or one substring search of the
-    /// kept body before any parse.
-    pub fn is_tools_list(&self, headers: &HeaderMap, body: Option<&[u8]>) -> bool {
-        if !self.learns() {
-            return false;
-        }
-        if let Some(method) = headers.get(MCP_METHOD) {
-            return method.as_bytes() == TOOLS_LIST.as_bytes();
-        }
-        let Some(body) = body.filter(|b| b.len() <= MAX_TOOLS_LIST_REQUEST) else {
-            return false;
-        };
-        memchr::memmem::find(body, TOOLS_LIST.as_bytes()).is_some()
-            && from_body(body).is_some_and(|c| c.method == TOOLS_LIST)
     }
 
     /// Learns from a complete `tools/list` answer body (`application/json`, or the events of a
@@ -439,9 +415,6 @@ mod tests {
             safety.judge(None, &headers("tools/call", Some("charge")), put.as_bytes()),
             None
         );
-        // The headers alone spot a tools/list to learn from.
-        assert!(safety.is_tools_list(&headers("tools/list", None), None));
-        assert!(!safety.is_tools_list(&headers("tools/call", Some("put")), None));
     }
 
     #[test]
@@ -475,23 +448,10 @@ mod tests {
     }
 
     #[test]
-    fn a_tools_list_is_recognised_from_its_body() {
-        let safety = safety(&[], &[]);
-        let none = HeaderMap::new();
-        let list = br#"{"jsonrpc":"2.0","id":3,"method":"tools/list","params":{}}"#;
-        assert!(safety.is_tools_list(&none, Some(list)));
-        // The name in an argument is not the method.
-        let echo = br#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"echo","arguments":{"text":"tools/list"}}}"#;
-        assert!(!safety.is_tools_list(&none, Some(echo)));
-        assert!(!safety.is_tools_list(&none, None));
-    }
-
-    #[test]
     fn off_means_nothing_is_safe_or_learned() {
         let safety = Idempotency::new(false, true, &["plain".to_string()], &[]);
         let ping = br#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
         assert_eq!(safety.judge(None, &HeaderMap::new(), ping), None);
-        let list = br#"{"jsonrpc":"2.0","id":3,"method":"tools/list"}"#;
-        assert!(!safety.is_tools_list(&HeaderMap::new(), Some(list)));
+        assert!(!safety.learns());
     }
 }

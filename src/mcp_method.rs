@@ -229,6 +229,14 @@ mod tests {
             of(" \n{ \"method\" :\t\"notifications/initialized\" }"),
             NotificationsInitialized
         );
+        // A method's name in an argument is not the method (a tools/list is what the proxy
+        // reads an answer for tool annotations after).
+        assert_eq!(
+            of(
+                r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"echo","arguments":{"text":"tools/list"}}}"#
+            ),
+            ToolsCall
+        );
     }
 
     #[test]

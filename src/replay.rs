@@ -411,6 +411,32 @@ impl BodyHandle {
         }
     }
 
+    /// Reads at most the first `max` bytes of the complete body (`None` when it is not
+    /// complete or not kept), joining no more chunks than those bytes need.
+    pub fn with_body_prefix<R>(&self, max: usize, read: impl FnOnce(&[u8]) -> R) -> Option<R> {
+        let shared = self.lock();
+        if !shared.complete || !shared.replayable {
+            return None;
+        }
+        match shared.chunks.as_slice() {
+            [] => Some(read(&[])),
+            [first, ..] if first.len() >= max || shared.chunks.len() == 1 => {
+                Some(read(&first[..first.len().min(max)]))
+            }
+            many => {
+                let mut prefix = Vec::with_capacity(max);
+                for chunk in many {
+                    let take = (max - prefix.len()).min(chunk.len());
+                    prefix.extend_from_slice(&chunk[..take]);
+                    if prefix.len() == max {
+                        break;
+                    }
+                }
+                Some(read(&prefix))
+            }
+        }
+    }
+
     /// The complete body if it can be had within `wait` (reading ahead if needed).
     pub async fn read_whole(&self, wait: Duration) -> Option<Bytes> {
         let _ = tokio::time::timeout(wait, self.prefetch()).await;

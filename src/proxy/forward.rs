@@ -19,6 +19,9 @@ use crate::classify::{
 use crate::config::HostHeader;
 use crate::hold::{Outages, Released, Ticket};
 use crate::mcp_method::McpMethod;
+
+/// Bytes of a request body scanned for its MCP method.
+const MCP_METHOD_SCAN: usize = 4096;
 use crate::metrics::{Pass, PassLabel, ReasonLabel, RewriteAction};
 use crate::replay::{BodyHandle, ReplayBody};
 use crate::session::{self, Recorded};
@@ -56,6 +59,8 @@ struct Exchange {
     /// In flight (for a pause's drain) from its first attempt until its answer's body ends;
     /// not while it waits in the hold.
     flight: Option<Flight>,
+    /// Its MCP method, found once ([`Proxy::mcp_method`]).
+    mcp: std::sync::OnceLock<McpMethod>,
 }
 
 /// What the attempt loop does after one attempt.
@@ -108,6 +113,7 @@ impl Proxy {
             sent_again: false,
             closed_once: false,
             flight: None,
+            mcp: std::sync::OnceLock::new(),
         };
         let answer = self.exchange(&mut ex).await;
         if ex.target.method == Method::POST {
@@ -442,12 +448,16 @@ impl Proxy {
     /// The MCP method a POST carries, for its metric: the 2026-07-28 header when given (one
     /// comparison), else the kept copy of the body, read once the request is over.
     fn mcp_method(&self, ex: &Exchange) -> McpMethod {
-        if let Some(method) = ex.target.headers.get(crate::idempotent::MCP_METHOD) {
-            return McpMethod::from_name(method.as_bytes());
-        }
-        ex.handle
-            .with_complete_body(McpMethod::of_body)
-            .unwrap_or(McpMethod::Other)
+        *ex.mcp.get_or_init(|| {
+            if let Some(method) = ex.target.headers.get(crate::idempotent::MCP_METHOD) {
+                return McpMethod::from_name(method.as_bytes());
+            }
+            // SDKs write `method` first: its first few KiB tell, and a large body is not
+            // joined to find out.
+            ex.handle
+                .with_body_prefix(MCP_METHOD_SCAN, McpMethod::of_body)
+                .unwrap_or(McpMethod::Other)
+        })
     }
 
     /// Whether this request is a `tools/list`, whose answer teaches which tools are safe to
@@ -456,17 +466,8 @@ impl Proxy {
         if ex.target.method != Method::POST || !self.idempotency.learns() {
             return false;
         }
-        let headers = &ex.target.headers;
-        if headers.contains_key(crate::idempotent::MCP_METHOD) {
-            return self.idempotency.is_tools_list(headers, None);
-        }
-        // A tools/list is a few dozen bytes: a larger body is not joined and searched.
-        if ex.handle.buffered_bytes() > crate::idempotent::MAX_TOOLS_LIST_REQUEST {
-            return false;
-        }
-        ex.handle
-            .with_complete_body(|body| self.idempotency.is_tools_list(headers, Some(body)))
-            .unwrap_or(false)
+        // The same top-level `method` the metrics count (the header's, else the body's).
+        self.mcp_method(ex) == McpMethod::ToolsList
     }
 
     /// The tracked session a request names, if any.

@@ -14,8 +14,9 @@ use http::header::{
 
 /// Always hop-by-hop (RFC 9110 §7.6.1, plus the RFC 2616 §13.5.1 proxy-auth pair and the
 /// non-standard `Proxy-Connection` that old clients still send). As `HeaderName`s, so finding
-/// one is a comparison, not a parse and a hash.
-const HOP_BY_HOP: [HeaderName; 9] = [
+/// one is a comparison, not a parse and a hash; a `static`, not a `const`, so that it is not
+/// built and dropped at every use.
+static HOP_BY_HOP: [HeaderName; 9] = [
     CONNECTION,
     HeaderName::from_static("keep-alive"),
     HeaderName::from_static("proxy-connection"),
@@ -27,24 +28,34 @@ const HOP_BY_HOP: [HeaderName; 9] = [
     UPGRADE,
 ];
 
-const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
-const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
-const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
+static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+static X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
 
 /// Removes hop-by-hop headers, including those named in `Connection` (any case, any spacing,
 /// across repeated `Connection` headers).
 pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
-    // Most messages carry none: one pass of comparisons decides, and nothing is removed.
+    // Most requests carry none: one pass of comparisons decides, and nothing is removed.
     if !headers.keys().any(|name| HOP_BY_HOP.contains(name)) {
         return;
     }
-    let listed: Vec<HeaderName> = headers
-        .get_all(CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
-        .collect();
+    // Most answers carry `Connection: keep-alive` (or `close`): tokens that name no header
+    // beyond the fixed list need no parse and no allocation.
+    let mut listed: Vec<HeaderName> = Vec::new();
+    for value in headers.get_all(CONNECTION) {
+        for token in value.as_bytes().split(|b| *b == b',') {
+            let token = token.trim_ascii();
+            let known = [&b"close"[..], b"keep-alive", b"upgrade", b"te"]
+                .iter()
+                .any(|k| token.eq_ignore_ascii_case(k));
+            if token.is_empty() || known {
+                continue;
+            }
+            if let Ok(name) = HeaderName::from_bytes(token) {
+                listed.push(name);
+            }
+        }
+    }
     for name in listed {
         headers.remove(name);
     }
@@ -54,23 +65,25 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
 }
 
 /// Appends `value` to a comma-separated header, creating it when absent.
-fn append_list(headers: &mut HeaderMap, name: HeaderName, value: HeaderValue) {
-    if !headers.contains_key(&name) {
-        // The usual case: nothing to join, and the value goes in as it is.
-        headers.insert(name, value);
-        return;
-    }
+fn append_list(headers: &mut HeaderMap, name: &'static HeaderName, value: HeaderValue) {
+    let mut entry = match headers.entry(name) {
+        // The usual case: nothing to join, and the value goes in as it is (one lookup).
+        http::header::Entry::Vacant(vacant) => {
+            vacant.insert(value);
+            return;
+        }
+        http::header::Entry::Occupied(occupied) => occupied,
+    };
     // Every existing line is kept (a list may arrive split over several field lines), joined into
     // one: many readers of X-Forwarded-For look at the first line only.
-    let mut joined: Vec<&[u8]> = headers
-        .get_all(&name)
+    let mut joined: Vec<&[u8]> = entry
         .iter()
         .map(|v| v.as_bytes().trim_ascii())
         .filter(|v| !v.is_empty())
         .collect();
     joined.push(value.as_bytes());
     if let Ok(v) = HeaderValue::from_bytes(&joined.join(&b", "[..])) {
-        headers.insert(name, v);
+        entry.insert(v);
     }
 }
 
@@ -82,19 +95,32 @@ pub fn add_forwarded(
     proto: &'static str,
     host: Option<HeaderValue>,
 ) {
-    let mut ip = [0u8; 64];
-    let ip = {
-        use std::io::Write;
-        let mut cursor = std::io::Cursor::new(&mut ip[..]);
-        write!(cursor, "{peer}").expect("an IP address fits 64 bytes");
-        let len = cursor.position() as usize;
-        HeaderValue::from_bytes(&ip[..len]).expect("an IP address is a header value")
-    };
-    append_list(headers, X_FORWARDED_FOR, ip);
-    append_list(headers, X_FORWARDED_PROTO, HeaderValue::from_static(proto));
+    append_list(headers, &X_FORWARDED_FOR, ip_value(peer));
+    append_list(headers, &X_FORWARDED_PROTO, HeaderValue::from_static(proto));
     if let Some(host) = host {
-        append_list(headers, X_FORWARDED_HOST, host);
+        append_list(headers, &X_FORWARDED_HOST, host);
     }
+}
+
+/// `peer` as a header value. A connection's requests come from one address: the last one
+/// formatted on this thread is kept, and its next request takes a copy (a reference count).
+fn ip_value(peer: IpAddr) -> HeaderValue {
+    use std::cell::RefCell;
+    thread_local! {
+        static LAST: RefCell<Option<(IpAddr, HeaderValue)>> = const { RefCell::new(None) };
+    }
+    LAST.with(|last| {
+        let mut last = last.borrow_mut();
+        if let Some((ip, value)) = last.as_ref() {
+            if *ip == peer {
+                return value.clone();
+            }
+        }
+        let value =
+            HeaderValue::from_str(&peer.to_string()).expect("an IP address is a header value");
+        *last = Some((peer, value.clone()));
+        value
+    })
 }
 
 /// Whether a response is an SSE stream (`Content-Type: text/event-stream`, any case, any

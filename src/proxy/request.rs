@@ -85,14 +85,29 @@ pub(super) fn check_transfer_encoding(headers: &HeaderMap) -> Result<(), &'stati
 /// upstream URL's path prefix it could leave it (`/api` + `/../admin`), and the path that
 /// decides expected routes would not be the path the upstream serves.
 pub(super) fn check_path(path: &str) -> Result<(), &'static str> {
-    let dot = |segment: &str| {
-        let decoded = segment.replace("%2e", ".").replace("%2E", ".");
-        decoded == "." || decoded == ".."
-    };
-    if path.split('/').any(dot) {
+    if path.split('/').any(is_dot_segment) {
         return Err("a path with . or .. segments");
     }
     Ok(())
+}
+
+/// Whether `segment` is `.` or `..`, each dot possibly percent-encoded (`%2e`, `%2E`), read
+/// without decoding (every request passes here).
+fn is_dot_segment(segment: &str) -> bool {
+    let mut rest = segment.as_bytes();
+    let mut dots = 0;
+    while !rest.is_empty() {
+        rest = match rest {
+            [b'.', more @ ..] => more,
+            [b'%', b'2', e, more @ ..] if *e == b'e' || *e == b'E' => more,
+            _ => return false,
+        };
+        dots += 1;
+        if dots > 2 {
+            return false;
+        }
+    }
+    dots > 0
 }
 
 #[cfg(test)]
@@ -113,6 +128,27 @@ mod tests {
         pairs: &[(&'static str, &'static str)],
     ) -> Result<Option<HeaderValue>, &'static str> {
         client_host(version, &uri.parse().unwrap(), &headers(pairs))
+    }
+
+    #[test]
+    fn dot_segments_plain_or_encoded() {
+        for dot in [".", "..", "%2e", "%2E", ".%2e", "%2E%2e", "%2e."] {
+            assert!(is_dot_segment(dot), "{dot}");
+        }
+        for other in [
+            "",
+            "...",
+            "%2e%2e%2e",
+            "a.",
+            ".a",
+            "%2f",
+            "%2",
+            "%2x",
+            "mcp",
+            "%25",
+        ] {
+            assert!(!is_dot_segment(other), "{other}");
+        }
     }
 
     #[test]
