@@ -5,21 +5,9 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::support::http::{response, Upstream};
+use crate::support::http::{read_head, response, Upstream};
 use crate::support::proxy::{raw_config, Holdfast};
-
-/// Reads until the peer closes or the head of a response is complete.
-async fn read_head(s: &mut TcpStream) -> String {
-    let mut out = Vec::new();
-    let mut buf = [0u8; 4096];
-    while !out.windows(4).any(|w| w == b"\r\n\r\n") {
-        match s.read(&mut buf).await {
-            Ok(0) | Err(_) => break,
-            Ok(n) => out.extend_from_slice(&buf[..n]),
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
+use crate::support::within;
 
 #[tokio::test]
 async fn oversized_request_head_is_refused() {
@@ -32,9 +20,7 @@ async fn oversized_request_head_is_refused() {
     let req = format!("GET /mcp HTTP/1.1\r\nhost: x\r\nx-big: {big}\r\n\r\n");
     // The write may fail part-way once holdfast gives up on the head: that is fine.
     let _ = s.write_all(req.as_bytes()).await;
-    let head = tokio::time::timeout(Duration::from_secs(10), read_head(&mut s))
-        .await
-        .unwrap();
+    let head = within(read_head(&mut s)).await;
     assert!(head.starts_with("HTTP/1.1 431"), "got {head:?}");
     assert!(up.seen().is_empty());
 }
@@ -51,7 +37,7 @@ async fn a_slow_request_head_is_cut_off() {
         .unwrap();
     // Never finish the head: holdfast must close the connection by itself.
     let mut buf = [0u8; 1024];
-    let closed = tokio::time::timeout(Duration::from_secs(10), async {
+    within(async {
         loop {
             match s.read(&mut buf).await {
                 Ok(0) | Err(_) => return,
@@ -60,7 +46,6 @@ async fn a_slow_request_head_is_cut_off() {
         }
     })
     .await;
-    assert!(closed.is_ok(), "the slow client was not disconnected");
     assert!(up.seen().is_empty());
 }
 
@@ -86,14 +71,13 @@ async fn at_the_connection_limit_an_idle_keep_alive_connection_makes_room() {
         .write_all(b"GET /mcp HTTP/1.1\r\nhost: x\r\n\r\n")
         .await
         .unwrap();
-    let head = tokio::time::timeout(Duration::from_secs(10), read_head(&mut second))
-        .await
-        .expect("served while the first connection was idle");
+    // Well inside the keep-alive timeout.
+    let head = within(read_head(&mut second)).await;
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
     let mut rest = Vec::new();
-    let closed = tokio::time::timeout(Duration::from_secs(10), first.read_to_end(&mut rest)).await;
+    let closed = within(first.read_to_end(&mut rest)).await;
     assert!(
-        matches!(closed, Ok(Ok(0))),
+        matches!(closed, Ok(0)),
         "the idle connection was closed: {closed:?}"
     );
 }
@@ -123,9 +107,9 @@ async fn at_the_connection_limit_a_busy_connection_is_never_cut() {
         .write_all(b"GET /mcp/slow HTTP/1.1\r\nhost: x\r\n\r\n")
         .await
         .unwrap();
-    crate::support::within(async {
+    within(async {
         while up.seen().is_empty() {
-            tokio::task::yield_now().await;
+            tokio::time::sleep(Duration::from_millis(5)).await;
         }
     })
     .await;
@@ -140,18 +124,25 @@ async fn at_the_connection_limit_a_busy_connection_is_never_cut() {
         let head = read_head(&mut second).await;
         (head, second)
     });
+    // Nothing marks the second as waiting: that it is not served is an absence, watched for a
+    // while. Served meanwhile (the limit not kept), it would be answered well within this on
+    // loopback; a slow machine can only make the test miss that, never fail a correct holdfast.
+    let mut waiting = waiting;
+    let early = tokio::time::timeout(Duration::from_millis(500), &mut waiting).await;
+    assert!(
+        early.is_err(),
+        "the second was served while the first connection was busy: {early:?}"
+    );
+    assert_eq!(up.seen().len(), 1, "only the first request went out");
     // ... the first gets its whole answer ...
     gate.add_permits(1);
-    let head = tokio::time::timeout(Duration::from_secs(10), read_head(&mut first))
-        .await
-        .unwrap();
+    let head = within(read_head(&mut first)).await;
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
     // ... and only then, idle, makes room.
-    let (head, _second) = tokio::time::timeout(Duration::from_secs(10), waiting)
-        .await
-        .expect("served once the first connection was idle")
-        .unwrap();
+    let (head, _second) = within(waiting).await.unwrap();
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    let order: Vec<String> = up.seen().into_iter().map(|s| s.uri).collect();
+    assert_eq!(order, ["/mcp/slow", "/mcp"]);
 }
 
 #[tokio::test]
@@ -164,9 +155,9 @@ async fn a_connection_that_never_sends_is_closed() {
     // Connects and says nothing: it must not keep the only slot forever.
     let mut silent = TcpStream::connect(hf.addr).await.unwrap();
     let mut buf = [0u8; 16];
-    let closed = tokio::time::timeout(Duration::from_secs(10), silent.read(&mut buf)).await;
+    let closed = within(silent.read(&mut buf)).await;
     assert!(
-        matches!(closed, Ok(Ok(0)) | Ok(Err(_))),
+        matches!(closed, Ok(0) | Err(_)),
         "the silent connection was not closed: {closed:?}"
     );
     // The slot is free again.
@@ -174,9 +165,7 @@ async fn a_connection_that_never_sends_is_closed() {
     next.write_all(b"GET /mcp HTTP/1.1\r\nhost: x\r\n\r\n")
         .await
         .unwrap();
-    let head = tokio::time::timeout(Duration::from_secs(10), read_head(&mut next))
-        .await
-        .unwrap();
+    let head = within(read_head(&mut next)).await;
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
 }
 
@@ -186,9 +175,7 @@ async fn head_with_headers(hf: &Holdfast, n: usize) -> String {
     let extra: String = (0..n).map(|i| format!("x-h{i}: v\r\n")).collect();
     let req = format!("GET /mcp HTTP/1.1\r\nhost: x\r\nconnection: close\r\n{extra}\r\n");
     let _ = s.write_all(req.as_bytes()).await;
-    tokio::time::timeout(Duration::from_secs(10), read_head(&mut s))
-        .await
-        .unwrap()
+    within(read_head(&mut s)).await
 }
 
 /// The header-count limit is explicit (`limits.max_headers`), both ways: a request head over it
@@ -257,10 +244,7 @@ async fn slow_upload(hf: &Holdfast, chunks: &[&str], gap: Duration) -> String {
         s.write_all(chunk.as_bytes()).await.unwrap();
     }
     let mut out = Vec::new();
-    tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut out))
-        .await
-        .unwrap()
-        .unwrap();
+    within(s.read_to_end(&mut out)).await.unwrap();
     String::from_utf8_lossy(&out).into_owned()
 }
 
