@@ -218,6 +218,21 @@ impl Running {
         }
     }
 
+    /// Waits for the start line (`holdfast proxying`, JSON logs as [`serving`] asks) and returns
+    /// the proxy's and the admin listener's addresses from it.
+    pub fn addresses(&mut self) -> (std::net::SocketAddr, std::net::SocketAddr) {
+        let line = self.wait_for_line("holdfast proxying");
+        let started: serde_json::Value = serde_json::from_str(&line)
+            .unwrap_or_else(|e| panic!("the start line is not JSON ({e}): {line}"));
+        let addr = |key: &str| {
+            started[key]
+                .as_str()
+                .and_then(|a| a.parse().ok())
+                .unwrap_or_else(|| panic!("no {key} address in {line}"))
+        };
+        (addr("listen"), addr("admin"))
+    }
+
     /// The process id.
     pub fn pid(&self) -> u32 {
         self.child.0.id()
