@@ -113,7 +113,6 @@ pub struct Upstream {
     /// Address.
     pub addr: SocketAddr,
     seen: Arc<Mutex<Vec<Seen>>>,
-    connections: Arc<std::sync::atomic::AtomicUsize>,
     tasks: JoinSet<()>,
 }
 
@@ -139,15 +138,12 @@ impl Upstream {
         let handler = Arc::new(handler);
         let mut tasks = JoinSet::new();
         let seen2 = seen.clone();
-        let connections = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let connections2 = connections.clone();
         tasks.spawn(async move {
             let mut conns = JoinSet::new();
             loop {
                 let Ok((stream, _)) = listener.accept().await else {
                     continue;
                 };
-                connections2.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 let handler = handler.clone();
                 let seen = seen2.clone();
                 conns.spawn(async move {
@@ -175,12 +171,7 @@ impl Upstream {
                 });
             }
         });
-        Upstream {
-            addr,
-            seen,
-            connections,
-            tasks,
-        }
+        Upstream { addr, seen, tasks }
     }
 
     /// A router whose route to the application is gone: every request gets [`traefik_404`].
@@ -210,9 +201,20 @@ impl Upstream {
         self.seen.lock().unwrap().clone()
     }
 
-    /// Connections accepted so far.
-    pub fn connections(&self) -> usize {
-        self.connections.load(std::sync::atomic::Ordering::SeqCst)
+    /// Waits (bounded) until `n` requests have been seen, broken ones included: for a request
+    /// whose end the upstream sees on its own time (a body that breaks off after the client
+    /// already has its answer).
+    pub async fn until_seen(&self, n: usize) -> Vec<Seen> {
+        super::within(async {
+            loop {
+                let seen = self.seen_even_broken();
+                if seen.len() >= n {
+                    return seen;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            }
+        })
+        .await
     }
 
     /// Stops listening and drops every connection; returns once the port is closed.
