@@ -361,14 +361,6 @@ pub fn host_of(url: &str) -> String {
         .to_string()
 }
 
-/// An address where nothing listens (bound, then released).
-pub fn closed_port() -> SocketAddr {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-}
-
 /// A port where nothing listens yet (connections are refused) and that stays ours: a socket
 /// bound on 127.0.0.1 that does not listen, so no other test can take the port meanwhile.
 /// [`Reserved::listen`] is the upstream coming back on it.
