@@ -79,6 +79,45 @@ async fn unresolvable_upstream_is_503_dns() {
     assert_eq!(got.header("holdfast-reason"), Some("dns"));
 }
 
+/// Row 1's other connect failures, each named. What the kernel answers on any Linux host: a
+/// listener whose accept queue is full drops further SYNs (the connect hangs: a timeout); a TCP
+/// connect to a multicast address is refused with ENETUNREACH before a packet leaves; a
+/// link-local IPv6 address without a scope is EINVAL (another connect error; without IPv6 the
+/// socket itself fails, a connect error too).
+#[tokio::test]
+async fn every_connect_failure_is_503_with_its_reason() {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let full = socket.local_addr().unwrap();
+    // Backlog 0: one connection fills the queue, and nothing ever accepts it.
+    let _listener = socket.listen(0).unwrap();
+    let _filler = tokio::net::TcpStream::connect(full).await.unwrap();
+
+    for (upstream, reason) in [
+        (format!("http://{full}"), "connect_timeout"),
+        ("http://224.0.0.1:8000".to_string(), "unreachable"),
+        ("http://[fe80::1]:8000".to_string(), "connect_error"),
+    ] {
+        let mut raw = immediate(&upstream);
+        raw.client.connect_timeout_secs = 0.3;
+        let hf = Holdfast::start_with(raw).await;
+        let got = within(post_json(&hf.url("/mcp"), CALL)).await;
+        assert_eq!(got.status, 503, "{upstream}");
+        assert_eq!(got.header("holdfast-reason"), Some(reason), "{upstream}");
+        assert!(got.header("retry-after").is_some(), "{upstream}");
+        let v: serde_json::Value = serde_json::from_slice(&got.body).unwrap();
+        assert_eq!(v["id"], 42, "{upstream}");
+        assert_eq!(
+            hf.metric(&format!(
+                "holdfast_rewrites_total{{reason=\"{reason}\",action=\"answered_503\"}}"
+            ))
+            .await,
+            1.0,
+            "{upstream}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn traefik_404_is_rewritten_with_the_callers_id() {
     let up = Upstream::route_missing().await;
@@ -431,6 +470,50 @@ async fn reset_after_send_is_502_and_never_503() {
             )
             .await,
             0.0
+        );
+    }
+}
+
+/// Row 5: an upstream that is not an HTTP server (an SSH daemon on the port, say) answers
+/// bytes hyper cannot parse: 502 `upstream_protocol`, whether it speaks first (as SSH does) or
+/// only after reading the request.
+#[tokio::test]
+async fn a_non_http_answer_is_502_upstream_protocol() {
+    for speaks_first in [true, false] {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            loop {
+                let Ok((mut s, _)) = listener.accept().await else {
+                    return;
+                };
+                tokio::spawn(async move {
+                    let banner = b"SSH-2.0-OpenSSH_9.6\r\n";
+                    if speaks_first {
+                        let _ = s.write_all(banner).await;
+                    }
+                    let mut buf = [0u8; 4096];
+                    let _ = s.read(&mut buf).await;
+                    if !speaks_first {
+                        let _ = s.write_all(banner).await;
+                    }
+                    // An SSH server then waits for the client's banner.
+                    let _ = s.read(&mut buf).await;
+                });
+            }
+        });
+        let hf = Holdfast::start(&format!("http://{addr}")).await;
+        let got = within(post_json(&hf.url("/mcp"), CALL)).await;
+        assert_eq!(got.status, 502, "speaks first: {speaks_first}");
+        assert_eq!(
+            got.header("holdfast-reason"),
+            Some("upstream_protocol"),
+            "speaks first: {speaks_first}"
+        );
+        assert_eq!(
+            hf.metric("holdfast_upstream_failures_total{reason=\"upstream_protocol\"}")
+                .await,
+            1.0
         );
     }
 }
