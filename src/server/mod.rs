@@ -278,11 +278,6 @@ async fn serve_connection<I>(
     }
 }
 
-/// HTTP/2 ping interval towards clients.
-const H2_KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(30);
-/// How long an HTTP/2 client has to answer a ping.
-const H2_KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(20);
-
 /// Waits for a new plain connection's first byte. hyper-util's protocol detection (HTTP/1 or
 /// HTTP/2) reads without a timer, so a connection that never sends anything would hold one of
 /// `limits.max_connections` slots forever; `header_read_timeout` only starts once bytes arrive.
@@ -318,9 +313,10 @@ async fn serve_proxy(
     builder
         .http2()
         .timer(TokioTimer::new())
-        // Pings find dead peers (a vanished client) so their connections free their slots.
-        .keep_alive_interval(H2_KEEP_ALIVE_INTERVAL)
-        .keep_alive_timeout(H2_KEEP_ALIVE_TIMEOUT)
+        // Pings find dead peers (a vanished client) so their connections free their slots
+        // (`limits.h2_ping_interval_secs`; two thirds of it to answer: 30 s and 20 s by default).
+        .keep_alive_interval(config.h2_ping_interval)
+        .keep_alive_timeout(config.h2_ping_interval * 2 / 3)
         .max_header_list_size(u32::try_from(config.max_header_bytes).unwrap_or(u32::MAX));
     let builder = Arc::new(builder);
 

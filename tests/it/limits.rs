@@ -303,3 +303,55 @@ async fn an_upload_that_stalls_is_cut_after_the_idle_timeout() {
     assert!(seen[0].body_error.is_some(), "{seen:?}");
     assert_eq!(seen[0].body, body.as_bytes()[..body.len() / 2]);
 }
+
+/// HTTP/2 clients are pinged every `limits.h2_ping_interval_secs`: one that never answers (its
+/// network gone) is disconnected after two thirds of it, freeing its slot; one that answers
+/// keeps its connection however long it stays idle.
+#[tokio::test]
+async fn an_h2_client_that_stops_answering_pings_is_disconnected() {
+    let up = Upstream::start(|_| async { response(200, &[], "ok") }).await;
+    let mut raw = raw_config(&up.url());
+    raw.limits.h2_ping_interval_secs = 0.3;
+    let hf = Holdfast::start_with(raw).await;
+
+    // A raw HTTP/2 client: the preface and an empty SETTINGS frame, then silence.
+    let mut silent = TcpStream::connect(hf.addr).await.unwrap();
+    silent
+        .write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0")
+        .await
+        .unwrap();
+    let mut frames = Vec::new();
+    within(silent.read_to_end(&mut frames)).await.ok();
+    // Frame types in order: each frame is a 9-byte header (24-bit length, type, flags, stream).
+    let mut types = Vec::new();
+    let mut at = 0;
+    while at + 9 <= frames.len() {
+        let len = usize::from(frames[at]) << 16
+            | usize::from(frames[at + 1]) << 8
+            | usize::from(frames[at + 2]);
+        types.push(frames[at + 3]);
+        at += 9 + len;
+    }
+    const PING: u8 = 0x6;
+    assert!(
+        types.contains(&PING),
+        "pinged before being cut: frame types {types:?}"
+    );
+
+    // A client that answers pings (hyper's) keeps its connection across many intervals.
+    let stream = TcpStream::connect(hf.addr).await.unwrap();
+    let (mut sender, conn) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(stream),
+    )
+    .await
+    .unwrap();
+    tokio::spawn(conn);
+    // Time passing is the subject: five ping intervals, idle.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let req = http::Request::get(hf.url("/mcp"))
+        .body(http_body_util::Full::<bytes::Bytes>::default())
+        .unwrap();
+    let resp = within(sender.send_request(req)).await.unwrap();
+    assert_eq!(resp.status(), 200);
+}
