@@ -9,7 +9,7 @@
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 
-use crate::support::files::TempDir;
+use crate::support::files::{repo_path, TempDir};
 use crate::support::http::Reserved;
 use crate::support::process::{self, holdfast, serving, Finished, Running, PATIENCE};
 
@@ -86,7 +86,7 @@ fn check_config_output_loads_back_to_the_same_configuration() {
 
 #[test]
 fn check_config_layers_flags_over_env_over_file() {
-    let sample = concat!(env!("CARGO_MANIFEST_DIR"), "/config/holdfast.toml");
+    let sample = repo_path("config/holdfast.toml");
     let mut cmd = holdfast(&["check-config", "--admin", "127.0.0.1:7003"]);
     cmd.env("HOLDFAST_CONFIG", sample)
         .env("HOLDFAST_ADMIN", "127.0.0.1:7002")

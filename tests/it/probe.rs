@@ -317,20 +317,9 @@ async fn a_retired_endpoint_says_where_to_go() {
 
 #[tokio::test]
 async fn a_legacy_server_is_proven_by_its_endpoint_event_without_waiting_for_the_budget() {
-    let (keep_open, mut kept) = mpsc::channel(1);
-    let legacy = Upstream::start(move |seen| {
-        let keep_open = keep_open.clone();
-        async move {
-            if seen.method == Method::POST {
-                return response(405, &[("content-type", "text/plain")], "Method Not Allowed");
-            }
-            let (resp, tx) = open_stream("event: endpoint\ndata: /messages?sessionId=abc\n\n");
-            // The stream stays open, as a legacy server's does, until the test ends.
-            let _ = keep_open.send(tx).await;
-            resp
-        }
-    })
-    .await;
+    // The stream stays open, as a legacy server's does, until the test ends.
+    let (legacy, mut kept) =
+        legacy_server(Duration::ZERO, Duration::ZERO, "/messages?sessionId=abc").await;
     // A budget far longer than the test's own limit: only the event can end the GET in time.
     let report = probe_with(&format!("{}/sse", legacy.url()), 3600.0, &[]).await;
     assert_eq!(report.verdict.kind, Kind::LegacyServer, "{}", report.text());

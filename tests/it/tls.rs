@@ -13,7 +13,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use figment::Jail;
 use holdfast::config::{self, Config, RawConfig, RawFlags, RawTlsFlags, UpstreamVerify};
 use http::{Request, Response, StatusCode, Version};
 use http_body_util::{BodyExt, Full};
@@ -36,6 +35,7 @@ use tokio_rustls::{TlsAcceptor, TlsConnector};
 use crate::sse::{event, push, sse_upstream, Events};
 use crate::support::files::TempDir;
 use crate::support::http::{response, Reserved, Upstream};
+use crate::support::jail::jailed;
 use crate::support::process::{finish, holdfast, serving, Running};
 use crate::support::proxy::{metric_value, raw_config, Holdfast};
 use crate::support::within;
@@ -1018,24 +1018,6 @@ async fn an_https_upstream_that_refuses_tcp_is_missing_not_a_tls_failure() {
 
 // --- Configuration ---------------------------------------------------------------------------
 
-/// What a jailed test returns: figment's error, boxed because it is large.
-type Jailed = Result<(), Box<figment::Error>>;
-
-/// Runs `f` in a figment jail with no `HOLDFAST_*` variable from the shell.
-#[allow(clippy::result_large_err)] // Jail's closure must return figment's own Result.
-fn jailed(f: impl FnOnce(&mut Jail) -> Jailed) {
-    Jail::expect_with(|jail| {
-        if std::env::vars_os().any(|(k, _)| {
-            k.to_string_lossy()
-                .to_ascii_uppercase()
-                .starts_with(config::ENV_PREFIX)
-        }) {
-            jail.clear_env();
-        }
-        f(jail).map_err(|e| *e)
-    });
-}
-
 fn validate(raw: &RawConfig) -> Result<Config, config::ConfigError> {
     Config::from_raw(raw, &|_| "test".into())
 }
@@ -1180,9 +1162,7 @@ fn ca_file(dir: &Dir, ca: &Ca) -> String {
 
 #[test]
 fn the_sample_file_documents_every_tls_key() {
-    let text =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("config/holdfast.toml"))
-            .unwrap();
+    let text = crate::support::files::read_repo("config/holdfast.toml");
     // Optional paths are shown as `# key = "..."`: switch those on to see their sections.
     let switched: String = text
         .lines()
