@@ -76,6 +76,8 @@ pub struct Config {
     pub max_connections: usize,
     /// Most header lines in a request or upstream response head.
     pub max_headers: usize,
+    /// How often HTTP/2 clients are pinged (they have two thirds of it to answer).
+    pub h2_ping_interval: Duration,
     /// Drain time on shutdown.
     pub drain_timeout: Duration,
     /// Hold and replay.

@@ -52,6 +52,8 @@ pub mod defaults {
     pub const MAX_HEADER_BYTES: usize = 64 * 1024;
     /// Time a client has to send a complete request head (slowloris guard).
     pub const HEADER_READ_TIMEOUT_SECS: f64 = 120.0;
+    /// How often an HTTP/2 client is pinged; it has two thirds of this to answer (20 s).
+    pub const H2_PING_INTERVAL_SECS: f64 = 30.0;
     /// Concurrent client connections; at the limit the longest-idle one makes room, and with
     /// none idle accepting pauses until one closes or turns idle.
     /// From the memory budget (README, "Memory"): 4096 connections, each an open stream, fit
@@ -382,6 +384,8 @@ pub struct RawLimits {
     pub max_connections: usize,
     /// Most header lines in a head, both ways.
     pub max_headers: usize,
+    /// HTTP/2 ping interval towards clients.
+    pub h2_ping_interval_secs: f64,
 }
 
 /// `[shutdown]`.
@@ -462,6 +466,7 @@ impl Default for RawLimits {
             header_read_timeout_secs: defaults::HEADER_READ_TIMEOUT_SECS,
             max_connections: defaults::MAX_CONNECTIONS,
             max_headers: defaults::MAX_HEADERS,
+            h2_ping_interval_secs: defaults::H2_PING_INTERVAL_SECS,
         }
     }
 }

@@ -136,6 +136,10 @@ impl Config {
             "limits.header_read_timeout_secs",
             raw.limits.header_read_timeout_secs,
         );
+        let h2_ping_interval = v.secs(
+            "limits.h2_ping_interval_secs",
+            raw.limits.h2_ping_interval_secs,
+        );
         let drain_timeout = v.secs(
             "shutdown.drain_timeout_secs",
             raw.shutdown.drain_timeout_secs,
@@ -338,6 +342,7 @@ impl Config {
             header_read_timeout: header_read_timeout.expect(ok),
             max_connections: raw.limits.max_connections,
             max_headers: raw.limits.max_headers,
+            h2_ping_interval: h2_ping_interval.expect(ok),
             drain_timeout: drain_timeout.expect(ok),
             hold: Hold {
                 enabled: h.enabled,

@@ -249,6 +249,28 @@ async fn retry_after_comes_from_observed_outages() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn retry_after_is_clamped_to_its_maximum() {
+    // Outages far longer than the cap: the median (200 s) is told as the maximum, 30 s by
+    // default or what `hold.retry_after_max_secs` says.
+    for (max, told) in [(None, 30), (Some(45), 45)] {
+        let mut cfg = config(Duration::from_secs(60));
+        if let Some(max) = max {
+            cfg.retry_after_max = Duration::from_secs(max);
+        }
+        let (o, _) = outages_with(cfg);
+        for secs in [100u64, 200, 300] {
+            o.missing(RewriteReason::ConnectRefused);
+            tokio::time::advance(Duration::from_secs(secs)).await;
+            o.answered();
+        }
+        assert_eq!(
+            o.retry_after(Duration::from_secs(2)),
+            Duration::from_secs(told)
+        );
+    }
+}
+
+#[tokio::test(start_paused = true)]
 async fn horizon_counts_from_when_the_route_went_missing() {
     let (o, metrics) = outages(Duration::from_secs(60));
     let horizon = Duration::from_secs(120);

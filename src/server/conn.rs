@@ -47,40 +47,46 @@ impl Served {
     /// Serves a plain connection: HTTP/2 if it opens with the preface, else HTTP/1.1. One that
     /// sends nothing within `limits.header_read_timeout_secs` (or is closed to make room, or
     /// meets a drain first) is closed.
-    pub async fn plain(
-        mut self,
-        mut stream: TcpStream,
-        peer: SocketAddr,
-        registered: Arc<Registered>,
-    ) {
-        let limit = self.limits.header_read_timeout;
-        let detected = tokio::select! {
-            detected = tokio::time::timeout(limit, detect(&mut stream)) => detected.ok().flatten(),
-            () = registered.closed() => None,
-            Ok(()) = self.drain.changed() => None,
-        };
-        match detected {
-            Some((true, read)) => {
-                let io = Prefixed { read, io: stream };
-                self.h2(TokioIo::new(io), peer, registered).await
-            }
-            Some((false, read)) => self.h1(Io::Tcp(stream), read, peer, registered).await,
-            None => {}
-        }
+    pub async fn plain(self, stream: TcpStream, peer: SocketAddr, registered: Arc<Registered>) {
+        self.by_preface(Io::Tcp(stream), peer, registered).await
     }
 
-    /// Serves a TLS connection by the protocol its client picked by ALPN.
+    /// Serves a TLS connection by the protocol its client picked by ALPN, or, when it picked
+    /// none, by its first bytes as a plain one.
     pub async fn tls(
         self,
         stream: TlsStream<TcpStream>,
         peer: SocketAddr,
         registered: Arc<Registered>,
     ) {
-        if stream.get_ref().1.alpn_protocol() == Some(b"h2") {
-            self.h2(TokioIo::new(stream), peer, registered).await
-        } else {
-            let io = Io::Tls(Box::new(stream));
-            self.h1(io, BytesMut::new(), peer, registered).await
+        match stream.get_ref().1.alpn_protocol() {
+            Some(b"h2") => self.h2(TokioIo::new(stream), peer, registered).await,
+            Some(_) => {
+                let io = Io::Tls(Box::new(stream));
+                self.h1(io, BytesMut::new(), peer, registered).await
+            }
+            None => {
+                self.by_preface(Io::Tls(Box::new(stream)), peer, registered)
+                    .await
+            }
+        }
+    }
+
+    /// HTTP/2 if the connection opens with the preface, else HTTP/1.1.
+    async fn by_preface(mut self, mut io: Io, peer: SocketAddr, registered: Arc<Registered>) {
+        let limit = self.limits.header_read_timeout;
+        let detected = tokio::select! {
+            detected = tokio::time::timeout(limit, detect(&mut io)) => detected.ok().flatten(),
+            () = registered.closed() => None,
+            Ok(()) = self.drain.changed() => None,
+        };
+        match detected {
+            Some((true, read)) => {
+                let io = Prefixed { read, io };
+                self.h2(TokioIo::new(io), peer, registered).await
+            }
+            Some((false, read)) => self.h1(io, read, peer, registered).await,
+            None => {}
         }
     }
 
@@ -140,9 +146,9 @@ impl Served {
     }
 }
 
-/// Reads a plain connection's first bytes until they show HTTP/2's preface (true) or not
-/// (false), with what was read. `None` when the client closed first.
-async fn detect(stream: &mut TcpStream) -> Option<(bool, BytesMut)> {
+/// Reads a connection's first bytes until they show HTTP/2's preface (true) or not (false),
+/// with what was read. `None` when the client closed first.
+async fn detect(stream: &mut Io) -> Option<(bool, BytesMut)> {
     let mut read = BytesMut::new();
     loop {
         let n = std::future::poll_fn(|cx| poll_read_buf(stream, cx, &mut read, READ_SIZE))
@@ -164,7 +170,7 @@ async fn detect(stream: &mut TcpStream) -> Option<(bool, BytesMut)> {
 /// A connection whose first bytes were already read: they are read again first.
 struct Prefixed {
     read: BytesMut,
-    io: TcpStream,
+    io: Io,
 }
 
 impl AsyncRead for Prefixed {

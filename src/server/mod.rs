@@ -237,11 +237,6 @@ pub async fn try_upstream_once(upstream: crate::config::UpstreamUrl, connect_tim
     }
 }
 
-/// HTTP/2 ping interval towards clients.
-const H2_KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(30);
-/// How long an HTTP/2 client has to answer a ping.
-const H2_KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(20);
-
 /// The proxy's accept loop and drain.
 async fn serve_proxy(
     config: &Config,
@@ -253,9 +248,10 @@ async fn serve_proxy(
 ) {
     let mut h2 = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
     h2.timer(TokioTimer::new())
-        // Pings find dead peers (a vanished client) so their connections free their slots.
-        .keep_alive_interval(H2_KEEP_ALIVE_INTERVAL)
-        .keep_alive_timeout(H2_KEEP_ALIVE_TIMEOUT)
+        // Pings find dead peers (a vanished client) so their connections free their slots
+        // (`limits.h2_ping_interval_secs`; two thirds of it to answer: 30 s and 20 s by default).
+        .keep_alive_interval(config.h2_ping_interval)
+        .keep_alive_timeout(config.h2_ping_interval * 2 / 3)
         .max_header_list_size(u32::try_from(config.max_header_bytes).unwrap_or(u32::MAX));
     let (drain, draining) = tokio::sync::watch::channel(false);
     let served = Served {

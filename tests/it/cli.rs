@@ -9,7 +9,8 @@
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 
-use crate::support::files::TempDir;
+use crate::support::files::{repo_path, TempDir};
+use crate::support::http::Reserved;
 use crate::support::process::{self, holdfast, serving, Finished, Running, PATIENCE};
 
 /// Runs `cmd` to completion, killing it if it has not closed its output within [`PATIENCE`].
@@ -85,7 +86,7 @@ fn check_config_output_loads_back_to_the_same_configuration() {
 
 #[test]
 fn check_config_layers_flags_over_env_over_file() {
-    let sample = concat!(env!("CARGO_MANIFEST_DIR"), "/config/holdfast.toml");
+    let sample = repo_path("config/holdfast.toml");
     let mut cmd = holdfast(&["check-config", "--admin", "127.0.0.1:7003"]);
     cmd.env("HOLDFAST_CONFIG", sample)
         .env("HOLDFAST_ADMIN", "127.0.0.1:7002")
@@ -179,9 +180,12 @@ fn an_upstream_url_with_an_impossible_port_or_no_host_is_refused_at_once() {
 
 #[test]
 fn log_level_filters_and_rust_log_wins_unless_it_does_not_parse() {
+    // Refuses connections, and stays ours while the test runs.
+    let port = Reserved::new();
+    let refusing = port.url();
     // Only what --log-level lets through: the start-up warning, not the info line before it.
     let lines = logged_until(
-        serving("http://127.0.0.1:1", &["--log-level", "warn"]),
+        serving(&refusing, &["--log-level", "warn"]),
         "the upstream cannot be reached now",
     );
     assert!(
@@ -190,7 +194,7 @@ fn log_level_filters_and_rust_log_wins_unless_it_does_not_parse() {
     );
 
     // RUST_LOG over the flag.
-    let mut cmd = serving("http://127.0.0.1:1", &["--log-level", "info"]);
+    let mut cmd = serving(&refusing, &["--log-level", "info"]);
     cmd.env("RUST_LOG", "warn");
     let lines = logged_until(cmd, "the upstream cannot be reached now");
     assert!(
@@ -199,7 +203,7 @@ fn log_level_filters_and_rust_log_wins_unless_it_does_not_parse() {
     );
 
     // A RUST_LOG that does not parse is said, and the flag's filter applies.
-    let mut cmd = serving("http://127.0.0.1:1", &["--log-level", "info"]);
+    let mut cmd = serving(&refusing, &["--log-level", "info"]);
     cmd.env("RUST_LOG", "holdfast=[");
     let lines = logged_until(cmd, "holdfast proxying");
     let warning = lines
@@ -345,9 +349,12 @@ fn help_names_each_flags_environment_variable() {
 fn a_port_already_in_use_fails_with_a_message_naming_it() {
     let taken = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = taken.local_addr().unwrap().to_string();
+    // Refuses connections, and stays ours while the test runs.
+    let port = Reserved::new();
+    let refusing = port.url();
     let out = finish(holdfast(&[
         "--upstream",
-        "http://127.0.0.1:1",
+        &refusing,
         "--listen",
         &addr,
         "--admin",
@@ -364,9 +371,12 @@ fn a_port_already_in_use_fails_with_a_message_naming_it() {
 
 #[test]
 fn proxy_starts_and_exits_0_on_sigterm() {
+    // Refuses connections, and stays ours while the test runs.
+    let port = Reserved::new();
+    let refusing = port.url();
     let mut proxy = Running::start(&mut holdfast(&[
         "--upstream",
-        "http://127.0.0.1:1",
+        &refusing,
         "--listen",
         "127.0.0.1:0",
         "--admin",
@@ -385,9 +395,9 @@ fn proxy_starts_and_exits_0_on_sigterm() {
 #[test]
 fn proxy_answers_503_while_the_upstream_refuses_then_drains_on_sigterm() {
     // Holding off (through a nested environment key), so the 503 comes at once.
+    let refusing = Reserved::new();
     let mut proxy = Running::start(
-        serving("http://127.0.0.1:1", &["--retry-after", "3"])
-            .env("HOLDFAST_HOLD__ENABLED", "false"),
+        serving(&refusing.url(), &["--retry-after", "3"]).env("HOLDFAST_HOLD__ENABLED", "false"),
     );
     let line = proxy.wait_for_line("holdfast proxying");
     let event: serde_json::Value =
@@ -396,9 +406,9 @@ fn proxy_answers_503_while_the_upstream_refuses_then_drains_on_sigterm() {
         .as_str()
         .and_then(|s| s.parse().ok())
         .unwrap_or_else(|| panic!("no listen address in {line}"));
-    assert_eq!(event["upstream"], "http://127.0.0.1:1");
+    assert_eq!(event["upstream"], refusing.url());
 
-    // Nothing listens on port 1: connection refused, so the backend is "missing".
+    // Nothing listens on the reserved port: connection refused, so the backend is "missing".
     let mut conn = TcpStream::connect(listen).expect("connect to holdfast");
     conn.set_read_timeout(Some(PATIENCE)).unwrap();
     conn.write_all(b"GET /mcp HTTP/1.1\r\nHost: holdfast\r\nConnection: close\r\n\r\n")
@@ -423,7 +433,10 @@ fn start_with_open_file_limit(
 ) -> Vec<serde_json::Value> {
     let prlimit = process::require_program("prlimit", "util-linux");
     // The serving command, run under prlimit.
-    let inner = serving("http://127.0.0.1:1", &[]);
+    // Refuses connections, and stays ours while the test runs.
+    let port = Reserved::new();
+    let refusing = port.url();
+    let inner = serving(&refusing, &[]);
     let mut cmd = std::process::Command::new(prlimit);
     cmd.arg(format!("--nofile={soft}:{hard}"))
         .arg(inner.get_program())

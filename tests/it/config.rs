@@ -10,7 +10,6 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::CommandFactory;
-use figment::Jail;
 use holdfast::cli::Cli;
 use holdfast::config::{
     self, Config, ConfigError, HostHeader, LogFormat, Problem, RawConfig, RawFlags, RawHeaderMatch,
@@ -19,6 +18,9 @@ use holdfast::config::{
 use http::header::{HeaderMap, HeaderValue};
 use http::StatusCode;
 
+use crate::support::files::repo_path;
+use crate::support::jail::jailed;
+
 /// The upstream the sample file sets (every other value in it is a default).
 const SAMPLE_UPSTREAM: &str = "http://mcp-backend:8000";
 
@@ -26,32 +28,11 @@ const SAMPLE_UPSTREAM: &str = "http://mcp-backend:8000";
 const DEFAULT_PRESETS: usize = 6;
 
 fn sample_path() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("config/holdfast.toml")
+    repo_path("config/holdfast.toml")
 }
 
 fn sample_text() -> String {
     std::fs::read_to_string(sample_path()).expect("config/holdfast.toml is readable")
-}
-
-/// What a jailed test returns: figment's error, boxed because it is large.
-type Jailed = Result<(), Box<figment::Error>>;
-
-/// Runs `f` in a jail where no `HOLDFAST_*` variable is set.
-#[allow(clippy::result_large_err)] // Jail's closure must return figment's own Result.
-fn jailed(f: impl FnOnce(&mut Jail) -> Jailed) {
-    Jail::expect_with(|jail| {
-        // A HOLDFAST_* variable in the shell that runs the tests would be read as a key. A jail can
-        // only clear the whole environment, so it does that only when there is one.
-        let stray = std::env::vars_os().any(|(k, _)| {
-            k.to_string_lossy()
-                .to_ascii_uppercase()
-                .starts_with(config::ENV_PREFIX)
-        });
-        if stray {
-            jail.clear_env();
-        }
-        f(jail).map_err(|e| *e)
-    });
 }
 
 /// `config::load` with a relative (in-jail) or absolute path.

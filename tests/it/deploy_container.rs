@@ -15,6 +15,7 @@ use std::process::Command;
 use serde_json::Value;
 
 use crate::support::files::{read_repo, repo_path, TempDir};
+use crate::support::http::Reserved;
 use crate::support::process::{finish, holdfast, Finished, Running};
 
 /// What `.ci/run` installs for these tests (shown when it is missing).
@@ -353,12 +354,14 @@ fn image_environment_and_an_upstream_alone_run_holdfast_and_pass_its_healthcheck
     // address, which the healthcheck must turn into loopback. The proxy's own default is
     // 0.0.0.0:8080; loopback here.
     let admin_ip = image_env["HOLDFAST_ADMIN"].rsplit_once(':').unwrap().0;
+    // An upstream that refuses connections (a port of ours nothing listens on).
+    let refusing = Reserved::new();
     let mut cmd = holdfast(&[]);
     cmd.envs(&image_env)
         .env("HOLDFAST_ADMIN", format!("{admin_ip}:0"))
         .env("HOLDFAST_LISTEN", "127.0.0.1:0")
         .env("HOLDFAST_LOG_FORMAT", "json")
-        .env("HOLDFAST_UPSTREAM", "http://127.0.0.1:1");
+        .env("HOLDFAST_UPSTREAM", refusing.url());
     let mut proxy = Running::start(&mut cmd);
     let line = proxy.wait_for_line("holdfast proxying");
     let event: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"));

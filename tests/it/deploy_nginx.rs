@@ -28,9 +28,7 @@ use tokio::task::JoinHandle;
 
 use crate::sse::{event, push, sse_upstream, Events};
 use crate::support::files::{read_repo, repo_path, TempDir};
-use crate::support::http::{
-    host_of, post_json, response, send, Reserved, Seen, TestBody, Upstream,
-};
+use crate::support::http::{echo, host_of, post_json, send, Reserved, Upstream};
 use crate::support::process::{holdfast, require_program};
 use crate::support::proxy::{metric_value, raw_config, requests_with_status, Holdfast};
 use crate::support::within;
@@ -550,11 +548,6 @@ async fn any_streamed_body_crosses_nginx_unbuffered() {
     }
     drop(tx);
     chunks.end().await.expect("a clean end");
-}
-
-/// The application: answers 200 with the request body.
-async fn echo(seen: Seen) -> Response<TestBody> {
-    response(200, &[("content-type", "application/json")], seen.body)
 }
 
 /// One request as the client loop saw it.

@@ -115,9 +115,8 @@ async fn deploy_sh_pauses_recreates_and_resumes() {
 #[tokio::test]
 async fn deploy_sh_recreates_nothing_when_holdfast_cannot_pause_and_resumes_when_up_fails() {
     // Nothing listens at the admin address: no pause, so no recreation.
-    let nowhere = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = nowhere.local_addr().unwrap().to_string();
-    drop(nowhere);
+    let nowhere = http::Reserved::new();
+    let addr = nowhere.addr.to_string();
     let dir = TempDir::new("deploy-sh-down");
     fake_docker(&dir, &addr, false);
     let out = run(deploy_sh(&dir)).await;

@@ -4,29 +4,19 @@
 use bytes::Bytes;
 use http_body_util::Full;
 
-use crate::support::http::{self, response, Upstream};
+use crate::support::http::{self, echo, response, Upstream};
 use crate::support::proxy::{raw_config, Holdfast};
-
-fn echo_upstream() -> impl Fn(http::Seen) -> std::future::Ready<::http::Response<http::TestBody>> {
-    |seen| {
-        std::future::ready(response(
-            200,
-            &[("content-type", "application/json")],
-            seen.body,
-        ))
-    }
-}
 
 #[tokio::test]
 async fn path_query_and_prefix_are_preserved() {
-    let up = Upstream::start(echo_upstream()).await;
+    let up = Upstream::start(echo).await;
     let hf = Holdfast::start(&format!("{}/api/", up.url())).await;
     let got = http::get(&hf.url("/mcp?x=1&y=%20")).await;
     assert_eq!(got.status, 200);
     assert_eq!(up.seen()[0].method, ::http::Method::GET);
     assert_eq!(up.seen()[0].uri, "/api/mcp?x=1&y=%20");
     let hf2 = Holdfast::start(&up.url()).await;
-    http::get(&hf2.url("/mcp/sub")).await;
+    assert_eq!(http::get(&hf2.url("/mcp/sub")).await.status, 200);
     assert_eq!(up.seen()[1].uri, "/mcp/sub");
 }
 
@@ -42,6 +32,7 @@ async fn headers_cross_as_a_proxy_should() {
                 ("connection", "x-internal"),
                 ("x-internal", "secret"),
                 ("keep-alive", "timeout=5"),
+                ("proxy-authenticate", "Basic realm=\"proxy\""),
             ],
             "ok",
         )
@@ -57,6 +48,9 @@ async fn headers_cross_as_a_proxy_should() {
         .header("last-event-id", "7")
         .header("authorization", "Bearer t0ken")
         .header("x-forwarded-for", "203.0.113.9")
+        // What a proxy in front (nginx, a TLS terminator) says: holdfast appends its own.
+        .header("x-forwarded-proto", "https")
+        .header("x-forwarded-host", "public.example")
         .header("connection", "keep-alive, x-hop")
         .header("x-hop", "drop me")
         .header("te", "trailers")
@@ -76,8 +70,8 @@ async fn headers_cross_as_a_proxy_should() {
         ("last-event-id", "7"),
         ("authorization", "Bearer t0ken"),
         ("x-forwarded-for", "203.0.113.9, 127.0.0.1"),
-        ("x-forwarded-proto", "http"),
-        ("x-forwarded-host", "mcp.example.com"),
+        ("x-forwarded-proto", "https, http"),
+        ("x-forwarded-host", "public.example, mcp.example.com"),
     ] {
         assert_eq!(h.get(k).map(|v| v.to_str().unwrap()), Some(v), "{k}");
     }
@@ -90,11 +84,27 @@ async fn headers_cross_as_a_proxy_should() {
     assert_eq!(got.header("retry-after"), Some("9"));
     assert_eq!(got.header("x-internal"), None);
     assert_eq!(got.header("keep-alive"), None);
+    assert_eq!(got.header("proxy-authenticate"), None);
+}
+
+#[tokio::test]
+async fn x_forwarded_headers_are_set_when_the_client_sent_none() {
+    let up = Upstream::start(echo).await;
+    let hf = Holdfast::start(&up.url()).await;
+    let req = ::http::Request::get(hf.url("/mcp"))
+        .header("host", "mcp.example.com")
+        .body(Full::default())
+        .unwrap();
+    assert_eq!(http::call(req).await.status, 200);
+    let seen = &up.seen()[0];
+    assert_eq!(seen.header("x-forwarded-for"), Some("127.0.0.1"));
+    assert_eq!(seen.header("x-forwarded-proto"), Some("http"));
+    assert_eq!(seen.header("x-forwarded-host"), Some("mcp.example.com"));
 }
 
 #[tokio::test]
 async fn host_can_be_the_upstreams() {
-    let up = Upstream::start(echo_upstream()).await;
+    let up = Upstream::start(echo).await;
     let mut raw = raw_config(&up.url());
     raw.client.host_header = "upstream".into();
     let hf = Holdfast::start_with(raw).await;
@@ -102,7 +112,7 @@ async fn host_can_be_the_upstreams() {
         .header("host", "mcp.example.com")
         .body(Full::default())
         .unwrap();
-    http::call(req).await;
+    assert_eq!(http::call(req).await.status, 200);
     let h = &up.seen()[0].headers;
     assert_eq!(h["host"], up.addr.to_string());
     assert_eq!(h["x-forwarded-host"], "mcp.example.com");
@@ -110,7 +120,7 @@ async fn host_can_be_the_upstreams() {
 
 #[tokio::test]
 async fn bodies_stream_both_ways_intact() {
-    let up = Upstream::start(echo_upstream()).await;
+    let up = Upstream::start(echo).await;
     let hf = Holdfast::start(&up.url()).await;
     // Larger than the request copy cap, so the copy is dropped while the body still flows.
     let big: String = "z".repeat(300_000);
@@ -122,7 +132,7 @@ async fn bodies_stream_both_ways_intact() {
 
 #[tokio::test]
 async fn h2c_clients_are_served_over_http1_upstream() {
-    let up = Upstream::start(echo_upstream()).await;
+    let up = Upstream::start(echo).await;
     let hf = Holdfast::start(&up.url()).await;
     let req = ::http::Request::post(hf.url("/mcp"))
         .version(::http::Version::HTTP_2)
@@ -141,17 +151,4 @@ async fn h2c_clients_are_served_over_http1_upstream() {
     assert_eq!(seen.headers["host"], hf.addr.to_string());
 }
 
-#[tokio::test]
-async fn pooled_upstream_connections_are_reused() {
-    let up = Upstream::start(echo_upstream()).await;
-    let hf = Holdfast::start(&up.url()).await;
-    for _ in 0..3 {
-        assert_eq!(http::get(&hf.url("/mcp")).await.status, 200);
-    }
-    assert_eq!(up.seen().len(), 3);
-    assert_eq!(
-        up.connections(),
-        1,
-        "keep-alive: one upstream connection for sequential requests"
-    );
-}
+// Reusing pooled upstream connections: upstream_pool.rs.

@@ -228,3 +228,82 @@ async fn a_held_request_is_logged_as_held_and_a_replayed_one_as_replayed() {
         assert_eq!((ms * 1000.0).round() / 1000.0, ms, "{line}");
     }
 }
+
+/// Every other access-log action, and the horizon's single warning: a router that lost the
+/// route to `/mcp` (its 404s masked, then past the horizon passed on), a path the application
+/// is not known to serve (`router_passed`), an upstream that never answers (`failed`), and a
+/// request target holdfast cannot forward (`bad_request`).
+#[tokio::test]
+async fn the_access_log_names_router_passed_failed_and_bad_request_and_the_horizon_warns_once() {
+    let upstream = Upstream::start(|seen| async move {
+        if seen.uri == "/slow" {
+            std::future::pending::<()>().await;
+        }
+        http::traefik_404()
+    })
+    .await;
+    let mut proxy = Running::start(
+        serving(&upstream.url(), &["--access-log"])
+            .env("HOLDFAST_HOLD__ENABLED", "false")
+            .env("HOLDFAST_ROUTES__BEHIND_ROUTER", "true")
+            .env("HOLDFAST_ROUTES__HORIZON_SECS", "0.3")
+            .env("HOLDFAST_CLIENT__RESPONSE_TIMEOUT_SECS", "0.3"),
+    );
+    let (listen, _) = proxy.addresses();
+    let url = |path: &str| format!("http://{listen}{path}");
+
+    // Masked: the outage, and with it the horizon, starts here.
+    assert_eq!(http::get(&url("/mcp")).await.status, 503);
+    assert_eq!(http::get(&url("/.well-known/other")).await.status, 404);
+    assert_eq!(http::get(&url("/slow")).await.status, 502);
+    let mut raw = tokio::net::TcpStream::connect(listen).await.unwrap();
+    tokio::io::AsyncWriteExt::write_all(&mut raw, b"OPTIONS * HTTP/1.1\r\nhost: x\r\n\r\n")
+        .await
+        .unwrap();
+    assert!(http::read_head(&mut raw).await.starts_with("HTTP/1.1 400"));
+    // The horizon is a time bound: time has to pass.
+    tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+    for _ in 0..3 {
+        assert_eq!(http::get(&url("/mcp")).await.status, 404);
+    }
+
+    let (_, stderr) = tokio::task::spawn_blocking(move || proxy.terminate())
+        .await
+        .unwrap();
+    let all = stderr.join("\n");
+    let lines = json_lines(&stderr);
+    let access: Vec<(&str, &str, u64)> = lines
+        .iter()
+        .filter(|l| l["target"] == "holdfast::access")
+        .map(|l| {
+            (
+                l["path"].as_str().unwrap_or_default(),
+                l["action"].as_str().unwrap(),
+                l["status"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        access,
+        [
+            ("/mcp", "rewritten", 503),
+            ("/.well-known/other", "router_passed", 404),
+            ("/slow", "failed", 502),
+            ("*", "bad_request", 400),
+            ("/mcp", "router_passed", 404),
+            ("/mcp", "router_passed", 404),
+            ("/mcp", "router_passed", 404),
+        ],
+        "{all}"
+    );
+    let horizon: Vec<&Value> = lines
+        .iter()
+        .filter(|l| {
+            l["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("longer than the horizon"))
+        })
+        .collect();
+    assert_eq!(horizon.len(), 1, "one warning for three 404s:\n{all}");
+    assert_eq!(horizon[0]["level"], "WARN");
+}

@@ -319,9 +319,8 @@ async fn the_binary_pauses_and_resumes_with_the_token_and_is_refused_without() {
     assert_eq!(status(&holdfast).await["paused"], false);
 
     // Nothing listening: could not pause, and says where it asked.
-    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let nowhere = closed.local_addr().unwrap().to_string();
-    drop(closed);
+    let closed = http::Reserved::new();
+    let nowhere = closed.addr.to_string();
     let unreachable = run_binary(&["pause", "--admin", &nowhere], &[]).await;
     assert_eq!(unreachable.status.code(), Some(1), "{unreachable:?}");
     assert!(

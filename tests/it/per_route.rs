@@ -9,8 +9,6 @@ use crate::support::http::{self, response, Upstream};
 use crate::support::proxy::{raw_config, Holdfast};
 use crate::support::within;
 
-use crate::support::http::TRAEFIK_404_HEADERS as TRAEFIK_404;
-
 const CALL: &str = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"count"}}"#;
 
 /// A router with one route: `mcp.example` reaches the application, any other Host gets
@@ -20,7 +18,7 @@ async fn router() -> Upstream {
         if seen.header("host") == Some("mcp.example") {
             response(200, &[("content-type", "application/json")], "{}")
         } else {
-            response(404, TRAEFIK_404, "404 page not found\n")
+            http::traefik_404()
         }
     })
     .await
@@ -47,7 +45,9 @@ async fn a_bogus_host_is_held_alone_and_the_real_route_is_answered_at_once() {
     let up = router().await;
     let mut raw = raw_config(&up.url());
     raw.routes.behind_router = Some(true);
-    raw.hold.timeout_secs = 1.0;
+    // Long enough that the bogus request is still held after the five others on a loaded
+    // machine (1 s was not, with four busy processes on two cores); the test waits it out below.
+    raw.hold.timeout_secs = 5.0;
     let hf = Holdfast::start_with(raw).await;
 
     // A client with a Host the router has no route for: held, the route presumed missing.
@@ -164,8 +164,8 @@ async fn a_refused_connection_is_the_upstreams_whichever_host_met_it() {
 #[tokio::test]
 async fn with_no_router_in_between_there_is_one_route() {
     // Refused for every Host alike: the upstream is gone, not a route.
-    let addr = http::closed_port();
-    let mut raw = raw_config(&format!("http://{addr}"));
+    let port = http::Reserved::new();
+    let mut raw = raw_config(&port.url());
     raw.routes.behind_router = Some(false);
     raw.hold.timeout_secs = 0.2;
     let hf = Holdfast::start_with(raw).await;

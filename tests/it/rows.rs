@@ -6,10 +6,11 @@ use bytes::Bytes;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
-use crate::support::http::{self, closed_port, post_json, response, Upstream};
+use crate::support::http::{self, post_json, response, traefik_404, Reserved, Upstream};
 use crate::support::proxy::{raw_config, Holdfast};
+use crate::support::within;
 
-use crate::support::http::TRAEFIK_404_HEADERS as TRAEFIK_404;
+use crate::support::http::TRAEFIK_404_HEADERS;
 /// Response headers as (name, value) pairs.
 type Headers = Vec<(&'static str, &'static str)>;
 
@@ -23,14 +24,10 @@ fn immediate(upstream: &str) -> holdfast::config::RawConfig {
     raw
 }
 
-/// An upstream that always answers Traefik's route-missing 404, byte for byte.
-async fn traefik_gone() -> Upstream {
-    Upstream::start(|_| async { response(404, TRAEFIK_404, "404 page not found\n") }).await
-}
-
 #[tokio::test]
 async fn refused_is_503_with_retry_after_and_jsonrpc_id() {
-    let hf = Holdfast::start_with(immediate(&format!("http://{}", closed_port()))).await;
+    let port = Reserved::new();
+    let hf = Holdfast::start_with(immediate(&port.url())).await;
     let got = post_json(&hf.url("/mcp"), CALL).await;
     assert_eq!(got.status, 503);
     assert_eq!(got.header("retry-after"), Some("2"));
@@ -56,7 +53,8 @@ async fn refused_is_503_with_retry_after_and_jsonrpc_id() {
 
 #[tokio::test]
 async fn retry_after_is_configurable_and_get_gets_text() {
-    let mut raw = immediate(&format!("http://{}", closed_port()));
+    let port = Reserved::new();
+    let mut raw = immediate(&port.url());
     raw.retry_after_secs = 7;
     let hf = Holdfast::start_with(raw).await;
     let got = http::get(&hf.url("/mcp")).await;
@@ -71,16 +69,58 @@ async fn retry_after_is_configurable_and_get_gets_text() {
 
 #[tokio::test]
 async fn unresolvable_upstream_is_503_dns() {
-    // `.invalid` never resolves (RFC 6761).
-    let hf = Holdfast::start_with(immediate("http://holdfast-upstream.invalid:8000")).await;
-    let got = http::get(&hf.url("/mcp")).await;
+    // `.invalid` never resolves (RFC 6761). The resolver's answer may be slow on some machines:
+    // the connect timeout (which covers resolving) is raised so that it still ends in `dns`.
+    let mut raw = immediate("http://holdfast-upstream.invalid:8000");
+    raw.client.connect_timeout_secs = 25.0;
+    let hf = Holdfast::start_with(raw).await;
+    let got = within(http::get(&hf.url("/mcp"))).await;
     assert_eq!(got.status, 503);
     assert_eq!(got.header("holdfast-reason"), Some("dns"));
 }
 
+/// Row 1's other connect failures, each named. What the kernel answers on any Linux host: a
+/// listener whose accept queue is full drops further SYNs (the connect hangs: a timeout); a TCP
+/// connect to a multicast address is refused with ENETUNREACH before a packet leaves; a
+/// link-local IPv6 address without a scope is EINVAL (another connect error; without IPv6 the
+/// socket itself fails, a connect error too).
+#[tokio::test]
+async fn every_connect_failure_is_503_with_its_reason() {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let full = socket.local_addr().unwrap();
+    // Backlog 0: one connection fills the queue, and nothing ever accepts it.
+    let _listener = socket.listen(0).unwrap();
+    let _filler = tokio::net::TcpStream::connect(full).await.unwrap();
+
+    for (upstream, reason) in [
+        (format!("http://{full}"), "connect_timeout"),
+        ("http://224.0.0.1:8000".to_string(), "unreachable"),
+        ("http://[fe80::1]:8000".to_string(), "connect_error"),
+    ] {
+        let mut raw = immediate(&upstream);
+        raw.client.connect_timeout_secs = 0.3;
+        let hf = Holdfast::start_with(raw).await;
+        let got = within(post_json(&hf.url("/mcp"), CALL)).await;
+        assert_eq!(got.status, 503, "{upstream}");
+        assert_eq!(got.header("holdfast-reason"), Some(reason), "{upstream}");
+        assert!(got.header("retry-after").is_some(), "{upstream}");
+        let v: serde_json::Value = serde_json::from_slice(&got.body).unwrap();
+        assert_eq!(v["id"], 42, "{upstream}");
+        assert_eq!(
+            hf.metric(&format!(
+                "holdfast_rewrites_total{{reason=\"{reason}\",action=\"answered_503\"}}"
+            ))
+            .await,
+            1.0,
+            "{upstream}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn traefik_404_is_rewritten_with_the_callers_id() {
-    let up = traefik_gone().await;
+    let up = Upstream::route_missing().await;
     let hf = Holdfast::start_with(immediate(&up.url())).await;
     let got = post_json(&hf.url("/mcp"), CALL).await;
     assert_eq!(got.status, 503);
@@ -102,7 +142,7 @@ async fn traefik_404_is_rewritten_with_the_callers_id() {
 
 #[tokio::test]
 async fn route_missing_on_a_path_the_app_does_not_serve_is_a_real_404() {
-    let up = traefik_gone().await;
+    let up = Upstream::route_missing().await;
     let hf = Holdfast::start(&up.url()).await;
     let got = http::get(&hf.url("/.well-known/oauth-protected-resource")).await;
     assert_eq!(got.status, 404);
@@ -129,7 +169,7 @@ async fn a_path_the_app_answered_is_learned_and_then_masked() {
         let gone = g.load(std::sync::atomic::Ordering::SeqCst);
         async move {
             if gone {
-                response(404, TRAEFIK_404, "404 page not found\n")
+                traefik_404()
             } else {
                 response(200, &[("content-type", "application/json")], "{}")
             }
@@ -157,7 +197,7 @@ async fn learning_can_be_turned_off() {
         let gone = g.load(std::sync::atomic::Ordering::SeqCst);
         async move {
             if gone {
-                response(404, TRAEFIK_404, "404 page not found\n")
+                traefik_404()
             } else {
                 response(200, &[], "ok")
             }
@@ -295,7 +335,7 @@ async fn a_large_404_is_not_read_into_memory_and_passes_intact() {
         async move {
             let mut resp = ::http::Response::new(http::TestBody::new(http::ChannelBody(frames)));
             *resp.status_mut() = ::http::StatusCode::NOT_FOUND;
-            for (name, value) in TRAEFIK_404 {
+            for (name, value) in TRAEFIK_404_HEADERS {
                 resp.headers_mut().insert(*name, value.parse().unwrap());
             }
             resp
@@ -434,6 +474,50 @@ async fn reset_after_send_is_502_and_never_503() {
     }
 }
 
+/// Row 5: an upstream that is not an HTTP server (an SSH daemon on the port, say) answers
+/// bytes hyper cannot parse: 502 `upstream_protocol`, whether it speaks first (as SSH does) or
+/// only after reading the request.
+#[tokio::test]
+async fn a_non_http_answer_is_502_upstream_protocol() {
+    for speaks_first in [true, false] {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            loop {
+                let Ok((mut s, _)) = listener.accept().await else {
+                    return;
+                };
+                tokio::spawn(async move {
+                    let banner = b"SSH-2.0-OpenSSH_9.6\r\n";
+                    if speaks_first {
+                        let _ = s.write_all(banner).await;
+                    }
+                    let mut buf = [0u8; 4096];
+                    let _ = s.read(&mut buf).await;
+                    if !speaks_first {
+                        let _ = s.write_all(banner).await;
+                    }
+                    // An SSH server then waits for the client's banner.
+                    let _ = s.read(&mut buf).await;
+                });
+            }
+        });
+        let hf = Holdfast::start(&format!("http://{addr}")).await;
+        let got = within(post_json(&hf.url("/mcp"), CALL)).await;
+        assert_eq!(got.status, 502, "speaks first: {speaks_first}");
+        assert_eq!(
+            got.header("holdfast-reason"),
+            Some("upstream_protocol"),
+            "speaks first: {speaks_first}"
+        );
+        assert_eq!(
+            hf.metric("holdfast_upstream_failures_total{reason=\"upstream_protocol\"}")
+                .await,
+            1.0
+        );
+    }
+}
+
 #[tokio::test]
 async fn no_response_head_in_time_is_502() {
     let (tx, mut rx) = tokio::sync::mpsc::channel::<()>(1);
@@ -458,16 +542,15 @@ async fn no_response_head_in_time_is_502() {
 
 #[tokio::test]
 async fn horizon_unmasks_a_persistent_route_missing_404() {
-    let up = traefik_gone().await;
+    let up = Upstream::route_missing().await;
     let mut raw = immediate(&up.url());
-    // Long enough that the first request always falls within it, even on a loaded machine.
-    raw.routes.horizon_secs = 1.0;
+    raw.routes.horizon_secs = 0.3;
     let hf = Holdfast::start_with(raw).await;
-    // Within the horizon (measured from start): masked.
+    // The horizon counts from the outage's first route-missing answer: this one is within it.
     let first = http::get(&hf.url("/mcp")).await;
     assert_eq!(first.status, 503);
     // The horizon is a time bound, so time has to pass; nothing else is being waited for.
-    tokio::time::sleep(Duration::from_millis(1100)).await;
+    tokio::time::sleep(Duration::from_millis(400)).await;
     let got = http::get(&hf.url("/mcp")).await;
     assert_eq!(
         got.status, 404,
@@ -552,7 +635,7 @@ async fn a_request_target_that_cannot_be_forwarded_is_400() {
 /// application's: it passes, but it does not end the outage (issue 10).
 #[tokio::test]
 async fn a_head_answered_404_does_not_end_an_outage() {
-    let up = traefik_gone().await;
+    let up = Upstream::route_missing().await;
     let hf = Holdfast::start_with(immediate(&up.url())).await;
     assert_eq!(post_json(&hf.url("/mcp"), CALL).await.status, 503);
     assert_eq!(hf.metric("holdfast_upstream_up").await, 0.0);
@@ -577,7 +660,7 @@ async fn a_head_answered_404_does_not_end_an_outage() {
 /// it is the server's own answer and passes, and nothing counts as an outage (issue 10).
 #[tokio::test]
 async fn with_no_router_in_between_a_traefik_lookalike_404_is_the_servers_own() {
-    let up = traefik_gone().await;
+    let up = Upstream::route_missing().await;
     let mut raw = raw_config(&up.url());
     raw.routes.behind_router = Some(false);
     let hf = Holdfast::start_with(raw).await;
@@ -590,4 +673,30 @@ async fn with_no_router_in_between_a_traefik_lookalike_404_is_the_servers_own() 
     // The control: behind a router (the default), the same answer is masked.
     let behind = Holdfast::start_with(immediate(&up.url())).await;
     assert_eq!(post_json(&behind.url("/mcp"), CALL).await.status, 503);
+}
+
+/// The horizon only un-masks route-missing 404s: once the router itself is gone (its port
+/// refuses), the answer is the 503 of a missing backend again, past the horizon or not.
+#[tokio::test]
+async fn a_refused_connection_stays_503_past_the_horizon() {
+    // (tokio's listener has SO_REUSEADDR, so its port can be taken again once it closed.)
+    let router = Upstream::route_missing().await;
+    let mut raw = immediate(&router.url());
+    raw.routes.horizon_secs = 0.3;
+    let hf = Holdfast::start_with(raw).await;
+    assert_eq!(within(post_json(&hf.url("/mcp"), CALL)).await.status, 503);
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let past = within(post_json(&hf.url("/mcp"), CALL)).await;
+    assert_eq!(
+        past.status, 404,
+        "past the horizon the router's 404 surfaces"
+    );
+
+    let addr = router.addr;
+    router.stop().await;
+    let _refusing = Reserved::again(addr);
+    let got = within(post_json(&hf.url("/mcp"), CALL)).await;
+    assert_eq!(got.status, 503);
+    assert_eq!(got.header("holdfast-reason"), Some("connect_refused"));
+    assert!(got.header("retry-after").is_some());
 }

@@ -13,7 +13,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use figment::Jail;
 use holdfast::config::{self, Config, RawConfig, RawFlags, RawTlsFlags, UpstreamVerify};
 use http::{Request, Response, StatusCode, Version};
 use http_body_util::{BodyExt, Full};
@@ -36,7 +35,9 @@ use tokio_rustls::{TlsAcceptor, TlsConnector};
 use crate::sse::{event, push, sse_upstream, Events};
 use crate::support::files::TempDir;
 use crate::support::http::{response, Reserved, Upstream};
-use crate::support::proxy::{raw_config, Holdfast};
+use crate::support::jail::jailed;
+use crate::support::process::{finish, holdfast, serving, Running};
+use crate::support::proxy::{metric_value, raw_config, Holdfast};
 use crate::support::within;
 
 // --- Certificates ----------------------------------------------------------------------------
@@ -99,11 +100,19 @@ impl Ca {
     }
 
     fn issue(&self, purpose: ExtendedKeyUsagePurpose, not_after: (i32, u8, u8)) -> Leaf {
+        self.issue_for(&["localhost", "127.0.0.1"], purpose, not_after)
+    }
+
+    fn issue_for(
+        &self,
+        names: &[&str],
+        purpose: ExtendedKeyUsagePurpose,
+        not_after: (i32, u8, u8),
+    ) -> Leaf {
         let mut params =
-            CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()]).unwrap();
-        params
-            .distinguished_name
-            .push(DnType::CommonName, "localhost");
+            CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
+                .unwrap();
+        params.distinguished_name.push(DnType::CommonName, names[0]);
         params.extended_key_usages = vec![purpose];
         params.not_after = rcgen::date_time_ymd(not_after.0, not_after.1, not_after.2);
         let key = KeyPair::generate().unwrap();
@@ -185,8 +194,18 @@ struct TlsConn {
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 impl TlsConn {
-    /// Connects and shakes hands (TLS, then HTTP).
+    /// Connects and shakes hands (TLS, then HTTP as ALPN decided).
     async fn open(addr: SocketAddr, config: Arc<ClientConfig>) -> Result<TlsConn, BoxError> {
+        TlsConn::open_as(addr, config, false).await
+    }
+
+    /// Connects and shakes hands, then speaks HTTP/2 whatever ALPN said when `h2` (a client that
+    /// starts with the HTTP/2 preface).
+    async fn open_as(
+        addr: SocketAddr,
+        config: Arc<ClientConfig>,
+        h2: bool,
+    ) -> Result<TlsConn, BoxError> {
         let tcp = TcpStream::connect(addr).await?;
         let tls = TlsConnector::from(config)
             .connect(ServerName::try_from("localhost").unwrap(), tcp)
@@ -195,7 +214,7 @@ impl TlsConn {
         let alpn = session.alpn_protocol().map(<[u8]>::to_vec);
         let served = session.peer_certificates().unwrap()[0].clone().into_owned();
         let io = TokioIo::new(tls);
-        let sender = if alpn.as_deref() == Some(b"h2") {
+        let sender = if h2 || alpn.as_deref() == Some(b"h2") {
             let (sender, conn) =
                 hyper::client::conn::http2::handshake(TokioExecutor::new(), io).await?;
             tokio::spawn(conn);
@@ -448,6 +467,20 @@ async fn h1_and_h2_over_tls_are_chosen_by_alpn() {
         (resp.status(), resp.version()),
         (StatusCode::OK, Version::HTTP_11)
     );
+    // ... or HTTP/2 when it starts with the HTTP/2 preface.
+    let mut conn = within(TlsConn::open_as(
+        holdfast.addr,
+        client_tls(&ca, None, &[]),
+        true,
+    ))
+    .await
+    .unwrap();
+    assert_eq!(conn.alpn, None);
+    let resp = within(conn.get("/mcp")).await.unwrap();
+    assert_eq!(
+        (resp.status(), resp.version()),
+        (StatusCode::OK, Version::HTTP_2)
+    );
 
     // The admin listener stays plain HTTP.
     assert!(holdfast.metrics().await.contains(HANDSHAKE_FAILURES));
@@ -536,23 +569,56 @@ async fn a_swapped_certificate_reaches_new_connections_while_an_old_stream_conti
     // The old connection and its stream go on.
     push(&tx, 2).await;
     assert_eq!(events.next().await, event(2));
+    drop(tx);
+    events.end().await.expect("a clean end");
+}
 
-    // A broken file (a key of another certificate) keeps the current certificate.
+/// A changed certificate file that does not load (a key of another certificate) keeps the
+/// current certificate and logs one error; the reloader goes on looking. The real binary, for
+/// its log: the error line is the event that says the reloader looked at the broken file.
+#[tokio::test]
+async fn a_certificate_file_that_does_not_load_is_logged_once_and_the_old_one_kept() {
+    let (dir, ca) = (Dir::new(), Ca::new("listener CA"));
+    let first = ca.server_until((2031, 5, 17));
+    let (cert, key) = first.write(&dir, "listener");
+    let upstream = proto_echo().await;
+    let mut proxy = Running::start(
+        serving(&upstream.url(), &["--tls-cert", &cert, "--tls-key", &key])
+            .env("HOLDFAST_TLS__RELOAD_INTERVAL_SECS", "0.05"),
+    );
+    let (listen, admin) = proxy.addresses();
+    let config = client_tls(&ca, None, H1);
+
+    let good_key = std::fs::read_to_string(&key).unwrap();
     dir.write(
         "listener.key",
         &KeyPair::generate().unwrap().serialize_pem(),
     );
-    // No event says "the reloader looked at it": give it many intervals.
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let conn = within(TlsConn::open(holdfast.addr, config.clone()))
-        .await
-        .unwrap();
-    assert_eq!(conn.served, second.der());
-    assert_eq!(holdfast.metric(EXPIRY).await, 1_961_625_600.0);
-    push(&tx, 3).await;
-    assert_eq!(events.next().await, event(3));
-    drop(tx);
-    events.end().await.expect("a clean end");
+    let line = proxy.wait_for_line("do not load");
+    assert!(line.contains("ERROR"), "{line}");
+    assert!(
+        line.contains("still serving the previous certificate"),
+        "{line}"
+    );
+    let conn = within(TlsConn::open(listen, config.clone())).await.unwrap();
+    assert_eq!(conn.served, first.der());
+    let metrics = crate::support::http::get(&format!("http://{admin}/metrics")).await;
+    assert_eq!(
+        metric_value(metrics.text(), EXPIRY),
+        1_936_742_400.0,
+        "2031-05-17, unchanged"
+    );
+    // Said once, not on every poll: twenty more polls of the unchanged broken file.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    // The key back: the reloader kept looking, and loads the pair again.
+    dir.write("listener.key", &good_key);
+    proxy.wait_for_line("TLS certificate reloaded");
+    let conn = within(TlsConn::open(listen, config)).await.unwrap();
+    assert_eq!(conn.served, first.der());
+    let (_, lines) = proxy.terminate();
+    let errors = lines.iter().filter(|l| l.contains("do not load")).count();
+    assert_eq!(errors, 1, "{lines:#?}");
 }
 
 #[tokio::test]
@@ -646,6 +712,31 @@ async fn failed_handshakes_are_counted_by_reason() {
         .await;
 }
 
+/// A connection that opens and says nothing is closed once the handshake's time is up
+/// (`limits.header_read_timeout_secs`), counted as `timeout`.
+#[tokio::test]
+async fn a_handshake_that_never_starts_times_out() {
+    let (dir, ca) = (Dir::new(), Ca::new("listener CA"));
+    let upstream = proto_echo().await;
+    let mut raw = tls_config(&upstream.url(), listener_files(&dir, &ca));
+    raw.limits.header_read_timeout_secs = 0.3;
+    let holdfast = Holdfast::start_with(raw).await;
+    let mut silent = TcpStream::connect(holdfast.addr).await.unwrap();
+    let mut rest = Vec::new();
+    let closed = within(silent.read_to_end(&mut rest)).await;
+    assert!(
+        matches!(closed, Ok(0) | Err(_)),
+        "closed without a word: {closed:?} {rest:?}"
+    );
+    holdfast
+        .metric_until(&series(HANDSHAKE_FAILURES, "timeout"), |v| v == 1.0)
+        .await;
+    assert_eq!(
+        holdfast.metric(&series(HANDSHAKE_FAILURES, "closed")).await,
+        0.0
+    );
+}
+
 // --- Upstream --------------------------------------------------------------------------------
 
 /// A raw configuration in front of `upstream` (https) trusting `ca`.
@@ -735,6 +826,124 @@ async fn a_wrong_ca_is_a_502_naming_tls_and_is_never_held() {
     assert_eq!(holdfast.metric("holdfast_upstream_up").await, 1.0);
 }
 
+/// Each way an upstream's TLS can be wrong is a 502 naming TLS, never held, with an error log
+/// that names the problem. The real binary, for its log.
+#[tokio::test]
+async fn every_upstream_tls_problem_is_a_502_with_a_log_naming_it() {
+    let (dir, ca) = (Dir::new(), Ca::new("upstream CA"));
+    let ca_file = ca_file(&dir, &ca);
+    let no_common_protocol = {
+        let mut config = (*upstream_tls(&ca.server(), None, false)).clone();
+        config.alpn_protocols = vec![b"x-not-http".to_vec()];
+        Arc::new(config)
+    };
+    let cases: [(&str, Arc<ServerConfig>, &str); 4] = [
+        (
+            "untrusted",
+            upstream_tls(&Ca::new("another CA").server(), None, false),
+            "UnknownIssuer",
+        ),
+        (
+            "not for its name",
+            upstream_tls(
+                &ca.issue_for(
+                    &["other.example"],
+                    ExtendedKeyUsagePurpose::ServerAuth,
+                    (2040, 1, 1),
+                ),
+                None,
+                false,
+            ),
+            "not valid for name \"localhost\"",
+        ),
+        (
+            "expired",
+            upstream_tls(&ca.server_until((2020, 1, 1)), None, false),
+            "certificate expired",
+        ),
+        (
+            "no common protocol",
+            no_common_protocol,
+            "NoApplicationProtocol",
+        ),
+    ];
+    for (case, config, named) in cases {
+        let upstream = TlsUpstream::start(config).await;
+        let mut proxy =
+            Running::start(serving(&upstream.url(), &[]).env("HOLDFAST_CLIENT__CA", &ca_file));
+        let (listen, admin) = proxy.addresses();
+        let got = within(crate::support::http::post_json(
+            &format!("http://{listen}/mcp"),
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x"}}"#,
+        ))
+        .await;
+        assert_eq!(got.status, 502, "{case}");
+        assert_eq!(
+            got.header("holdfast-reason"),
+            Some("upstream_tls"),
+            "{case}"
+        );
+        let line = proxy.wait_for_line("TLS to the upstream failed");
+        let logged: serde_json::Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(logged["level"], "ERROR", "{case}: {line}");
+        assert!(
+            logged["error"].as_str().unwrap_or_default().contains(named),
+            "{case}: the log names the problem: {line}"
+        );
+        let metrics = crate::support::http::get(&format!("http://{admin}/metrics")).await;
+        let metrics = metrics.text();
+        assert_eq!(
+            metric_value(metrics, &series(UPSTREAM_FAILURES, "upstream_tls")),
+            1.0,
+            "{case}"
+        );
+        assert_eq!(
+            metric_value(metrics, "holdfast_outages_total"),
+            0.0,
+            "{case}: never held"
+        );
+        assert!(upstream.seen().is_empty(), "{case}: nothing got through");
+        let (status, _) = proxy.terminate();
+        assert_eq!(status.code(), Some(0), "{case}");
+    }
+}
+
+/// `client.insecure_skip_verify` is said loudly at start.
+#[tokio::test]
+async fn skipping_verification_logs_a_warning_at_start() {
+    let upstream =
+        TlsUpstream::start(upstream_tls(&Ca::new("unknown CA").server(), None, false)).await;
+    let mut proxy = Running::start(
+        serving(&upstream.url(), &[]).env("HOLDFAST_CLIENT__INSECURE_SKIP_VERIFY", "true"),
+    );
+    let line = proxy.wait_for_line("insecure_skip_verify");
+    assert!(line.contains("WARN"), "{line}");
+    assert!(line.contains("NOT verified"), "{line}");
+    let (listen, _) = proxy.addresses();
+    let got = within(crate::support::http::get(&format!("http://{listen}/mcp"))).await;
+    assert_eq!(got.status, 200);
+}
+
+/// With no `client.ca` and no system roots, holdfast refuses to start (status 2) and asks for
+/// `client.ca`. rustls-native-certs reads only `SSL_CERT_FILE` / `SSL_CERT_DIR` when they are set.
+#[test]
+fn no_system_roots_refuses_to_start_and_asks_for_client_ca() {
+    let dir = Dir::new();
+    let empty_file = dir.write("empty.pem", "");
+    let empty_dir = dir.0.path().join("no-certs");
+    std::fs::create_dir(&empty_dir).unwrap();
+    let mut cmd = holdfast(&["--upstream", "https://localhost:8443"]);
+    cmd.env("SSL_CERT_FILE", &empty_file)
+        .env("SSL_CERT_DIR", &empty_dir);
+    let done = finish(cmd, "holdfast");
+    assert_eq!(done.status.code(), Some(2), "{done:?}");
+    assert!(done.stderr.contains("client.ca"), "{done:?}");
+    assert!(
+        done.stderr.contains("no system root certificates"),
+        "{done:?}"
+    );
+}
+
 #[tokio::test]
 async fn skipping_verification_accepts_any_certificate() {
     let stranger = Ca::new("unknown CA");
@@ -808,24 +1017,6 @@ async fn an_https_upstream_that_refuses_tcp_is_missing_not_a_tls_failure() {
 }
 
 // --- Configuration ---------------------------------------------------------------------------
-
-/// What a jailed test returns: figment's error, boxed because it is large.
-type Jailed = Result<(), Box<figment::Error>>;
-
-/// Runs `f` in a figment jail with no `HOLDFAST_*` variable from the shell.
-#[allow(clippy::result_large_err)] // Jail's closure must return figment's own Result.
-fn jailed(f: impl FnOnce(&mut Jail) -> Jailed) {
-    Jail::expect_with(|jail| {
-        if std::env::vars_os().any(|(k, _)| {
-            k.to_string_lossy()
-                .to_ascii_uppercase()
-                .starts_with(config::ENV_PREFIX)
-        }) {
-            jail.clear_env();
-        }
-        f(jail).map_err(|e| *e)
-    });
-}
 
 fn validate(raw: &RawConfig) -> Result<Config, config::ConfigError> {
     Config::from_raw(raw, &|_| "test".into())
@@ -971,9 +1162,7 @@ fn ca_file(dir: &Dir, ca: &Ca) -> String {
 
 #[test]
 fn the_sample_file_documents_every_tls_key() {
-    let text =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("config/holdfast.toml"))
-            .unwrap();
+    let text = crate::support::files::read_repo("config/holdfast.toml");
     // Optional paths are shown as `# key = "..."`: switch those on to see their sections.
     let switched: String = text
         .lines()
@@ -1023,22 +1212,42 @@ async fn an_upstream_back_with_an_untrusted_certificate_releases_everyone_at_onc
     let (dir, ca, wrong) = (Dir::new(), Ca::new("upstream CA"), Ca::new("wrong CA"));
     let port = Reserved::new();
     let url = format!("https://localhost:{}", port.addr.port());
-    let holdfast = Holdfast::start_with(https_config(&url, &dir, &wrong)).await;
+    // Probes at least 2 s apart (4 s, jittered down to half at most): released one at a time,
+    // as probes, the three would be answered at least 4 s apart.
+    const PROBE_GAP_MS: u64 = 4000;
+    let mut raw = https_config(&url, &dir, &wrong);
+    raw.hold.backoff_initial_ms = PROBE_GAP_MS;
+    raw.hold.backoff_max_ms = PROBE_GAP_MS;
+    let holdfast = Holdfast::start_with(raw).await;
     let clients: Vec<_> = (0..3)
         .map(|_| {
             let url = holdfast.url("/mcp");
-            tokio::spawn(async move { crate::support::http::get(&url).await })
+            tokio::spawn(async move {
+                let got = crate::support::http::get(&url).await;
+                (got, Instant::now())
+            })
         })
         .collect();
     holdfast
         .metric_until("holdfast_held_requests", |v| v == 3.0)
         .await;
     let _upstream = TlsUpstream::serve(port.listen(), upstream_tls(&ca.server(), None, false));
+    let mut answered = Vec::new();
     for client in clients {
-        let got = within(client).await.unwrap();
+        let (got, at) = within(client).await.unwrap();
         assert_eq!(got.status, 502);
         assert_eq!(got.header("holdfast-reason"), Some("upstream_tls"));
+        answered.push(at);
     }
+    let spread = answered
+        .iter()
+        .max()
+        .unwrap()
+        .duration_since(*answered.iter().min().unwrap());
+    assert!(
+        spread < Duration::from_millis(PROBE_GAP_MS / 2),
+        "answered {spread:?} apart: one probe at a time, not all at once"
+    );
     assert_eq!(holdfast.metric("holdfast_upstream_up").await, 1.0);
     assert_eq!(
         holdfast

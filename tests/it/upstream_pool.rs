@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::watch;
+use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinSet;
 
 use crate::support::http;
@@ -31,6 +31,10 @@ enum Script {
     ConnectionClose,
     /// An HTTP/1.0 answer (no keep-alive), then close.
     Http10,
+    /// `200`, then, once the test says so ([`RawUpstream::reset`]), the server resets the
+    /// connection (SO_LINGER 0): a backend killed between two requests, its pooled connection
+    /// stale.
+    ResetAfter,
     /// A head promising a large body, a little of it, then nothing (the test cuts it off).
     Stalls,
     /// `404` as soon as the request head is read, without waiting for the body (as an MCP SDK
@@ -64,7 +68,9 @@ impl Script {
         match self {
             Script::KeepAlive => b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok",
             Script::NoBody => b"HTTP/1.1 202 Accepted\r\ncontent-length: 0\r\n\r\n",
-            Script::CloseAfter => b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok",
+            Script::CloseAfter | Script::ResetAfter => {
+                b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"
+            }
             Script::ConnectionClose => {
                 b"HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 2\r\n\r\nok"
             }
@@ -100,8 +106,11 @@ struct RawUpstream {
     accepted: Arc<AtomicUsize>,
     /// Requests answered.
     answered: Arc<AtomicUsize>,
-    /// Connections the peer (holdfast) closed, as the upstream saw them.
+    /// Connections closed: by the peer (holdfast), as the upstream saw them, or reset by a
+    /// [`Script::ResetAfter`] upstream.
     peer_closed: watch::Receiver<usize>,
+    /// Permits for [`Script::ResetAfter`] connections to reset.
+    reset: Arc<Semaphore>,
     _tasks: JoinSet<()>,
 }
 
@@ -114,6 +123,8 @@ impl RawUpstream {
         let closed_tx = Arc::new(closed_tx);
         let mut tasks = JoinSet::new();
         let (accepted2, answered2) = (accepted.clone(), answered.clone());
+        let reset = Arc::new(Semaphore::new(0));
+        let reset2 = reset.clone();
         tasks.spawn(async move {
             let mut connections = JoinSet::new();
             loop {
@@ -122,7 +133,7 @@ impl RawUpstream {
                 };
                 accepted2.fetch_add(1, Ordering::SeqCst);
                 let (answered, closed) = (answered2.clone(), closed_tx.clone());
-                connections.spawn(serve(stream, script, answered, closed));
+                connections.spawn(serve(stream, script, answered, closed, reset2.clone()));
             }
         });
         RawUpstream {
@@ -130,8 +141,14 @@ impl RawUpstream {
             accepted,
             answered,
             peer_closed,
+            reset,
             _tasks: tasks,
         }
+    }
+
+    /// Lets a [`Script::ResetAfter`] connection reset (one per call).
+    fn reset(&self) {
+        self.reset.add_permits(1);
     }
 
     fn url(&self) -> String {
@@ -146,6 +163,7 @@ async fn serve(
     script: Script,
     answered: Arc<AtomicUsize>,
     closed: Arc<watch::Sender<usize>>,
+    reset: Arc<Semaphore>,
 ) {
     let mut buf = Vec::new();
     let mut chunk = [0u8; 4096];
@@ -165,6 +183,17 @@ async fn serve(
             return;
         }
         answered.fetch_add(1, Ordering::SeqCst);
+        if script == Script::ResetAfter {
+            // After holdfast has read the response (a reset could otherwise discard it).
+            reset.acquire().await.unwrap().forget();
+            // SO_LINGER 0: the close sends a RST. (Deprecated because a non-zero linger blocks
+            // on drop; zero does not.)
+            #[allow(deprecated)]
+            let _ = stream.set_linger(Some(std::time::Duration::ZERO));
+            drop(stream);
+            closed.send_modify(|n| *n += 1);
+            return;
+        }
         if script.closes() {
             return;
         }
@@ -245,6 +274,35 @@ async fn upstreams_that_close_their_connections_cost_no_request() {
             "{script:?}: a closed connection is never reused"
         );
         assert_eq!(failures(&holdfast).await, 0.0, "{script:?}");
+    }
+}
+
+/// A backend killed between two requests leaves a pooled connection that is reset: the next
+/// request takes a new connection and costs nothing. (Which layer notices first, hyper's
+/// connection task or the pool's kernel check, is the runtime's choice; the kernel check alone
+/// is pinned by the unit tests in `src/upstream/tests.rs`.)
+#[tokio::test]
+async fn a_pooled_connection_the_upstream_reset_costs_no_request() {
+    let upstream = RawUpstream::start(Script::ResetAfter).await;
+    let holdfast = Holdfast::start(&upstream.url()).await;
+    let mut resets = upstream.peer_closed.clone();
+    for n in 0..5 {
+        let got = within(http::get(&holdfast.url("/mcp"))).await;
+        assert_eq!(got.status, 200, "request {n}: {got:?}");
+        // The pooled connection is reset before the next request.
+        upstream.reset();
+        within(resets.wait_for(|&r| r > n)).await.unwrap();
+    }
+    assert_eq!(upstream.answered.load(Ordering::SeqCst), 5);
+    assert_eq!(upstream.accepted.load(Ordering::SeqCst), 5);
+    assert_eq!(failures(&holdfast).await, 0.0);
+    let text = holdfast.metrics().await;
+    for status in [502, 503] {
+        assert_eq!(
+            crate::support::proxy::requests_with_status(&text, status),
+            0.0,
+            "{text}"
+        );
     }
 }
 

@@ -15,6 +15,7 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
@@ -31,6 +32,17 @@ pub const TRAEFIK_404_HEADERS: &[(&str, &str)] = &[
     ("content-type", "text/plain; charset=utf-8"),
     ("x-content-type-options", "nosniff"),
 ];
+
+/// Traefik's answer for a route it does not have (Go's `http.NotFound`): what a router says
+/// while the application behind it is gone.
+pub fn traefik_404() -> Response<TestBody> {
+    response(404, TRAEFIK_404_HEADERS, super::router::TRAEFIK_404)
+}
+
+/// The application of most tests: answers 200 with the request body, as JSON.
+pub async fn echo(seen: Seen) -> Response<TestBody> {
+    response(200, &[("content-type", "application/json")], seen.body)
+}
 
 /// A fixed body.
 pub fn full(b: impl Into<Bytes>) -> TestBody {
@@ -82,8 +94,11 @@ pub struct Seen {
     pub version: Version,
     /// Headers.
     pub headers: HeaderMap,
-    /// Body.
+    /// Body: what arrived of it.
     pub body: Bytes,
+    /// Why the body broke off before its end, if it did: [`Upstream::seen`] fails the test on
+    /// it, so a broken body never passes as a short (or empty) one.
+    pub body_error: Option<String>,
 }
 
 impl Seen {
@@ -98,7 +113,6 @@ pub struct Upstream {
     /// Address.
     pub addr: SocketAddr,
     seen: Arc<Mutex<Vec<Seen>>>,
-    connections: Arc<std::sync::atomic::AtomicUsize>,
     tasks: JoinSet<()>,
 }
 
@@ -124,15 +138,12 @@ impl Upstream {
         let handler = Arc::new(handler);
         let mut tasks = JoinSet::new();
         let seen2 = seen.clone();
-        let connections = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let connections2 = connections.clone();
         tasks.spawn(async move {
             let mut conns = JoinSet::new();
             loop {
                 let Ok((stream, _)) = listener.accept().await else {
                     continue;
                 };
-                connections2.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 let handler = handler.clone();
                 let seen = seen2.clone();
                 conns.spawn(async move {
@@ -141,17 +152,14 @@ impl Upstream {
                         let seen = seen.clone();
                         async move {
                             let (parts, body) = req.into_parts();
-                            let body = body
-                                .collect()
-                                .await
-                                .map(|c| c.to_bytes())
-                                .unwrap_or_default();
+                            let (body, body_error) = read_body(body).await;
                             let s = Seen {
                                 method: parts.method,
                                 uri: parts.uri.to_string(),
                                 version: parts.version,
                                 headers: parts.headers,
                                 body,
+                                body_error,
                             };
                             seen.lock().unwrap().push(s.clone());
                             Ok::<_, Infallible>(handler(s).await)
@@ -163,12 +171,12 @@ impl Upstream {
                 });
             }
         });
-        Upstream {
-            addr,
-            seen,
-            connections,
-            tasks,
-        }
+        Upstream { addr, seen, tasks }
+    }
+
+    /// A router whose route to the application is gone: every request gets [`traefik_404`].
+    pub async fn route_missing() -> Upstream {
+        Upstream::start(|_| async { traefik_404() }).await
     }
 
     /// `http://addr`.
@@ -176,20 +184,59 @@ impl Upstream {
         format!("http://{}", self.addr)
     }
 
-    /// Requests seen so far.
+    /// Requests seen so far, each with its whole body: fails the test if a request's body broke
+    /// off ([`Upstream::seen_even_broken`] is for the tests where that is the subject).
     pub fn seen(&self) -> Vec<Seen> {
+        let seen = self.seen_even_broken();
+        let broken: Vec<_> = seen.iter().filter(|s| s.body_error.is_some()).collect();
+        assert!(
+            broken.is_empty(),
+            "the upstream saw request bodies break off: {broken:#?}"
+        );
+        seen
+    }
+
+    /// Requests seen so far, those whose body broke off included.
+    pub fn seen_even_broken(&self) -> Vec<Seen> {
         self.seen.lock().unwrap().clone()
     }
 
-    /// Connections accepted so far.
-    pub fn connections(&self) -> usize {
-        self.connections.load(std::sync::atomic::Ordering::SeqCst)
+    /// Waits (bounded) until `n` requests have been seen, broken ones included: for a request
+    /// whose end the upstream sees on its own time (a body that breaks off after the client
+    /// already has its answer).
+    pub async fn until_seen(&self, n: usize) -> Vec<Seen> {
+        super::within(async {
+            loop {
+                let seen = self.seen_even_broken();
+                if seen.len() >= n {
+                    return seen;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            }
+        })
+        .await
     }
 
     /// Stops listening and drops every connection; returns once the port is closed.
     pub async fn stop(mut self) {
         self.tasks.shutdown().await;
     }
+}
+
+/// Reads a request body to its end: what arrived, and the error that cut it short, if any.
+async fn read_body(mut body: Incoming) -> (Bytes, Option<String>) {
+    let mut read = Vec::new();
+    while let Some(frame) = body.frame().await {
+        match frame {
+            Ok(frame) => {
+                if let Some(data) = frame.data_ref() {
+                    read.extend_from_slice(data);
+                }
+            }
+            Err(e) => return (read.into(), Some(e.to_string())),
+        }
+    }
+    (read.into(), None)
 }
 
 /// A complete response as the client saw it.
@@ -277,6 +324,34 @@ pub async fn post_json(url: &str, body: &str) -> Got {
     .await
 }
 
+/// Writes a POST to `/mcp` over a raw connection: its head (with the whole body's length) and
+/// the first `send` bytes of `body`, the rest left for the test to send or withhold.
+pub async fn raw_post(addr: SocketAddr, body: &str, send: usize) -> TcpStream {
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    let head = format!(
+        "POST /mcp HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\n\
+         content-length: {}\r\n\r\n",
+        body.len()
+    );
+    s.write_all(head.as_bytes()).await.unwrap();
+    s.write_all(&body.as_bytes()[..send]).await.unwrap();
+    s
+}
+
+/// Reads a raw connection until a response head is complete, or the peer closes: what arrived
+/// (so an empty string is a connection closed without an answer).
+pub async fn read_head(s: &mut TcpStream) -> String {
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !out.windows(4).any(|w| w == b"\r\n\r\n") {
+        match s.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => out.extend_from_slice(&buf[..n]),
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 /// `host:port` of a URL.
 pub fn host_of(url: &str) -> String {
     url.parse::<http::Uri>()
@@ -284,14 +359,6 @@ pub fn host_of(url: &str) -> String {
         .authority()
         .unwrap()
         .to_string()
-}
-
-/// An address where nothing listens (bound, then released).
-pub fn closed_port() -> SocketAddr {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
 }
 
 /// A port where nothing listens yet (connections are refused) and that stays ours: a socket

@@ -3,6 +3,7 @@
 pub mod files;
 pub mod forgetful;
 pub mod http;
+pub mod jail;
 pub mod mcp;
 pub mod node;
 pub mod process;

@@ -105,12 +105,17 @@ pub fn release_binary() -> PathBuf {
 
 /// Sends SIGTERM (what `docker stop` and systemd send) to `child`.
 pub fn sigterm(child: &Child) {
-    let pid = child.id().to_string();
+    signal(child.id(), "TERM");
+}
+
+/// Sends signal `name` (`TERM`, `INT`) to process `pid`.
+pub fn signal(pid: u32, name: &str) {
+    let pid = pid.to_string();
     let sent = Command::new("kill")
-        .args(["-TERM", &pid])
+        .args([&format!("-{name}"), &pid])
         .status()
         .expect("run kill");
-    assert!(sent.success(), "kill -TERM {pid} failed");
+    assert!(sent.success(), "kill -{name} {pid} failed");
 }
 
 /// What a finished command printed.
@@ -218,6 +223,21 @@ impl Running {
         }
     }
 
+    /// Waits for the start line (`holdfast proxying`, JSON logs as [`serving`] asks) and returns
+    /// the proxy's and the admin listener's addresses from it.
+    pub fn addresses(&mut self) -> (std::net::SocketAddr, std::net::SocketAddr) {
+        let line = self.wait_for_line("holdfast proxying");
+        let started: serde_json::Value = serde_json::from_str(&line)
+            .unwrap_or_else(|e| panic!("the start line is not JSON ({e}): {line}"));
+        let addr = |key: &str| {
+            started[key]
+                .as_str()
+                .and_then(|a| a.parse().ok())
+                .unwrap_or_else(|| panic!("no {key} address in {line}"))
+        };
+        (addr("listen"), addr("admin"))
+    }
+
     /// The process id.
     pub fn pid(&self) -> u32 {
         self.child.0.id()
@@ -254,8 +274,14 @@ impl Running {
 
     /// Sends SIGTERM (what `docker stop` and systemd send) and waits (bounded) for the process
     /// to close stderr and exit; returns its status and every stderr line.
-    pub fn terminate(mut self) -> (ExitStatus, Vec<String>) {
+    pub fn terminate(self) -> (ExitStatus, Vec<String>) {
         sigterm(&self.child.0);
+        self.wait_for_exit()
+    }
+
+    /// Waits (bounded) for the process, already told to stop, to close stderr and exit; returns
+    /// its status and every stderr line.
+    pub fn wait_for_exit(mut self) -> (ExitStatus, Vec<String>) {
         let deadline = Instant::now() + PATIENCE;
         loop {
             match self
@@ -265,7 +291,7 @@ impl Running {
                 Ok(line) => self.seen.push(line),
                 Err(RecvTimeoutError::Disconnected) => break,
                 Err(RecvTimeoutError::Timeout) => panic!(
-                    "still running after SIGTERM; stderr:\n{}",
+                    "still running after it was told to stop; stderr:\n{}",
                     self.seen.join("\n")
                 ),
             }

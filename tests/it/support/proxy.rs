@@ -95,7 +95,8 @@ impl Holdfast {
     }
 
     /// Waits until `series` satisfies `ok` and returns its value; panics with the last value
-    /// after 10 s. For what holdfast records on its own time (a request entering the hold, a
+    /// after 10 s. When `ok(0.0)` holds, the series must exist (see [`metric_value`]): a wait for
+    /// "back to 0" must not pass on a misspelt name or label. For what holdfast records on its own time (a request entering the hold, a
     /// stream's end, a handshake failing): there is no event the test could await, so the metric
     /// that shows it is polled, with a deadline.
     pub async fn metric_until(&self, series: &str, ok: impl Fn(f64) -> bool) -> f64 {
@@ -109,8 +110,14 @@ pub async fn metric_until_at(admin: &str, series: &str, ok: impl Fn(f64) -> bool
     let url = format!("http://{admin}/metrics");
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        // The series may appear only with the event the test waits for.
-        let value = metric_or_zero(super::http::get(&url).await.text(), series);
+        let text = super::http::get(&url).await.text().to_owned();
+        // The series may appear only with the event the test waits for; but a wait for 0 must
+        // not end on a series that does not exist (a misspelt label), so it needs the series.
+        let value = if ok(0.0) {
+            metric_value(&text, series)
+        } else {
+            metric_or_zero(&text, series)
+        };
         if ok(value) {
             return value;
         }
