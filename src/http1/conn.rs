@@ -157,6 +157,13 @@ impl Shared {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// The state, once nothing else shares the connection.
+    pub fn into_state(self) -> State {
+        self.state
+            .into_inner()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// Writes through the lock, holding it only inside each write.
     pub fn writer(&self) -> SharedWriter<'_> {
         SharedWriter(self)
@@ -193,6 +200,21 @@ impl AsyncWrite for SharedWriter<'_> {
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.0.lock().io).poll_shutdown(cx)
+    }
+}
+
+/// Frames up to this size are copied out of the read buffer they arrived in.
+const COPIED: usize = 4096;
+
+/// A small frame in an allocation of its own. A request body is kept (for a replay) as long as
+/// its request lives, a held one for up to the hold's timeout: as a slice of the read buffer, a
+/// 1 KiB tool call would keep the whole 8 KiB buffer with it. A large frame fills most of its
+/// buffer anyway, and is not copied.
+fn own(data: Bytes) -> Bytes {
+    if data.len() <= COPIED {
+        Bytes::copy_from_slice(&data)
+    } else {
+        data
     }
 }
 
@@ -292,7 +314,7 @@ impl http_body::Body for RequestBody {
                         st.body = None;
                         self.done = true;
                     }
-                    return Poll::Ready(Some(Ok(Frame::data(data))));
+                    return Poll::Ready(Some(Ok(Frame::data(own(data)))));
                 }
                 Decoded::Trailers(trailers) => {
                     st.body = None;

@@ -81,7 +81,8 @@ pub fn parse_request(
         Some(1) => Version::HTTP_11,
         _ => Version::HTTP_10,
     };
-    let mut headers = copy_fields(&copy, buf, req.headers).map_err(|_| bad)?;
+    // Room for what the proxy adds (X-Forwarded-For, -Proto, -Host, Host): no regrowth.
+    let mut headers = copy_fields(&copy, buf, req.headers, 4).map_err(|_| bad)?;
     let mut keep_alive = keeps_alive(version, &headers);
     let framing = if headers.contains_key(TRANSFER_ENCODING) {
         if version == Version::HTTP_10 || !is_chunked(&headers) {
@@ -148,7 +149,8 @@ pub fn parse_response(
         .and_then(|c| StatusCode::from_u16(c).ok())
         .ok_or(Error::Parse("an invalid status code"))?;
     let copy = Bytes::copy_from_slice(&buf[..len]);
-    let mut headers = copy_fields(&copy, buf, resp.headers)?;
+    // Room for what an answer may gain on its way (Date, X-Accel-Buffering).
+    let mut headers = copy_fields(&copy, buf, resp.headers, 2)?;
     let framing = response_framing(method, status, &mut headers)?;
     let keep_alive = framing != Framing::Close && keeps_alive(version, &headers);
     let (mut parts, ()) = Response::new(()).into_parts();
@@ -166,13 +168,14 @@ pub fn parse_response(
 }
 
 /// The parsed fields as a header map: names as `http` makes them (known names are constants),
-/// values as slices of `copy`, the copy of the head `buf` starts with.
+/// values as slices of `copy`, the copy of the head `buf` starts with; `room` for more.
 fn copy_fields(
     copy: &Bytes,
     buf: &[u8],
     fields: &[httparse::Header<'_>],
+    room: usize,
 ) -> Result<HeaderMap, Error> {
-    let mut headers = HeaderMap::with_capacity(fields.len());
+    let mut headers = HeaderMap::with_capacity(fields.len() + room);
     for field in fields {
         let name = HeaderName::from_bytes(field.name.as_bytes())
             .map_err(|_| Error::Parse("an invalid header name"))?;

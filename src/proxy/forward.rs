@@ -27,7 +27,7 @@ use crate::replay::{BodyHandle, ReplayBody};
 use crate::session::{self, Recorded};
 
 /// One client request on its way through the attempt loop.
-struct Exchange {
+pub(super) struct Exchange {
     /// The request as it goes upstream.
     target: Target,
     /// Its body, kept (capped) for a replay.
@@ -72,28 +72,18 @@ enum Next {
 }
 
 impl Proxy {
-    /// Forwards one request: attempts until one is answered, held through a missing backend and
-    /// a forgotten session.
-    pub(super) async fn forward(
+    /// Takes one request in: the exchange that will forward it, or why it is refused (a 400). Not async: nothing of the request but what the exchange keeps lives on in the
+    /// request's future (an async function's arguments stay in its future for as long as it
+    /// runs, a held request's included).
+    pub(super) fn begin(
         &self,
         req: Request<crate::replay::ClientBody>,
         peer: SocketAddr,
-    ) -> (Response<ProxyBody>, Note) {
+    ) -> Result<Exchange, (&'static str, http::Version)> {
         let version = req.version();
         let (parts, body) = req.into_parts();
-        let target = match self.prepare(parts, peer) {
-            Ok(t) => t,
-            Err(why) => {
-                return (
-                    crate::respond::bad_request(why, version),
-                    Note {
-                        upstream_status: None,
-                        action: "bad_request",
-                    },
-                )
-            }
-        };
-        let mut ex = Exchange {
+        let target = self.prepare(parts, peer).map_err(|why| (why, version))?;
+        Ok(Exchange {
             carried: self.carried(&target),
             route: std::sync::OnceLock::new(),
             outages: self.hold.upstream().clone(),
@@ -114,10 +104,15 @@ impl Proxy {
             closed_once: false,
             flight: None,
             mcp: std::sync::OnceLock::new(),
-        };
-        let answer = self.exchange(&mut ex).await;
+        })
+    }
+
+    /// Forwards one request begun by [`Proxy::begin`]: attempts until one is answered, held
+    /// through a missing backend and a forgotten session.
+    pub(super) async fn forward(&self, ex: &mut Exchange) -> (Response<ProxyBody>, Note) {
+        let answer = self.exchange(ex).await;
         if ex.target.method == Method::POST {
-            self.metrics.mcp_requests.inc(self.mcp_method(&ex));
+            self.metrics.mcp_requests.inc(self.mcp_method(ex));
         }
         answer
     }
@@ -163,7 +158,9 @@ impl Proxy {
                 ex.flight = Some(self.in_flight.enter(&ex.target.method));
             }
             let route = self.hold.routes_out().then(|| self.route(ex).as_ref());
-            let (verdict, response) = self.attempt(&ex.target, route, body).await;
+            // Boxed: the attempt (the upstream exchange's state) is the largest part of the
+            // request's future, and a held request, waiting before it, should not carry it.
+            let (verdict, response) = Box::pin(self.attempt(&ex.target, route, body)).await;
             // A HEAD's answer has no body, so no body signature could be checked: a router's 404
             // to it looks like the application's. It passes, but proves nothing.
             let proves = verdict == Verdict::Application
@@ -175,7 +172,9 @@ impl Proxy {
                 ex.ticket.report_probe(proves);
             }
             let next = match (verdict, response) {
-                (Verdict::Application, Some(answer)) => self.application(ex, answer, proves).await,
+                (Verdict::Application, Some(answer)) => {
+                    Box::pin(self.application(ex, answer, proves)).await
+                }
                 (Verdict::RouterPassthrough(reason), Some(answer)) => {
                     let flight = ex.flight.take();
                     Next::Answer(self.router_passed(reason, answer, self.route(ex), flight))

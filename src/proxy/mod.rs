@@ -260,13 +260,49 @@ impl Proxy {
         }
     }
 
-    /// Answers one client request. Never fails.
-    pub async fn handle(&self, req: Request<ClientBody>, peer: SocketAddr) -> Response<ProxyBody> {
+    /// Answers one client request. Never fails. What can be done with the request before
+    /// anything is awaited is done here, outside the future: only what lives across its awaits
+    /// is in it (this future lives as long as the request, for a held one as long as the hold).
+    pub fn handle(
+        &self,
+        req: Request<ClientBody>,
+        peer: SocketAddr,
+    ) -> impl std::future::Future<Output = Response<ProxyBody>> + Send + '_ {
         let start = Instant::now();
         let method = req.method().clone();
         // Copied only for the access log: the hot path needs no second copy of the path.
         let path = self.access_log.then(|| req.uri().path().to_owned());
-        let (resp, note) = self.forward(req, peer).await;
+        let mut begun = self.begin(req, peer);
+        async move {
+            // The exchange is used where it lies (moved into a local it would take room twice).
+            let forwarded = match &mut begun {
+                Ok(ex) => Some(self.forward(ex).await),
+                Err(_) => None,
+            };
+            let (resp, note) = match (forwarded, begun) {
+                (Some(answer), _) => answer,
+                (None, Err((why, version))) => (
+                    crate::respond::bad_request(why, version),
+                    Note {
+                        upstream_status: None,
+                        action: "bad_request",
+                    },
+                ),
+                (None, Ok(_)) => unreachable!("an exchange is forwarded"),
+            };
+            self.finish(start, &method, path, resp, note)
+        }
+    }
+
+    /// Counts and logs an answered request.
+    fn finish(
+        &self,
+        start: Instant,
+        method: &http::Method,
+        path: Option<String>,
+        resp: Response<ProxyBody>,
+        note: Note,
+    ) -> Response<ProxyBody> {
         let elapsed = start.elapsed();
         // A client that went away while held got no answer at all: counted as nginx logs it,
         // 499 "client closed request", not as the 400 its closed connection was handed.
@@ -275,7 +311,7 @@ impl Proxy {
         } else {
             resp.status().as_u16()
         };
-        self.metrics.requests.inc((&method).into(), status);
+        self.metrics.requests.inc(method.into(), status);
         self.metrics.request_duration.observe(elapsed.as_secs_f64());
         if self.access_log {
             // Path only: a query may carry tokens. Never headers or bodies.

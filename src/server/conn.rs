@@ -22,13 +22,9 @@ use tokio_rustls::server::TlsStream;
 
 use super::h1::{self, Limits};
 use super::idle::{Registered, Tracked};
-use crate::http1::conn::{Io, READ_SIZE};
-use crate::http1::read::poll_read_buf;
+use crate::http1::conn::Io;
 use crate::proxy::Proxy;
 use crate::replay::ClientBody;
-
-/// The HTTP/2 connection preface (RFC 9113 §3.4).
-const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
 /// What every connection is served with.
 #[derive(Clone)]
@@ -48,7 +44,7 @@ impl Served {
     /// sends nothing within `limits.header_read_timeout_secs` (or is closed to make room, or
     /// meets a drain first) is closed.
     pub async fn plain(self, stream: TcpStream, peer: SocketAddr, registered: Arc<Registered>) {
-        self.by_preface(Io::Tcp(stream), peer, registered).await
+        self.h1_or_h2(Io::Tcp(stream), true, peer, registered).await
     }
 
     /// Serves a TLS connection by the protocol its client picked by ALPN, or, when it picked
@@ -59,49 +55,42 @@ impl Served {
         peer: SocketAddr,
         registered: Arc<Registered>,
     ) {
-        match stream.get_ref().1.alpn_protocol() {
-            Some(b"h2") => self.h2(TokioIo::new(stream), peer, registered).await,
-            Some(_) => {
+        let alpn = stream.get_ref().1.alpn_protocol().map(<[u8]>::to_vec);
+        match alpn.as_deref() {
+            Some(b"h2") => Box::pin(self.h2(TokioIo::new(stream), peer, registered)).await,
+            alpn => {
+                let may_be_http2 = alpn.is_none();
                 let io = Io::Tls(Box::new(stream));
-                self.h1(io, BytesMut::new(), peer, registered).await
-            }
-            None => {
-                self.by_preface(Io::Tls(Box::new(stream)), peer, registered)
-                    .await
+                self.h1_or_h2(io, may_be_http2, peer, registered).await
             }
         }
     }
 
-    /// HTTP/2 if the connection opens with the preface, else HTTP/1.1.
-    async fn by_preface(mut self, mut io: Io, peer: SocketAddr, registered: Arc<Registered>) {
-        let limit = self.limits.header_read_timeout;
-        let detected = tokio::select! {
-            detected = tokio::time::timeout(limit, detect(&mut io)) => detected.ok().flatten(),
-            () = registered.closed() => None,
-            Ok(()) = self.drain.changed() => None,
-        };
-        match detected {
-            Some((true, read)) => {
-                let io = Prefixed { read, io };
-                self.h2(TokioIo::new(io), peer, registered).await
-            }
-            Some((false, read)) => self.h1(io, read, peer, registered).await,
-            None => {}
-        }
-    }
-
-    async fn h1(self, io: Io, read: BytesMut, peer: SocketAddr, registered: Arc<Registered>) {
-        h1::Connection::new(
+    /// holdfast's HTTP/1.1 driver, which hands the connection back when `may_be_http2` and it
+    /// opens with HTTP/2's preface. One future for both, so that an HTTP/1 connection's task
+    /// carries no detection step of its own.
+    async fn h1_or_h2(
+        self,
+        io: Io,
+        may_be_http2: bool,
+        peer: SocketAddr,
+        registered: Arc<Registered>,
+    ) {
+        let connection = h1::Connection::new(
             io,
-            read,
-            self.proxy,
+            self.proxy.clone(),
             peer,
-            registered,
-            self.drain,
+            registered.clone(),
+            self.drain.clone(),
             self.limits,
-        )
-        .serve()
-        .await
+            may_be_http2,
+        );
+        if let Some((io, read)) = connection.serve().await {
+            let io = Prefixed { read, io };
+            // Boxed: an HTTP/2 connection's state is large, and every HTTP/1 connection's task
+            // (most MCP clients speak HTTP/1.1) would otherwise be as large.
+            Box::pin(self.h2(TokioIo::new(io), peer, registered)).await
+        }
     }
 
     /// hyper's HTTP/2: each stream's request goes to the proxy; the connection closes
@@ -142,27 +131,6 @@ impl Served {
                     return;
                 },
             }
-        }
-    }
-}
-
-/// Reads a connection's first bytes until they show HTTP/2's preface (true) or not (false),
-/// with what was read. `None` when the client closed first.
-async fn detect(stream: &mut Io) -> Option<(bool, BytesMut)> {
-    let mut read = BytesMut::new();
-    loop {
-        let n = std::future::poll_fn(|cx| poll_read_buf(stream, cx, &mut read, READ_SIZE))
-            .await
-            .ok()?;
-        if n == 0 {
-            return None;
-        }
-        let seen = read.len().min(PREFACE.len());
-        if read[..seen] != PREFACE[..seen] {
-            return Some((false, read));
-        }
-        if read.len() >= PREFACE.len() {
-            return Some((true, read));
         }
     }
 }

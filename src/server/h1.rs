@@ -55,6 +55,9 @@ pub struct Limits {
     pub header_read_timeout: Duration,
 }
 
+/// The HTTP/2 connection preface (RFC 9113 §3.4).
+const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
 /// Longest a closing connection reads (and drops) what its client still sends, so that the
 /// answer it was given is not destroyed by a reset (a socket closed with unread bytes resets).
 const LINGER: Duration = Duration::from_secs(2);
@@ -70,10 +73,28 @@ pub struct Connection {
     registered: Arc<Registered>,
     drain: watch::Receiver<bool>,
     limits: Limits,
+    /// The connection's first bytes have yet to show whether it is HTTP/2.
+    may_be_http2: bool,
+}
+
+/// The proxy's answer to a request, to come.
+type Handling<'a> = Pin<Box<dyn std::future::Future<Output = Response<ProxyBody>> + Send + 'a>>;
+
+/// A request handed to the proxy.
+struct Begun<'a> {
+    /// The connection is busy until its answer is written.
+    busy: super::idle::Busy,
+    /// The proxy's answer to come.
+    handling: Handling<'a>,
+    method: Method,
+    version: Version,
+    keep_alive: bool,
 }
 
 /// Why waiting for a head ended without a request.
 enum Stop {
+    /// The connection opened with HTTP/2's preface: it is not ours.
+    Http2,
     /// A head to refuse with this status.
     Refuse(StatusCode),
     /// The connection ends: the client closed it, it was idle too long, a head was too slow,
@@ -82,45 +103,55 @@ enum Stop {
 }
 
 impl Connection {
-    /// A connection on `io`, whose first bytes (read while telling HTTP/1 from HTTP/2) are
-    /// `read`.
+    /// A connection on `io`. With `may_be_http2` its first bytes decide: HTTP/2's preface
+    /// (h2c with prior knowledge, or TLS without ALPN) hands it back from [`Connection::serve`].
     pub fn new(
         io: Io,
-        read: BytesMut,
         proxy: Arc<Proxy>,
         peer: SocketAddr,
         registered: Arc<Registered>,
         drain: watch::Receiver<bool>,
         limits: Limits,
+        may_be_http2: bool,
     ) -> Self {
-        let shared = Shared::new(io);
-        shared.lock().buf = read;
         Connection {
-            shared,
+            shared: Shared::new(io),
             proxy,
             peer,
             registered,
             drain,
             limits,
+            may_be_http2,
         }
     }
 
-    /// Serves requests until the connection ends.
-    pub async fn serve(mut self) {
+    /// Serves requests until the connection ends, or hands it back, with what was read of it,
+    /// when it turns out to speak HTTP/2.
+    pub async fn serve(mut self) -> Option<(Io, BytesMut)> {
         loop {
             let keep = match self.next_head().await {
-                Ok(head) => self.exchange(head).await,
+                Ok(head) => {
+                    let begun = self.begin(head);
+                    self.exchange(begun).await
+                }
                 Err(Stop::Refuse(status)) => {
                     self.refuse(status).await;
                     false
                 }
-                Err(Stop::Close) => return,
+                Err(Stop::Close) => return None,
+                Err(Stop::Http2) => return self.into_io(),
             };
             if !keep {
                 self.close().await;
-                return;
+                return None;
             }
         }
+    }
+
+    /// The socket and what was read from it (no request has begun: nothing else holds it).
+    fn into_io(self) -> Option<(Io, BytesMut)> {
+        let state = Arc::into_inner(self.shared)?.into_state();
+        Some((state.io, state.buf))
     }
 
     /// Waits for, reads and parses the next request head.
@@ -133,6 +164,17 @@ impl Connection {
                 let mut st = self.shared.lock();
                 if !st.buf.is_empty() {
                     started.get_or_insert_with(Instant::now);
+                    if self.may_be_http2 {
+                        let seen = st.buf.len().min(PREFACE.len());
+                        if st.buf[..seen] != PREFACE[..seen] {
+                            self.may_be_http2 = false;
+                        } else if seen == PREFACE.len() {
+                            return Err(Stop::Http2);
+                        }
+                    }
+                }
+                // A start of the preface is no request head yet: more bytes decide.
+                if !st.buf.is_empty() && !self.may_be_http2 {
                     let window = &st.buf[..st.buf.len().min(self.limits.max_head_bytes)];
                     match head::parse_request(window, self.limits.max_headers) {
                         Ok(Some((len, head))) => {
@@ -181,8 +223,9 @@ impl Connection {
         }
     }
 
-    /// One request and its answer; whether the connection may carry another.
-    async fn exchange(&mut self, head: RequestHead) -> bool {
+    /// Hands a request to the proxy (not async: the head is not kept in the connection's
+    /// future, whose arguments would stay in it for the whole exchange).
+    fn begin(&self, head: RequestHead) -> Begun<'_> {
         let RequestHead {
             parts,
             framing,
@@ -193,12 +236,29 @@ impl Connection {
         let version = parts.version;
         self.shared.lock().begin(framing, expect_continue);
         let body = ClientBody::H1(RequestBody::new(self.shared.clone()));
-        let busy = self.registered.begin();
-        // Boxed: it lives only while a request does, and an idle connection's task stays small.
-        let handling = Box::pin(
-            self.proxy
-                .handle(Request::from_parts(parts, body), self.peer),
-        );
+        Begun {
+            busy: self.registered.begin(),
+            // Boxed: it lives only while a request does, and an idle connection's task stays
+            // small.
+            handling: Box::pin(
+                self.proxy
+                    .handle(Request::from_parts(parts, body), self.peer),
+            ),
+            method,
+            version,
+            keep_alive,
+        }
+    }
+
+    /// One request's answer; whether the connection may carry another.
+    async fn exchange(&self, begun: Begun<'_>) -> bool {
+        let Begun {
+            busy,
+            handling,
+            method,
+            version,
+            keep_alive,
+        } = begun;
         let Some(resp) = until_answered(&self.shared, handling).await else {
             // The client went away: the request was cancelled with it.
             return false;
@@ -291,7 +351,7 @@ async fn flush(shared: &Shared) -> std::io::Result<()> {
 /// The proxy's answer, or `None` when the client hung up first (the request is cancelled).
 async fn until_answered(
     shared: &Shared,
-    mut handling: Pin<Box<impl std::future::Future<Output = Response<ProxyBody>>>>,
+    mut handling: Handling<'_>,
 ) -> Option<Response<ProxyBody>> {
     let mut watch = Watch::default();
     std::future::poll_fn(|cx| {
