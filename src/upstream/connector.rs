@@ -119,10 +119,40 @@ impl tower_service::Service<Uri> for Connector {
         let timeout = self.connect_timeout;
         Box::pin(async move {
             let (host, port) = host_and_port(&uri)?;
-            within(timeout, connect(&host, port))
+            within(timeout, connect(&Resolver::System, &host, port))
                 .await
                 .map(TokioIo::new)
         })
+    }
+}
+
+/// How the upstream's name becomes addresses. Asked again for every connection, never cached.
+#[derive(Clone, Default)]
+pub(crate) enum Resolver {
+    /// The system's resolver (`getaddrinfo`, on tokio's blocking pool): /etc/hosts, then DNS
+    /// (Docker's embedded server, a cluster's CoreDNS).
+    #[default]
+    System,
+    /// Answers the tests change between connections, as a DNS server's answer changes when a
+    /// container is recreated at a new address.
+    #[cfg(test)]
+    Table(std::sync::Arc<Answer>),
+}
+
+/// A test's resolver: name and port to addresses.
+#[cfg(test)]
+pub(crate) type Answer = dyn Fn(&str, u16) -> Vec<SocketAddr> + Send + Sync;
+
+impl Resolver {
+    async fn resolve(&self, host: &str, port: u16) -> Result<Vec<SocketAddr>, ConnectError> {
+        match self {
+            Resolver::System => Ok(tokio::net::lookup_host((host, port))
+                .await
+                .map_err(|e| ConnectError::new(ConnectErrorKind::Dns, e))?
+                .collect()),
+            #[cfg(test)]
+            Resolver::Table(answer) => Ok(answer(host, port)),
+        }
     }
 }
 
@@ -133,6 +163,7 @@ pub struct UpstreamConnector {
     connect_timeout: Duration,
     /// Present for an `https://` upstream.
     tls: Option<tokio_rustls::TlsConnector>,
+    resolver: Resolver,
 }
 
 impl UpstreamConnector {
@@ -145,7 +176,14 @@ impl UpstreamConnector {
         Self {
             connect_timeout,
             tls: tls.map(tokio_rustls::TlsConnector::from),
+            resolver: Resolver::System,
         }
+    }
+
+    /// The same connector, resolving through `resolver`.
+    #[cfg(test)]
+    pub(crate) fn with_resolver(self, resolver: Resolver) -> Self {
+        Self { resolver, ..self }
     }
 }
 
@@ -161,10 +199,11 @@ impl tower_service::Service<Uri> for UpstreamConnector {
     fn call(&mut self, uri: Uri) -> Self::Future {
         let timeout = self.connect_timeout;
         let tls = self.tls.clone();
+        let resolver = self.resolver.clone();
         Box::pin(async move {
             let (host, port) = host_and_port(&uri)?;
             within(timeout, async move {
-                let tcp = connect(&host, port).await?;
+                let tcp = connect(&resolver, &host, port).await?;
                 let Some(tls) = tls else {
                     return Ok(UpstreamIo::Plain(TokioIo::new(tcp)));
                 };
@@ -192,7 +231,7 @@ impl UpstreamConnector {
     /// holdfast's own HTTP/1 path sends on (an `http://` upstream).
     pub async fn connect_tcp(&self, uri: &Uri) -> Result<TcpStream, ConnectError> {
         let (host, port) = host_and_port(uri)?;
-        within(self.connect_timeout, connect(&host, port)).await
+        within(self.connect_timeout, connect(&self.resolver, &host, port)).await
     }
 }
 
@@ -341,11 +380,8 @@ async fn within<T>(
     }
 }
 
-async fn connect(host: &str, port: u16) -> Result<TcpStream, ConnectError> {
-    let addrs: Vec<SocketAddr> = tokio::net::lookup_host((host, port))
-        .await
-        .map_err(|e| ConnectError::new(ConnectErrorKind::Dns, e))?
-        .collect();
+async fn connect(resolver: &Resolver, host: &str, port: u16) -> Result<TcpStream, ConnectError> {
+    let addrs = resolver.resolve(host, port).await?;
     if addrs.is_empty() {
         return Err(ConnectError::new(
             ConnectErrorKind::Dns,

@@ -313,3 +313,65 @@ async fn a_request_the_upstream_read_and_then_reset_is_not_proven_unread() {
     );
     assert_eq!(closed.unacknowledged.get(), 0);
 }
+
+#[tokio::test]
+async fn every_new_connection_asks_the_resolver_again() {
+    // The backend is recreated at a new address under the same name and port: the first
+    // connection must go to the old address, the next one to the new one. 127.0.0.2 is
+    // loopback too on Linux; a port free on 127.0.0.1 may be taken on 127.0.0.2, so bind
+    // pairs until one fits.
+    let (old, new) = loop {
+        let old = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = old.local_addr().unwrap().port();
+        if let Ok(new) = TcpListener::bind(("127.0.0.2", port)) {
+            break (old, new);
+        }
+    };
+    let port = old.local_addr().unwrap().port();
+    let serve = |listener: TcpListener, body: &'static str| {
+        std::thread::spawn(move || {
+            let (mut stream, _) = listener.accept().unwrap();
+            read_head(&mut stream);
+            // `Connection: close`: the connection is not pooled, the next request needs a new one.
+            let answer = format!(
+                "HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
+                body.len()
+            );
+            stream.write_all(answer.as_bytes()).unwrap();
+        })
+    };
+    let servers = [serve(old, "old"), serve(new, "new")];
+
+    let asked = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let answers = asked.clone();
+    let resolver = connector::Resolver::Table(std::sync::Arc::new(move |host: &str, port| {
+        assert_eq!(host, "backend.test");
+        let ip = match answers.fetch_add(1, std::sync::atomic::Ordering::SeqCst) {
+            0 => [127, 0, 0, 1],
+            _ => [127, 0, 0, 2],
+        };
+        vec![std::net::SocketAddr::from((ip, port))]
+    }));
+    let base: Uri = format!("http://backend.test:{port}/").parse().unwrap();
+    let closed = ClosedCounters::default();
+    let mut client = client(&base, &closed);
+    match &mut client.inner {
+        Inner::Http1(h1) => h1.connector = h1.connector.clone().with_resolver(resolver),
+        Inner::Pooled(_) => unreachable!("an http:// upstream"),
+    }
+
+    let mut bodies = Vec::new();
+    for _ in 0..2 {
+        let resp = client.request(request("/mcp")).await.expect("an answer");
+        let body = http_body_util::BodyExt::collect(resp.into_body())
+            .await
+            .unwrap()
+            .to_bytes();
+        bodies.push(body);
+    }
+    for server in servers {
+        server.join().unwrap();
+    }
+    assert_eq!(bodies, [&b"old"[..], &b"new"[..]]);
+    assert_eq!(asked.load(std::sync::atomic::Ordering::SeqCst), 2);
+}
