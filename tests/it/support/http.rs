@@ -374,6 +374,10 @@ impl Reserved {
     /// A fresh port.
     pub fn new() -> Reserved {
         let socket = TcpSocket::new_v4().unwrap();
+        // So that `again` can bind the port after this listener's server-side connections went
+        // to TIME_WAIT: Linux lets a bind pass them only when both sockets set it. It never
+        // lets two listeners share the port.
+        socket.set_reuseaddr(true).unwrap();
         socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
         let addr = socket.local_addr().unwrap();
         Reserved { socket, addr }

@@ -35,6 +35,8 @@ pub struct Routed {
     pub body: Bytes,
     /// Answered with Traefik's 404 instead of forwarded.
     pub answered_404: bool,
+    /// Why the request body broke off (then it was not forwarded, and `body` is empty).
+    pub body_error: Option<String>,
 }
 
 impl Routed {
@@ -107,9 +109,16 @@ impl FakeRouter {
         }
     }
 
-    /// Every request seen, in order.
+    /// Every request seen, in order: fails the test if a request's body broke off, which a
+    /// log with an empty body in its place would hide.
     pub fn log(&self) -> Vec<Routed> {
-        self.log.lock().unwrap().clone()
+        let log = self.log.lock().unwrap().clone();
+        let broken: Vec<_> = log.iter().filter(|r| r.body_error.is_some()).collect();
+        assert!(
+            broken.is_empty(),
+            "the router saw request bodies break off: {broken:#?}"
+        );
+        log
     }
 }
 
@@ -122,11 +131,10 @@ async fn route(
 ) -> Result<Response<RouterBody>, Infallible> {
     let (mut parts, body) = req.into_parts();
     // Request bodies here are small JSON-RPC messages: read whole, so the log can show them.
-    let body = body
-        .collect()
-        .await
-        .map(|c| c.to_bytes())
-        .unwrap_or_default();
+    let (body, body_error) = match body.collect().await {
+        Ok(collected) => (collected.to_bytes(), None),
+        Err(e) => (Bytes::new(), Some(e.to_string())),
+    };
     let header =
         |h: &HeaderMap, name: &str| h.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
     let answered_404 = missing.load(Ordering::SeqCst);
@@ -137,7 +145,20 @@ async fn route(
         last_event_id: header(&parts.headers, "last-event-id"),
         body: body.clone(),
         answered_404,
+        body_error: body_error.clone(),
     });
+    if body_error.is_some() {
+        // Not forwarded: a router would not send a cut request on either.
+        let resp = Response::builder()
+            .status(StatusCode::BAD_REQUEST)
+            .body(
+                Full::new(Bytes::from_static(b"broken request body"))
+                    .map_err(|never| match never {})
+                    .boxed(),
+            )
+            .unwrap();
+        return Ok(resp);
+    }
     if answered_404 {
         let resp = Response::builder()
             .status(StatusCode::NOT_FOUND)
