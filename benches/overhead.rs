@@ -15,6 +15,10 @@
 //! - `HOLDFAST_BENCH_CONNS` [16]: concurrent client connections.
 //! - `HOLDFAST_BENCH_SSE_EVENTS` [10000]: events per SSE stream.
 //! - `HOLDFAST_BENCH_SSE_RUNS` [20]: SSE streams timed per target (the median is reported).
+//! - `HOLDFAST_BENCH_PACED_EVENTS` [20000]: events of the paced SSE stream, sent at
+//!   `HOLDFAST_BENCH_PACED_RATE` [10000] events per second; each event's latency from the
+//!   upstream's write to the client's parse is measured, and every event must arrive once, whole,
+//!   in order.
 //!
 //! `cargo test --all-targets` also runs this binary, without `--bench`; it then uses tiny counts
 //! so that it serves as a quick smoke test of the whole path.
@@ -64,15 +68,19 @@ struct Settings {
     sse_events: usize,
     /// SSE streams timed per target.
     sse_runs: usize,
+    /// Events of the paced stream.
+    paced_events: usize,
+    /// Its events per second.
+    paced_rate: usize,
 }
 
 impl Settings {
     /// Full counts under `cargo bench` (which passes `--bench`), tiny ones otherwise.
     fn from_env(bench: bool) -> Settings {
-        let (n, conns, events, runs) = if bench {
-            (20_000, 16, 10_000, 20)
+        let (n, conns, events, runs, paced) = if bench {
+            (20_000, 16, 10_000, 20, 20_000)
         } else {
-            (200, 4, 100, 2)
+            (200, 4, 100, 2, 200)
         };
         // Whole rounds only, so every count printed is a count sent.
         let n = env_count("HOLDFAST_BENCH_N", n).div_ceil(ROUNDS) * ROUNDS;
@@ -83,6 +91,8 @@ impl Settings {
             connections: env_count("HOLDFAST_BENCH_CONNS", conns),
             sse_events: env_count("HOLDFAST_BENCH_SSE_EVENTS", events),
             sse_runs: env_count("HOLDFAST_BENCH_SSE_RUNS", runs),
+            paced_events: env_count("HOLDFAST_BENCH_PACED_EVENTS", paced),
+            paced_rate: env_count("HOLDFAST_BENCH_PACED_RATE", 10_000),
         }
     }
 }
@@ -134,6 +144,8 @@ struct Measured {
     load: Load,
     /// Per SSE stream: time to the last byte.
     sse_whole: Vec<Duration>,
+    /// Per event of the paced stream: from the upstream's write to the client's parse.
+    paced: Vec<Duration>,
 }
 
 impl Side {
@@ -152,13 +164,14 @@ impl Side {
         m.sequential.sort_unstable();
         m.load.latencies.sort_unstable();
         m.sse_whole.sort_unstable();
+        m.paced.sort_unstable();
         m
     }
 }
 
 /// Runs every case against the upstream directly and through holdfast; returns the table.
 async fn run(s: &Settings) -> String {
-    let upstream = start_upstream(s.sse_events).await;
+    let upstream = start_upstream(s.sse_events, s.paced_rate).await;
     let proxy = start_holdfast(upstream).await;
     let mut sides = [Side::new(upstream).await, Side::new(proxy.addr).await];
     let c = s.connections;
@@ -202,6 +215,13 @@ async fn run(s: &Settings) -> String {
         }
     }
 
+    // Paced SSE: events at a steady rate, as a busy server's notifications come; the latency each
+    // event gains on the way, and none lost, merged or reordered. One stream per side, in turn.
+    for side in &mut sides {
+        let latencies = paced(&mut side.conn, side.addr, s.paced_events).await;
+        side.m.paced = latencies;
+    }
+
     // Close the bench's connections first, so holdfast's drain has nothing to wait for.
     let [direct, via] = sides.map(Side::finish);
     proxy.shutdown().await.expect("holdfast run");
@@ -242,15 +262,29 @@ async fn run(s: &Settings) -> String {
         whole_via.div_f64(events as f64),
     ));
 
+    for (label, p) in [("p50", 50.0), ("p99", 99.0), ("max", 100.0)] {
+        rows.push(latency_row(
+            format!(
+                "SSE at {} events/s, per-event latency {label}",
+                s.paced_rate
+            ),
+            percentile(&direct.paced, p),
+            percentile(&via.paced, p),
+        ));
+    }
+
     let mut out = format!(
         "sequential: {} requests after {} warm-up, one keep-alive connection\n\
          concurrent: {} requests over {c} keep-alive connections\n\
          SSE: {events} events per stream, medians of {} streams\n\
-         each phase alternates direct and via holdfast in rounds\n\n",
+         paced SSE: {} events at {} events/s, each one arrived once, whole and in order\n\
+         each phase alternates direct and via holdfast in rounds (paced SSE: one stream each)\n\n",
         direct.sequential.len(),
         s.warmup,
         direct.load.requests,
         s.sse_runs,
+        s.paced_events,
+        s.paced_rate,
     );
     out.push_str("| case | direct | via holdfast | added overhead |\n");
     out.push_str("|---|---:|---:|---:|\n");
@@ -263,8 +297,8 @@ async fn run(s: &Settings) -> String {
 // --- The upstream -------------------------------------------------------------------------------
 
 /// Starts an HTTP/1.1 upstream on 127.0.0.1:0: `POST` gets [`TOOL_RESULT`], `GET` gets an SSE
-/// stream of `sse_events` events.
-async fn start_upstream(sse_events: usize) -> SocketAddr {
+/// stream of `sse_events` events, and `GET ?paced=N` a stream of N events at `rate` per second.
+async fn start_upstream(sse_events: usize, rate: usize) -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind upstream");
@@ -277,7 +311,7 @@ async fn start_upstream(sse_events: usize) -> SocketAddr {
             // Small messages: do not let Nagle hold them back, as a real server would not.
             let _ = stream.set_nodelay(true);
             tokio::spawn(async move {
-                let service = service_fn(move |req| answer(req, sse_events));
+                let service = service_fn(move |req| answer(req, sse_events, rate));
                 let _ = hyper::server::conn::http1::Builder::new()
                     .serve_connection(TokioIo::new(stream), service)
                     .await;
@@ -291,15 +325,25 @@ async fn start_upstream(sse_events: usize) -> SocketAddr {
 async fn answer(
     req: Request<Incoming>,
     sse_events: usize,
-) -> Result<Response<Either<Full<Bytes>, SseBody>>, Infallible> {
+    rate: usize,
+) -> Result<Response<Either<Full<Bytes>, Either<SseBody, PacedBody>>>, Infallible> {
     if req.method() == Method::GET {
+        let paced = req
+            .uri()
+            .query()
+            .and_then(|q| q.strip_prefix("paced="))
+            .map(|n| n.parse().expect("a paced event count"));
+        let body = match paced {
+            Some(events) => Either::Right(PacedBody::start(events, rate)),
+            None => Either::Left(SseBody {
+                next: 0,
+                total: sse_events,
+            }),
+        };
         let resp = Response::builder()
             .header(CONTENT_TYPE, "text/event-stream")
             .header(CACHE_CONTROL, "no-cache")
-            .body(Either::Right(SseBody {
-                next: 0,
-                total: sse_events,
-            }))
+            .body(Either::Right(body))
             .expect("valid response");
         return Ok(resp);
     }
@@ -349,6 +393,59 @@ fn sse_event(i: usize) -> Bytes {
          \"params\":{{\"progressToken\":7,\"progress\":{i}}}}}\n\n"
     )
     .into()
+}
+
+/// The clock both ends of the paced stream read: an event carries the nanoseconds since this
+/// instant at which the upstream wrote it.
+fn epoch() -> Instant {
+    static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
+}
+
+/// An SSE body fed at a steady rate by a thread of its own: tokio's timer ticks every
+/// millisecond, too coarse for an event every 100 µs, so the pacer sleeps to absolute deadlines
+/// on a plain thread (late ones are sent at once, keeping the average rate).
+struct PacedBody {
+    events: tokio::sync::mpsc::Receiver<Bytes>,
+}
+
+impl PacedBody {
+    fn start(total: usize, rate: usize) -> PacedBody {
+        let (tx, events) = tokio::sync::mpsc::channel(1024);
+        let interval = Duration::from_secs(1).div_f64(rate as f64);
+        std::thread::spawn(move || {
+            let start = Instant::now();
+            for i in 0..total {
+                let due = start + interval.mul_f64(i as f64);
+                if let Some(wait) = due.checked_duration_since(Instant::now()) {
+                    std::thread::sleep(wait);
+                }
+                let sent = epoch().elapsed().as_nanos();
+                let event = format!(
+                    "event: message\ndata: {{\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\
+                     \"params\":{{\"progressToken\":7,\"progress\":{i},\"sent\":{sent}}}}}\n\n"
+                );
+                if tx.blocking_send(event.into()).is_err() {
+                    return;
+                }
+            }
+        });
+        PacedBody { events }
+    }
+}
+
+impl Body for PacedBody {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        self.events
+            .poll_recv(cx)
+            .map(|event| event.map(|e| Ok(Frame::data(e))))
+    }
 }
 
 // --- holdfast ----------------------------------------------------------------------------------
@@ -497,6 +594,59 @@ async fn sse(conn: &mut SendRequest<Full<Bytes>>, addr: SocketAddr, events: usiz
     let whole = start.elapsed();
     assert_eq!(received, expected, "every event arrived");
     whole
+}
+
+/// Reads one paced stream of `events` events on `conn`; each event's latency, from the
+/// upstream's write to the moment the client has parsed it. Fails unless every event arrives
+/// exactly once, whole, and in order.
+async fn paced(
+    conn: &mut SendRequest<Full<Bytes>>,
+    addr: SocketAddr,
+    events: usize,
+) -> Vec<Duration> {
+    let req = Request::get(format!("/mcp?paced={events}"))
+        .header(HOST, addr.to_string())
+        .header(ACCEPT, "text/event-stream")
+        .header("mcp-session-id", SESSION_ID)
+        .body(Full::new(Bytes::new()))
+        .expect("valid request");
+    conn.ready().await.expect("connection ready");
+    let resp = conn.send_request(req).await.expect("response");
+    assert_eq!(resp.status(), StatusCode::OK);
+    let mut body = resp.into_body();
+    let mut pending = Vec::new();
+    let mut latencies = Vec::with_capacity(events);
+    while let Some(frame) = body.frame().await {
+        let Ok(data) = frame.expect("SSE frame").into_data() else {
+            continue;
+        };
+        pending.extend_from_slice(&data);
+        // Complete events only: one split across frames waits for its end.
+        while let Some(end) = pending.windows(2).position(|w| w == b"\n\n") {
+            let now = epoch().elapsed();
+            let event = std::str::from_utf8(&pending[..end]).expect("UTF-8 event");
+            let number = |key: &str| -> u128 {
+                let at = event.find(key).expect("the field") + key.len();
+                let digits = event[at..].split(|c: char| !c.is_ascii_digit()).next();
+                digits.and_then(|d| d.parse().ok()).expect("a number")
+            };
+            assert!(
+                event.starts_with("event: message\ndata: {"),
+                "an event whole, not merged with another: {event:?}"
+            );
+            assert_eq!(
+                number("\"progress\":"),
+                latencies.len() as u128,
+                "in order, none lost"
+            );
+            let sent = Duration::from_nanos(number("\"sent\":") as u64);
+            latencies.push(now.saturating_sub(sent));
+            pending.drain(..end + 2);
+        }
+    }
+    assert!(pending.is_empty(), "a cut event at the end: {pending:?}");
+    assert_eq!(latencies.len(), events, "every event arrived");
+    latencies
 }
 
 // --- Statistics and formatting -----------------------------------------------------------------
