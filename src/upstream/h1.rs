@@ -22,7 +22,7 @@ use http::{HeaderValue, Method, Request};
 use http_body::{Frame, SizeHint};
 use tokio::net::TcpStream;
 
-use super::pool::Pool;
+use super::pool::{Pool, Reusable};
 use super::tcp::{self, Idle};
 use crate::http1::decode::{Decoded, Decoder};
 use crate::http1::encode::{self, BodyWriter, Framing};
@@ -68,6 +68,12 @@ impl Conn {
     pub fn acknowledged_since(&self, mark: u64) -> Option<bool> {
         let acked = tcp::bytes_acked(&self.tcp).ok()?;
         tcp::acknowledged(self.acked_at_connect, acked, mark)
+    }
+}
+
+impl Reusable for Conn {
+    fn check(&self) -> Idle {
+        Conn::check(self)
     }
 }
 
@@ -257,7 +263,7 @@ pub struct Body {
     /// boxed, as that is rare).
     writer: Option<Box<BodyWriter<ReplayBody>>>,
     keep_alive: bool,
-    pool: Option<Arc<Pool>>,
+    pool: Option<Arc<Pool<Conn>>>,
 }
 
 impl Body {
@@ -279,7 +285,7 @@ impl Body {
     }
 
     /// Gives the connection to `pool` when the body ends (at once if there is none).
-    pub fn return_to(&mut self, pool: &Arc<Pool>) {
+    pub fn return_to(&mut self, pool: &Arc<Pool<Conn>>) {
         self.pool = Some(pool.clone());
         if self.decoder.is_done() {
             self.finish();

@@ -125,7 +125,7 @@ struct Http1 {
     /// `Host` for a request that has none (its authority).
     host: HeaderValue,
     connector: UpstreamConnector,
-    pool: Arc<Pool>,
+    pool: Arc<Pool<Conn>>,
     closed: ClosedCounters,
     limits: Limits,
 }

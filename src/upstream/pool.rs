@@ -8,7 +8,7 @@
 //! a request is never written onto a connection the server is closing.
 //!
 //! Before a connection leaves the pool the kernel is asked whether the upstream closed it
-//! ([`Conn::check`]): nothing reads an idle connection, so a FIN or RST that arrived meanwhile
+//! ([`Reusable::check`]): nothing reads an idle connection, so a FIN or RST that arrived meanwhile
 //! would otherwise turn into a request written into a dead connection, a failure that looks
 //! like "sent, then reset".
 
@@ -18,16 +18,23 @@ use std::time::Duration;
 use prometheus_client::metrics::counter::Counter;
 use tokio::time::Instant;
 
-use super::h1::Conn;
 use super::tcp::Idle as Liveness;
+
+/// A connection the pool can keep: it says whether the upstream closed it while it sat idle.
+/// (The pool knows no more of it, so the HTTP/1 connection that uses the pool is not a
+/// dependency of the pool.)
+pub trait Reusable: Send + 'static {
+    /// What the kernel knows of the connection now, without reading it.
+    fn check(&self) -> Liveness;
+}
 
 /// Most idle connections kept; more are closed when they come back.
 const MAX_IDLE: usize = 1024;
 
 /// The idle connections.
 #[derive(Debug)]
-pub struct Pool {
-    idle: Mutex<Vec<Idle>>,
+pub struct Pool<C> {
+    idle: Mutex<Vec<Idle<C>>>,
     timeout: Duration,
     /// Idle connections found closed by the upstream when they were about to be used.
     closed_idle: Counter,
@@ -36,15 +43,15 @@ pub struct Pool {
 }
 
 #[derive(Debug)]
-struct Idle {
-    conn: Conn,
+struct Idle<C> {
+    conn: C,
     since: Instant,
 }
 
-impl Pool {
+impl<C: Reusable> Pool<C> {
     /// An empty pool whose connections close after `timeout` idle; `closed_idle` counts the
     /// ones the upstream had closed when they were about to be used.
-    pub fn new(timeout: Duration, closed_idle: Counter) -> Arc<Pool> {
+    pub fn new(timeout: Duration, closed_idle: Counter) -> Arc<Pool<C>> {
         Arc::new(Pool {
             idle: Mutex::new(Vec::new()),
             timeout,
@@ -53,12 +60,12 @@ impl Pool {
         })
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Idle>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Idle<C>>> {
         self.idle.lock().expect("pool lock")
     }
 
     /// The most recently used idle connection that is still open and not expired.
-    pub fn checkout(&self) -> Option<Conn> {
+    pub fn checkout(&self) -> Option<C> {
         loop {
             // The lock is not held across the kernel check: one syscall, but other requests
             // need not wait for it.
@@ -83,7 +90,7 @@ impl Pool {
     }
 
     /// Takes a connection back after its response ended.
-    pub fn checkin(self: &Arc<Self>, conn: Conn) {
+    pub fn checkin(self: &Arc<Self>, conn: C) {
         {
             let mut idle = self.lock();
             if idle.len() >= MAX_IDLE {
@@ -112,7 +119,7 @@ impl Pool {
 }
 
 /// Closes expired idle connections every half timeout, for as long as the pool exists.
-async fn reap(pool: Weak<Pool>, timeout: Duration) {
+async fn reap<C: Reusable>(pool: Weak<Pool<C>>, timeout: Duration) {
     let mut every = tokio::time::interval(timeout / 2);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {

@@ -182,8 +182,12 @@ async fn a_pooled_connection_that_fails_unwritten_hands_the_request_back_whole()
     // (the upstream's reset arrived in between): the request was not touched, and goes on
     // another connection as it is. Here the connection is reset before it is used.
     let (listener, base) = listening();
+    let (reset, resetting) = mpsc::channel::<()>();
     let server = std::thread::spawn(move || {
         let (stream, _) = listener.accept().unwrap();
+        // Only once the client holds the connection: a reset that arrives while the connect
+        // is still completing fails the connect instead (tokio reads the socket's error then).
+        resetting.recv().unwrap();
         socket2::SockRef::from(&stream)
             .set_linger(Some(Duration::ZERO))
             .unwrap();
@@ -193,6 +197,7 @@ async fn a_pooled_connection_that_fails_unwritten_hands_the_request_back_whole()
     let client = client(&base, &closed);
     let h1 = http1(&client);
     let conn = h1.connect().await.unwrap();
+    reset.send(()).unwrap();
     server.join().unwrap();
     block_until_closed(&conn);
     let result = h1.send_on(conn, true, outgoing(h1, "/mcp")).await;
