@@ -4,27 +4,25 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use http::header::HOST;
-use http::uri::PathAndQuery;
-use http::{Method, Request, Response, StatusCode, Uri, Version};
+use http::{Method, Request, Response, StatusCode, Version};
 use tokio::time::Instant;
 
 use super::answer::{client_gone, Answer, Peeked};
 use super::body::ProxyBody;
 use super::in_flight::Flight;
 use super::resume::Gone;
-use super::{headers, Carried, Note, Proxy, Target, BODY_ID_WAIT};
+use super::{Carried, Note, Proxy, Target};
 use crate::classify::{
     self, ErrorChain, FailReason, Missing, Outcome, PassReason, RewriteReason, Verdict,
 };
-use crate::config::HostHeader;
 use crate::hold::{Outages, Released, Ticket};
 use crate::mcp_method::McpMethod;
+use crate::metrics::{Pass, PassLabel, ReasonLabel, RewriteAction};
+use crate::replay::{BodyHandle, ReplayBody};
+use crate::session;
 
 /// Bytes of a request body scanned for its MCP method.
 const MCP_METHOD_SCAN: usize = 4096;
-use crate::metrics::{Pass, PassLabel, ReasonLabel, RewriteAction};
-use crate::replay::{BodyHandle, ReplayBody};
-use crate::session::{self, Recorded};
 
 /// One client request on its way through the attempt loop.
 pub(super) struct Exchange {
@@ -482,97 +480,6 @@ impl Proxy {
         })
     }
 
-    /// Session bookkeeping on an application answer that is passed through: record a new
-    /// session, what a request set on one, its end; give the client its own id back.
-    async fn after_answer(
-        &self,
-        target: &Target,
-        carried: Option<&Carried>,
-        head: &mut http::response::Parts,
-        handle: &BodyHandle,
-    ) {
-        if !self.sessions.enabled() {
-            return;
-        }
-        let Some(c) = carried else {
-            let opened = target.method == Method::POST
-                && head.status.is_success()
-                && !target.headers.contains_key(session::MCP_SESSION_ID);
-            if let (true, Some(id)) = (opened, head.headers.get(session::MCP_SESSION_ID)) {
-                Box::pin(self.record_session(target, id.clone(), handle)).await;
-            }
-            return;
-        };
-        c.session.rewrite_response(&mut head.headers, &c.sent);
-        if target.method == Method::DELETE {
-            // The client ended the session; later requests on its id get the server's answer.
-            self.sessions.forget(c.session.client_id());
-            return;
-        }
-        if !head.status.is_success() {
-            return;
-        }
-        if target.method == Method::GET {
-            c.session.stream_opened();
-        } else if target.method == Method::POST {
-            // The kept copy of the body: what the request set on the session, if anything.
-            let changes = handle.with_complete_body(session::rpc::state_changes);
-            if let Some(changes) = changes.filter(|c| !c.is_empty()) {
-                self.sessions.note_state(&c.session, changes);
-            }
-        }
-    }
-
-    /// Tracks the session an `initialize` just opened, if the request was one.
-    async fn record_session(&self, target: &Target, id: http::HeaderValue, handle: &BodyHandle) {
-        let Some(body) = handle.read_whole(BODY_ID_WAIT).await else {
-            tracing::debug!("a session opened, but its request body was not kept: not tracked");
-            return;
-        };
-        let Some(init) = session::rpc::initialize(&body) else {
-            return;
-        };
-        let version = init
-            .protocol_version
-            .and_then(|v| http::HeaderValue::from_str(&v).ok());
-        if self.sessions.record(id, body, target.uri.clone(), version) == Recorded::TooLarge {
-            tracing::info!(
-                limit = self.sessions.max_initialize_bytes(),
-                "an initialize body is larger than sessions.max_initialize_bytes: its session \
-                 is not tracked and will not survive a backend restart"
-            );
-        }
-    }
-
-    /// Rewrites the client's request head for the upstream.
-    pub(super) fn prepare(
-        &self,
-        mut parts: http::request::Parts,
-        peer: SocketAddr,
-    ) -> Result<Target, &'static str> {
-        // What two parties could read differently is refused before anything else.
-        super::request::check_path(parts.uri.path())?;
-        super::request::check_transfer_encoding(&parts.headers)?;
-        // The client's host: `Host` on HTTP/1.1, `:authority` on HTTP/2. Kept as a header value:
-        // in "preserve" mode it goes back as it came.
-        let client_host = super::request::client_host(parts.version, &parts.uri, &parts.headers)?;
-        let uri = self.upstream_uri(&parts.uri)?;
-        let headers = &mut parts.headers;
-        headers::strip_hop_by_hop(headers);
-        headers::add_forwarded(headers, peer.ip(), self.client_proto, client_host.clone());
-        match (self.host_header, client_host.clone()) {
-            (HostHeader::Preserve, Some(host)) => headers.insert(HOST, host),
-            _ => headers.insert(HOST, self.upstream_host.clone()),
-        };
-        Ok(Target {
-            client_host,
-            client: parts.uri,
-            method: parts.method,
-            uri,
-            headers: parts.headers,
-        })
-    }
-
     /// One attempt at the upstream and its verdict. The response comes back with verdicts that
     /// pass it through.
     /// `route` is the request's route while an outage is open anywhere (else no route is past
@@ -684,31 +591,5 @@ impl Proxy {
             ),
         );
         (verdict, Some((head, peek)))
-    }
-
-    /// The upstream URI for a client request URI: the upstream's authority, its path prefix, then
-    /// the client's path and query.
-    fn upstream_uri(&self, uri: &Uri) -> Result<Uri, &'static str> {
-        let pq = uri
-            .path_and_query()
-            .cloned()
-            .unwrap_or_else(|| PathAndQuery::from_static("/"));
-        if !pq.as_str().starts_with('/') {
-            // `OPTIONS *` or an absolute-form oddity: nothing to forward to one upstream.
-            return Err("the request target must be an absolute path");
-        }
-        let prefix = &self.upstream.path_prefix;
-        let pq = if prefix.is_empty() {
-            // The usual case: the client's path and query as they are, not copied.
-            pq
-        } else {
-            PathAndQuery::try_from(format!("{prefix}{pq}"))
-                .map_err(|_| "the request target cannot be forwarded")?
-        };
-        let mut parts = http::uri::Parts::default();
-        parts.scheme = Some(self.upstream_scheme.clone());
-        parts.authority = Some(self.upstream.authority.clone());
-        parts.path_and_query = Some(pq);
-        Uri::from_parts(parts).map_err(|_| "the request target cannot be forwarded")
     }
 }

@@ -18,7 +18,9 @@
 //! - `answer`: what the client gets: passed through, 503, 502.
 //! - `resume`: re-establishing a session the upstream forgot.
 //! - [`headers`]: hop-by-hop removal, Host, X-Forwarded-*.
-//! - `request`: what is refused with a 400 (ambiguous framing, Host, dot segments).
+//! - `request`: the request made ready for the upstream, and what is refused with a 400 (ambiguous
+//!   framing, Host, dot segments).
+//! - `sessions`: session bookkeeping on an answer passed through.
 //! - [`body`]: streaming response bodies under idle timeouts.
 //!
 //! [`classify`]: crate::classify
@@ -35,6 +37,7 @@ pub mod in_flight;
 mod props;
 mod request;
 mod resume;
+mod sessions;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

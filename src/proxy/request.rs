@@ -1,10 +1,17 @@
-//! What holdfast refuses to forward: a request whose framing or target two parties could read
+//! The client's request made ready for the upstream ([`Proxy::prepare`]): its head rewritten
+//! (hop-by-hop headers out, X-Forwarded-* and Host in, the upstream's URI), after refusing what
+//! holdfast will not forward: a request whose framing or target two parties could read
 //! differently (RFC 9112 §3.2 and §6.1, RFC 9113 §8.3.1). Each gets a 400, as nginx and HAProxy
 //! answer them, instead of reaching an upstream that may read it another way.
 
+use std::net::SocketAddr;
+
 use http::header::{HeaderMap, HeaderValue, HOST, TRANSFER_ENCODING};
-use http::uri::Authority;
+use http::uri::{Authority, PathAndQuery};
 use http::{Uri, Version};
+
+use super::{headers, Proxy, Target};
+use crate::config::HostHeader;
 
 /// The client's host: `Host` on HTTP/1.x, `:authority` on HTTP/2, checked. `None` only for an
 /// HTTP/1.0 request without one.
@@ -108,6 +115,63 @@ fn is_dot_segment(segment: &str) -> bool {
         }
     }
     dots > 0
+}
+
+impl Proxy {
+    /// Rewrites the client's request head for the upstream.
+    pub(super) fn prepare(
+        &self,
+        mut parts: http::request::Parts,
+        peer: SocketAddr,
+    ) -> Result<Target, &'static str> {
+        // What two parties could read differently is refused before anything else.
+        check_path(parts.uri.path())?;
+        check_transfer_encoding(&parts.headers)?;
+        // The client's host: `Host` on HTTP/1.1, `:authority` on HTTP/2. Kept as a header value:
+        // in "preserve" mode it goes back as it came.
+        let client_host = client_host(parts.version, &parts.uri, &parts.headers)?;
+        let uri = self.upstream_uri(&parts.uri)?;
+        let headers = &mut parts.headers;
+        headers::strip_hop_by_hop(headers);
+        headers::add_forwarded(headers, peer.ip(), self.client_proto, client_host.clone());
+        match (self.host_header, client_host.clone()) {
+            (HostHeader::Preserve, Some(host)) => headers.insert(HOST, host),
+            _ => headers.insert(HOST, self.upstream_host.clone()),
+        };
+        Ok(Target {
+            client_host,
+            client: parts.uri,
+            method: parts.method,
+            uri,
+            headers: parts.headers,
+        })
+    }
+
+    /// The upstream URI for a client request URI: the upstream's authority, its path prefix, then
+    /// the client's path and query.
+    fn upstream_uri(&self, uri: &Uri) -> Result<Uri, &'static str> {
+        let pq = uri
+            .path_and_query()
+            .cloned()
+            .unwrap_or_else(|| PathAndQuery::from_static("/"));
+        if !pq.as_str().starts_with('/') {
+            // `OPTIONS *` or an absolute-form oddity: nothing to forward to one upstream.
+            return Err("the request target must be an absolute path");
+        }
+        let prefix = &self.upstream.path_prefix;
+        let pq = if prefix.is_empty() {
+            // The usual case: the client's path and query as they are, not copied.
+            pq
+        } else {
+            PathAndQuery::try_from(format!("{prefix}{pq}"))
+                .map_err(|_| "the request target cannot be forwarded")?
+        };
+        let mut parts = http::uri::Parts::default();
+        parts.scheme = Some(self.upstream_scheme.clone());
+        parts.authority = Some(self.upstream.authority.clone());
+        parts.path_and_query = Some(pq);
+        Uri::from_parts(parts).map_err(|_| "the request target cannot be forwarded")
+    }
 }
 
 #[cfg(test)]
