@@ -278,20 +278,15 @@ impl Proxy {
         let mut begun = self.begin(req, peer);
         async move {
             // The exchange is used where it lies (moved into a local it would take room twice).
-            let forwarded = match &mut begun {
-                Ok(ex) => Some(self.forward(ex).await),
-                Err(_) => None,
-            };
-            let (resp, note) = match (forwarded, begun) {
-                (Some(answer), _) => answer,
-                (None, Err((why, version))) => (
-                    crate::respond::bad_request(why, version),
+            let (resp, note) = match &mut begun {
+                Ok(ex) => self.forward(ex).await,
+                Err((why, version)) => (
+                    crate::respond::bad_request(why, *version),
                     Note {
                         upstream_status: None,
                         action: "bad_request",
                     },
                 ),
-                (None, Ok(_)) => unreachable!("an exchange is forwarded"),
             };
             self.finish(start, &method, path, resp, note)
         }

@@ -55,14 +55,13 @@ impl Served {
         peer: SocketAddr,
         registered: Arc<Registered>,
     ) {
-        let alpn = stream.get_ref().1.alpn_protocol().map(<[u8]>::to_vec);
-        match alpn.as_deref() {
-            Some(b"h2") => Box::pin(self.h2(TokioIo::new(stream), peer, registered)).await,
-            alpn => {
-                let may_be_http2 = alpn.is_none();
-                let io = Io::Tls(Box::new(stream));
-                self.h1_or_h2(io, may_be_http2, peer, registered).await
-            }
+        let alpn = stream.get_ref().1.alpn_protocol();
+        let (h2, may_be_http2) = (alpn == Some(b"h2"), alpn.is_none());
+        if h2 {
+            Box::pin(self.h2(TokioIo::new(stream), peer, registered)).await
+        } else {
+            let io = Io::Tls(Box::new(stream));
+            self.h1_or_h2(io, may_be_http2, peer, registered).await
         }
     }
 

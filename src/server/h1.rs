@@ -58,6 +58,18 @@ pub struct Limits {
 /// The HTTP/2 connection preface (RFC 9113 §3.4).
 const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
+/// Whether `buf` opens with HTTP/2's preface: `None` while it is a start of it.
+fn http2_preface(buf: &[u8]) -> Option<bool> {
+    let seen = buf.len().min(PREFACE.len());
+    if buf[..seen] != PREFACE[..seen] {
+        Some(false)
+    } else if seen == PREFACE.len() {
+        Some(true)
+    } else {
+        None
+    }
+}
+
 /// Longest a closing connection reads (and drops) what its client still sends, so that the
 /// answer it was given is not destroyed by a reset (a socket closed with unread bytes resets).
 const LINGER: Duration = Duration::from_secs(2);
@@ -164,16 +176,15 @@ impl Connection {
                 let mut st = self.shared.lock();
                 if !st.buf.is_empty() {
                     started.get_or_insert_with(Instant::now);
-                    if self.may_be_http2 {
-                        let seen = st.buf.len().min(PREFACE.len());
-                        if st.buf[..seen] != PREFACE[..seen] {
-                            self.may_be_http2 = false;
-                        } else if seen == PREFACE.len() {
-                            return Err(Stop::Http2);
-                        }
+                }
+                if self.may_be_http2 && !st.buf.is_empty() {
+                    match http2_preface(&st.buf) {
+                        Some(true) => return Err(Stop::Http2),
+                        Some(false) => self.may_be_http2 = false,
+                        // A start of the preface is no request head yet: more bytes decide.
+                        None => {}
                     }
                 }
-                // A start of the preface is no request head yet: more bytes decide.
                 if !st.buf.is_empty() && !self.may_be_http2 {
                     let window = &st.buf[..st.buf.len().min(self.limits.max_head_bytes)];
                     match head::parse_request(window, self.limits.max_headers) {
