@@ -82,26 +82,25 @@ pub fn parse_request(
         _ => Version::HTTP_10,
     };
     // Room for what the proxy adds (X-Forwarded-For, -Proto, -Host, Host): no regrowth.
-    let mut headers = copy_fields(&copy, buf, req.headers, 4).map_err(|_| bad)?;
-    let mut keep_alive = keeps_alive(version, &headers);
-    let framing = if headers.contains_key(TRANSFER_ENCODING) {
+    let (mut headers, noted) = copy_fields(&copy, buf, req.headers, 4).map_err(|_| bad)?;
+    let mut keep_alive = noted.connection.keeps_alive(version);
+    let framing = if noted.transfer_encoding {
         if version == Version::HTTP_10 || !is_chunked(&headers) {
             return Err(bad);
         }
-        if headers.remove(CONTENT_LENGTH).is_some() {
+        if noted.content_length && headers.remove(CONTENT_LENGTH).is_some() {
             keep_alive = false;
         }
         Framing::Chunked
-    } else {
+    } else if noted.content_length {
         match content_length(&mut headers).map_err(|_| bad)? {
             Some(0) | None => Framing::Empty,
             Some(n) => Framing::Length(n),
         }
+    } else {
+        Framing::Empty
     };
-    let expect_continue = version == Version::HTTP_11
-        && headers
-            .get(EXPECT)
-            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+    let expect_continue = version == Version::HTTP_11 && noted.expect_continue;
     let (mut parts, ()) = Request::new(()).into_parts();
     parts.method = method;
     parts.uri = uri;
@@ -150,9 +149,9 @@ pub fn parse_response(
         .ok_or(Error::Parse("an invalid status code"))?;
     let copy = Bytes::copy_from_slice(&buf[..len]);
     // Room for what an answer may gain on its way (Date, X-Accel-Buffering).
-    let mut headers = copy_fields(&copy, buf, resp.headers, 2)?;
-    let framing = response_framing(method, status, &mut headers)?;
-    let keep_alive = framing != Framing::Close && keeps_alive(version, &headers);
+    let (mut headers, noted) = copy_fields(&copy, buf, resp.headers, 2)?;
+    let framing = response_framing(method, status, &mut headers, &noted)?;
+    let keep_alive = framing != Framing::Close && noted.connection.keeps_alive(version);
     let (mut parts, ()) = Response::new(()).into_parts();
     parts.status = status;
     parts.version = version;
@@ -168,22 +167,75 @@ pub fn parse_response(
 }
 
 /// The parsed fields as a header map: names as `http` makes them (known names are constants),
-/// values as slices of `copy`, the copy of the head `buf` starts with; `room` for more.
+/// values as slices of `copy`, the copy of the head `buf` starts with; `room` for more. What
+/// framing and the connection's fate depend on is noted on the way, so that a head without
+/// those fields costs no lookup for them afterwards.
 fn copy_fields(
     copy: &Bytes,
     buf: &[u8],
     fields: &[httparse::Header<'_>],
     room: usize,
-) -> Result<HeaderMap, Error> {
+) -> Result<(HeaderMap, Noted), Error> {
     let mut headers = HeaderMap::with_capacity(fields.len() + room);
+    let mut noted = Noted::default();
     for field in fields {
         let name = HeaderName::from_bytes(field.name.as_bytes())
             .map_err(|_| Error::Parse("an invalid header name"))?;
+        noted.field(&name, field.value);
         let value = HeaderValue::from_maybe_shared(slice_of(copy, buf, field.value))
             .map_err(|_| Error::Parse("an invalid header value"))?;
         headers.append(name, value);
     }
-    Ok(headers)
+    Ok((headers, noted))
+}
+
+/// The fields of a head that decide its framing and its connection's fate, seen as it is
+/// copied. Comparing a name with a standard one is comparing two small integers.
+#[derive(Default)]
+struct Noted {
+    content_length: bool,
+    transfer_encoding: bool,
+    expect_continue: bool,
+    connection: ConnectionTokens,
+}
+
+impl Noted {
+    fn field(&mut self, name: &HeaderName, value: &[u8]) {
+        if *name == CONTENT_LENGTH {
+            self.content_length = true;
+        } else if *name == TRANSFER_ENCODING {
+            self.transfer_encoding = true;
+        } else if *name == CONNECTION {
+            self.connection.add(value);
+        } else if *name == EXPECT {
+            self.expect_continue |= value.eq_ignore_ascii_case(b"100-continue");
+        }
+    }
+}
+
+/// The `close` and `keep-alive` options among a head's `Connection` lines.
+#[derive(Default, Clone, Copy)]
+struct ConnectionTokens {
+    close: bool,
+    keep_alive: bool,
+}
+
+impl ConnectionTokens {
+    fn add(&mut self, value: &[u8]) {
+        for token in value.split(|b| *b == b',').map(<[u8]>::trim_ascii) {
+            self.close |= token.eq_ignore_ascii_case(b"close");
+            self.keep_alive |= token.eq_ignore_ascii_case(b"keep-alive");
+        }
+    }
+
+    /// HTTP/1.0 closes unless asked not to; HTTP/1.1 stays open unless asked to close.
+    fn keeps_alive(self, version: Version) -> bool {
+        if version == Version::HTTP_10 {
+            self.keep_alive
+        } else {
+            !self.close
+        }
+    }
 }
 
 /// The part of `copy` (a copy of the start of `buf`) that `part` (a slice of `buf`) is.
@@ -199,6 +251,7 @@ fn response_framing(
     method: &Method,
     status: StatusCode,
     headers: &mut HeaderMap,
+    noted: &Noted,
 ) -> Result<Framing, Error> {
     if method == Method::HEAD
         || status.is_informational()
@@ -207,14 +260,19 @@ fn response_framing(
     {
         return Ok(Framing::Empty);
     }
-    if headers.contains_key(TRANSFER_ENCODING) {
-        headers.remove(CONTENT_LENGTH);
+    if noted.transfer_encoding {
+        if noted.content_length {
+            headers.remove(CONTENT_LENGTH);
+        }
         return Ok(if is_chunked(headers) {
             Framing::Chunked
         } else {
             // Not ending in chunked: only the connection's close ends it.
             Framing::Close
         });
+    }
+    if !noted.content_length {
+        return Ok(Framing::Close);
     }
     match content_length(headers)? {
         Some(n) => Ok(Framing::Length(n)),
@@ -228,62 +286,50 @@ pub fn is_chunked(headers: &HeaderMap) -> bool {
         .get_all(TRANSFER_ENCODING)
         .iter()
         .next_back()
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.rsplit(',').next())
-        .is_some_and(|last| last.trim().eq_ignore_ascii_case("chunked"))
+        .and_then(|v| v.as_bytes().rsplit(|b| *b == b',').next())
+        .is_some_and(|last| last.trim_ascii().eq_ignore_ascii_case(b"chunked"))
 }
 
 /// The one `Content-Length` value (repeated lines or a list of equal values become one line), or
-/// an error for an invalid or disagreeing one.
+/// an error for an invalid or disagreeing one. Read as bytes, in one lookup: it runs on every
+/// head in both directions.
 pub fn content_length(headers: &mut HeaderMap) -> Result<Option<u64>, Error> {
     let mut found: Option<u64> = None;
-    let mut lines = 0;
-    for value in headers.get_all(CONTENT_LENGTH) {
-        lines += 1;
-        let text = value
-            .to_str()
-            .map_err(|_| Error::Parse("an invalid Content-Length"))?;
-        for part in text.split(',') {
-            let part = part.trim();
-            if part.is_empty() || part.len() > 19 || !part.bytes().all(|b| b.is_ascii_digit()) {
-                return Err(Error::Parse("an invalid Content-Length"));
-            }
-            let n: u64 = part
-                .parse()
-                .map_err(|_| Error::Parse("an invalid Content-Length"))?;
+    let mut rewrite = false;
+    for (line, value) in headers.get_all(CONTENT_LENGTH).iter().enumerate() {
+        rewrite |= line > 0;
+        for (i, part) in value.as_bytes().split(|b| *b == b',').enumerate() {
+            rewrite |= i > 0;
+            let n = decimal(part.trim_ascii()).ok_or(Error::Parse("an invalid Content-Length"))?;
             if found.is_some_and(|f| f != n) {
                 return Err(Error::Parse("disagreeing Content-Length values"));
             }
             found = Some(n);
         }
     }
-    if let Some(n) = found {
-        if lines > 1
-            || headers
-                .get(CONTENT_LENGTH)
-                .is_some_and(|v| v.as_bytes().contains(&b','))
-        {
-            headers.insert(CONTENT_LENGTH, HeaderValue::from(n));
-        }
+    if let (Some(n), true) = (found, rewrite) {
+        headers.insert(CONTENT_LENGTH, HeaderValue::from(n));
     }
     Ok(found)
 }
 
+/// A length of 1 to 19 decimal digits (19 nines fit in a `u64`; more is refused, not wrapped).
+fn decimal(digits: &[u8]) -> Option<u64> {
+    if digits.is_empty() || digits.len() > 19 {
+        return None;
+    }
+    digits.iter().try_fold(0u64, |n, b| {
+        b.is_ascii_digit().then(|| n * 10 + u64::from(b - b'0'))
+    })
+}
+
 /// Whether a message of `version` with `headers` leaves its connection open.
 pub fn keeps_alive(version: Version, headers: &HeaderMap) -> bool {
-    let has = |token: &str| {
-        headers
-            .get_all(CONNECTION)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(','))
-            .any(|t| t.trim().eq_ignore_ascii_case(token))
-    };
-    if version == Version::HTTP_10 {
-        has("keep-alive")
-    } else {
-        !has("close")
+    let mut tokens = ConnectionTokens::default();
+    for value in headers.get_all(CONNECTION) {
+        tokens.add(value.as_bytes());
     }
+    tokens.keeps_alive(version)
 }
 
 #[cfg(test)]
@@ -414,6 +460,45 @@ mod tests {
                 .1
                 .keep_alive,
             "close-delimited"
+        );
+    }
+
+    #[test]
+    fn the_fields_that_decide_framing_are_seen_in_any_case_and_list_form() {
+        let (_, head) = parse(
+            "HTTP/1.1 200 OK\r\nContent-Length: 3 , 3\r\nConnection: Upgrade, Close\r\n\r\n",
+            Method::GET,
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(head.framing, Framing::Length(3));
+        assert_eq!(
+            head.parts.headers[CONTENT_LENGTH], "3",
+            "the list became one value"
+        );
+        assert!(!head.keep_alive);
+        let (_, head) = parse(
+            "HTTP/1.1 200 OK\r\nTRANSFER-ENCODING: gzip, Chunked\r\nContent-Length: 9\r\n\r\n",
+            Method::GET,
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(head.framing, Framing::Chunked);
+        assert!(!head.parts.headers.contains_key(CONTENT_LENGTH));
+        let (_, head) = request(
+            "POST / HTTP/1.1\r\nHost: a\r\nEXPECT: 100-continue\r\nContent-Length: 0\r\n\r\n",
+        )
+        .unwrap()
+        .unwrap();
+        assert!(head.expect_continue);
+        assert_eq!(head.framing, Framing::Empty);
+        let mut headers = HeaderMap::new();
+        headers.append(CONNECTION, HeaderValue::from_static("Keep-Alive "));
+        assert!(keeps_alive(Version::HTTP_10, &headers));
+        assert_eq!(
+            content_length(&mut headers).unwrap(),
+            None,
+            "no Content-Length line"
         );
     }
 

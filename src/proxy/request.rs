@@ -7,7 +7,7 @@
 use std::net::SocketAddr;
 
 use http::header::{HeaderMap, HeaderValue, HOST, TRANSFER_ENCODING};
-use http::uri::{Authority, PathAndQuery};
+use http::uri::PathAndQuery;
 use http::{Uri, Version};
 
 use super::{headers, Proxy, Target};
@@ -53,22 +53,45 @@ pub(super) fn client_host(
     }
 }
 
-/// Whether `value` is a `host[:port]`: no user information, no path, no spaces, a port of
-/// digits that fits 16 bits.
+/// Whether `value` is a `host[:port]` (RFC 9110 §7.2): a name or IPv4 address of URI host
+/// characters, or an IP literal in brackets, then at most a `:` and a port of digits that fits
+/// 16 bits. No user information, path, space or percent sign outside the brackets; an empty
+/// host is refused (RFC 9110 §4.2.1). Read byte by byte, without building an `Authority`: it
+/// runs on every request.
 fn is_host(value: &[u8]) -> bool {
-    if value.is_empty() || value.contains(&b'@') {
-        return false;
-    }
-    let Ok(authority) = Authority::try_from(value) else {
-        return false;
-    };
-    let text = authority.as_str();
-    let port = if text.starts_with('[') {
-        text.rsplit_once("]:").map(|(_, p)| p)
+    let (host, port) = if let Some(literal) = value.strip_prefix(b"[") {
+        let Some(end) = literal.iter().position(|&b| b == b']') else {
+            return false;
+        };
+        let address = &literal[..end];
+        let ok = |b: u8| b.is_ascii_alphanumeric() || b":.%-_~".contains(&b);
+        if address.is_empty() || !address.iter().all(|&b| ok(b)) {
+            return false;
+        }
+        (address, &literal[end + 1..])
     } else {
-        text.rsplit_once(':').map(|(_, p)| p)
+        let end = value.iter().position(|&b| b == b':').unwrap_or(value.len());
+        let name = &value[..end];
+        let ok = |b: u8| b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=".contains(&b);
+        if !name.iter().all(|&b| ok(b)) {
+            return false;
+        }
+        (name, &value[end..])
     };
-    port.is_none_or(|p| p.bytes().all(|b| b.is_ascii_digit()) && p.parse::<u16>().is_ok())
+    !host.is_empty()
+        && match port {
+            [] => true,
+            [b':', digits @ ..] => {
+                (1..=5).contains(&digits.len())
+                    && digits
+                        .iter()
+                        .try_fold(0u32, |n, b| {
+                            b.is_ascii_digit().then(|| n * 10 + u32::from(b - b'0'))
+                        })
+                        .is_some_and(|n| n <= u32::from(u16::MAX))
+            }
+            _ => false,
+        }
 }
 
 /// A request body's framing must be plain: no `Transfer-Encoding` at all, or a single final
@@ -225,11 +248,32 @@ mod tests {
             "user@evil.example",
             "a:b",
             "",
+            ":80",
+            "a:",
+            "a:65536",
+            "a:+80",
+            "a:1:2",
+            "a%41.example",
+            "[::1",
+            "[]:80",
+            "[::1]x",
+            "[::1]:",
+            "[::1]/x",
         ] {
             assert!(
                 host(Version::HTTP_11, "/mcp", &[("host", bad)]).is_err(),
                 "{bad:?}"
             );
+        }
+        for good in [
+            "a",
+            "10.0.0.1:65535",
+            "[::1]",
+            "[fe80::1%25eth0]:8080",
+            "a-b_c~d.example:1",
+        ] {
+            let got = host(Version::HTTP_11, "/mcp", &[("host", good)]);
+            assert_eq!(got.unwrap().unwrap(), good);
         }
         assert!(host(Version::HTTP_11, "/mcp", &[("host", "a"), ("host", "a")]).is_err());
         assert!(
