@@ -5,7 +5,7 @@ use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 
 use bytes::Bytes;
-use http::{HeaderMap, Method, StatusCode, Version};
+use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Version};
 use http_body::Body;
 use tokio::io::AsyncWrite;
 
@@ -24,22 +24,35 @@ pub enum Framing {
     Close,
 }
 
-/// `METHOD target HTTP/1.1`, the header lines and the blank line, in one allocation.
-pub fn request_head(method: &Method, target: &str, headers: &HeaderMap) -> Vec<u8> {
+/// `METHOD target HTTP/1.1`, the header lines and the blank line, in one allocation: the lines
+/// of `headers` and then the `added` ones, each of which replaces the lines of its name. So a
+/// head is written from a map it does not own (a request kept for a replay) with lines of its
+/// own, and the map is neither copied nor changed.
+pub fn request_head<'a, A>(method: &Method, target: &str, headers: &HeaderMap, added: A) -> Vec<u8>
+where
+    A: Iterator<Item = &'a (HeaderName, HeaderValue)> + Clone,
+{
+    let lines = || {
+        let replaced = added.clone();
+        headers
+            .iter()
+            .filter(move |(name, _)| !replaced.clone().any(|(a, _)| a == *name))
+            .chain(added.clone().map(|(name, value)| (name, value)))
+    };
     let mut out =
-        Vec::with_capacity(method.as_str().len() + target.len() + 13 + fields_len(headers));
+        Vec::with_capacity(method.as_str().len() + target.len() + 13 + fields_len(lines()));
     out.extend_from_slice(method.as_str().as_bytes());
     out.push(b' ');
     out.extend_from_slice(target.as_bytes());
     out.extend_from_slice(b" HTTP/1.1\r\n");
-    fields(&mut out, headers);
+    write_fields(&mut out, lines());
     out
 }
 
 /// `HTTP/1.1 200 OK` (or `HTTP/1.0` for `version` 1.0), the header lines and the blank line.
 pub fn response_head(version: Version, status: StatusCode, headers: &HeaderMap) -> Vec<u8> {
     let reason = status.canonical_reason().unwrap_or("");
-    let mut out = Vec::with_capacity(15 + reason.len() + fields_len(headers));
+    let mut out = Vec::with_capacity(15 + reason.len() + fields_len(headers.iter()));
     out.extend_from_slice(if version == Version::HTTP_10 {
         b"HTTP/1.0 "
     } else {
@@ -49,19 +62,21 @@ pub fn response_head(version: Version, status: StatusCode, headers: &HeaderMap) 
     out.push(b' ');
     out.extend_from_slice(reason.as_bytes());
     out.extend_from_slice(b"\r\n");
-    fields(&mut out, headers);
+    write_fields(&mut out, headers.iter());
     out
 }
 
-fn fields_len(headers: &HeaderMap) -> usize {
-    2 + headers
-        .iter()
+fn fields_len<'a>(fields: impl Iterator<Item = (&'a HeaderName, &'a HeaderValue)>) -> usize {
+    2 + fields
         .map(|(n, v)| n.as_str().len() + v.len() + 4)
         .sum::<usize>()
 }
 
-fn fields(out: &mut Vec<u8>, headers: &HeaderMap) {
-    for (name, value) in headers {
+fn write_fields<'a>(
+    out: &mut Vec<u8>,
+    fields: impl Iterator<Item = (&'a HeaderName, &'a HeaderValue)>,
+) {
+    for (name, value) in fields {
         out.extend_from_slice(name.as_str().as_bytes());
         out.extend_from_slice(b": ");
         out.extend_from_slice(value.as_bytes());
@@ -289,7 +304,7 @@ where
             Framing::Chunked => {
                 let mut last = b"0\r\n".to_vec();
                 match trailers {
-                    Some(t) if !t.is_empty() => fields(&mut last, t),
+                    Some(t) if !t.is_empty() => write_fields(&mut last, t.iter()),
                     _ => last.extend_from_slice(b"\r\n"),
                 }
                 self.tail = Bytes::from(last);
@@ -495,12 +510,30 @@ mod tests {
         h.append("x-list", "1".parse().unwrap());
         h.append("x-list", "2".parse().unwrap());
         assert_eq!(
-            request_head(&Method::POST, "/mcp?x=1", &h),
+            request_head(&Method::POST, "/mcp?x=1", &h, [].iter()),
             b"POST /mcp?x=1 HTTP/1.1\r\nhost: a\r\nx-list: 1\r\nx-list: 2\r\n\r\n"
         );
         assert_eq!(
             response_head(Version::HTTP_11, StatusCode::NOT_FOUND, &HeaderMap::new()),
             b"HTTP/1.1 404 Not Found\r\n\r\n"
         );
+    }
+
+    #[test]
+    fn an_added_line_replaces_the_lines_of_its_name_in_the_head_only() {
+        let mut h = HeaderMap::new();
+        h.append(http::header::CONTENT_LENGTH, "2".parse().unwrap());
+        h.append(http::header::CONTENT_LENGTH, "2".parse().unwrap());
+        h.insert("x-a", "1".parse().unwrap());
+        let kept = h.clone();
+        let added = [
+            (http::header::CONTENT_LENGTH, HeaderValue::from_static("2")),
+            (http::header::HOST, HeaderValue::from_static("up")),
+        ];
+        assert_eq!(
+            String::from_utf8(request_head(&Method::POST, "/", &h, added.iter())).unwrap(),
+            "POST / HTTP/1.1\r\nx-a: 1\r\ncontent-length: 2\r\nhost: up\r\n\r\n"
+        );
+        assert_eq!(h, kept, "the map is left as it was, for a replay");
     }
 }

@@ -291,15 +291,25 @@ pub fn is_chunked(headers: &HeaderMap) -> bool {
 }
 
 /// The one `Content-Length` value (repeated lines or a list of equal values become one line), or
-/// an error for an invalid or disagreeing one. Read as bytes, in one lookup: it runs on every
-/// head in both directions.
+/// an error for an invalid or disagreeing one.
 pub fn content_length(headers: &mut HeaderMap) -> Result<Option<u64>, Error> {
+    let found = content_length_lines(headers)?;
+    if let Some((n, false)) = found {
+        headers.insert(CONTENT_LENGTH, HeaderValue::from(n));
+    }
+    Ok(found.map(|(n, _)| n))
+}
+
+/// The one `Content-Length` value of `headers`, and whether it stands as one plain line (else it
+/// was repeated, or a list, and is written again as one). Read as bytes, in one lookup: it runs
+/// on every head in both directions.
+pub fn content_length_lines(headers: &HeaderMap) -> Result<Option<(u64, bool)>, Error> {
     let mut found: Option<u64> = None;
-    let mut rewrite = false;
+    let mut plain = true;
     for (line, value) in headers.get_all(CONTENT_LENGTH).iter().enumerate() {
-        rewrite |= line > 0;
+        plain &= line == 0;
         for (i, part) in value.as_bytes().split(|b| *b == b',').enumerate() {
-            rewrite |= i > 0;
+            plain &= i == 0;
             let n = decimal(part.trim_ascii()).ok_or(Error::Parse("an invalid Content-Length"))?;
             if found.is_some_and(|f| f != n) {
                 return Err(Error::Parse("disagreeing Content-Length values"));
@@ -307,10 +317,7 @@ pub fn content_length(headers: &mut HeaderMap) -> Result<Option<u64>, Error> {
             found = Some(n);
         }
     }
-    if let (Some(n), true) = (found, rewrite) {
-        headers.insert(CONTENT_LENGTH, HeaderValue::from(n));
-    }
-    Ok(found)
+    Ok(found.map(|n| (n, plain)))
 }
 
 /// A length of 1 to 19 decimal digits (19 nines fit in a `u64`; more is refused, not wrapped).

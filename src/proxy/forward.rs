@@ -490,17 +490,18 @@ impl Proxy {
         route: Option<&Outages>,
         body: ReplayBody,
     ) -> (Verdict, Option<Answer>) {
-        let mut req = Request::new(body);
-        *req.method_mut() = target.method.clone();
-        *req.uri_mut() = target.uri.clone();
         // The upstream connection speaks HTTP/1.1 whatever the client spoke, unless it is TLS
         // and the upstream picked h2 by ALPN: hyper's client then sends the request as HTTP/2.
-        *req.version_mut() = Version::HTTP_11;
-        *req.headers_mut() = target.headers.clone();
+        // The head is lent, not copied: the exchange keeps it for a replay.
+        let head = crate::upstream::Head {
+            method: &target.method,
+            uri: &target.uri,
+            headers: &target.headers,
+        };
         // The response timeout counts from the end of the upload, not from its start.
-        let uploaded = req.body().completion();
+        let uploaded = body.completion();
         let sent = tokio::select! {
-            sent = self.client.request(req) => Ok(sent),
+            sent = self.client.send(head, body) => Ok(sent),
             () = uploaded.elapsed_after_upload(self.response_timeout) => Err(()),
         };
 

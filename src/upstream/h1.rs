@@ -18,12 +18,13 @@ use std::task::{Context, Poll};
 
 use bytes::{Bytes, BytesMut};
 use http::header::{CONTENT_LENGTH, HOST, TRANSFER_ENCODING};
-use http::{HeaderValue, Method, Request};
+use http::{HeaderValue, Method};
 use http_body::{Frame, SizeHint};
 use tokio::net::TcpStream;
 
 use super::pool::{Pool, Reusable};
 use super::tcp::{self, Idle};
+use super::Head;
 use crate::http1::decode::{Decoded, Decoder};
 use crate::http1::encode::{self, BodyWriter, Framing};
 use crate::http1::head::{self, ResponseHead};
@@ -93,41 +94,44 @@ pub struct Outgoing {
 }
 
 impl Outgoing {
-    /// `req` (its URI's path and query are the request target) with `host` as its `Host` when
-    /// it has none. The body's framing comes from `Content-Length`, else from the body: none,
-    /// a known length, or chunked.
-    pub fn new(req: Request<ReplayBody>, host: &HeaderValue) -> Result<Outgoing, Error> {
+    /// The request `head` (its URI's path and query are the request target) with `body`, and
+    /// `host` as its `Host` when it has none. The body's framing comes from `Content-Length`,
+    /// else from the body: none, a known length, or chunked. The head is borrowed (the exchange
+    /// keeps it for a replay) and written out at once; what it lacks goes in as lines of the
+    /// wire head only, each replacing any line of its name.
+    pub fn new(head: Head<'_>, body: ReplayBody, host: &HeaderValue) -> Result<Outgoing, Error> {
         use http_body::Body as _;
-        let (mut parts, body) = req.into_parts();
-        let headers = &mut parts.headers;
-        if !headers.contains_key(HOST) {
-            headers.insert(HOST, host.clone());
-        }
-        let framing = match head::content_length(headers)? {
-            Some(n) => Framing::Length(n),
+        let headers = head.headers;
+        let host = (!headers.contains_key(HOST)).then(|| (HOST, host.clone()));
+        let (framing, line) = match head::content_length_lines(headers)? {
+            Some((n, plain)) => (
+                Framing::Length(n),
+                // A repeated or listed length goes out as one line.
+                (!plain).then(|| (CONTENT_LENGTH, HeaderValue::from(n))),
+            ),
             None if body.is_end_stream() => {
                 // A POST without a body still says so: some servers wait for a length.
-                if matches!(parts.method, Method::POST | Method::PUT | Method::PATCH) {
-                    headers.insert(CONTENT_LENGTH, HeaderValue::from_static("0"));
-                }
-                Framing::Empty
+                let says = matches!(*head.method, Method::POST | Method::PUT | Method::PATCH);
+                let zero = (CONTENT_LENGTH, HeaderValue::from_static("0"));
+                (Framing::Empty, says.then_some(zero))
             }
             None => match body.size_hint().exact() {
-                Some(n) => {
-                    headers.insert(CONTENT_LENGTH, HeaderValue::from(n));
-                    Framing::Length(n)
-                }
-                None => {
-                    headers.insert(TRANSFER_ENCODING, HeaderValue::from_static("chunked"));
-                    Framing::Chunked
-                }
+                Some(n) => (
+                    Framing::Length(n),
+                    Some((CONTENT_LENGTH, HeaderValue::from(n))),
+                ),
+                None => (
+                    Framing::Chunked,
+                    Some((TRANSFER_ENCODING, HeaderValue::from_static("chunked"))),
+                ),
             },
         };
-        let target = parts.uri.path_and_query().map_or("/", |pq| pq.as_str());
-        let head = encode::request_head(&parts.method, target, headers);
+        let added = [host, line];
+        let target = head.uri.path_and_query().map_or("/", |pq| pq.as_str());
+        let wire = encode::request_head(head.method, target, headers, added.iter().flatten());
         Ok(Outgoing {
-            writer: BodyWriter::new(head, framing, body),
-            method: parts.method,
+            writer: BodyWriter::new(wire, framing, body),
+            method: head.method.clone(),
         })
     }
 }

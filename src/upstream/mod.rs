@@ -31,7 +31,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{HeaderValue, Request, Response, Uri};
+use http::{HeaderMap, HeaderValue, Method, Request, Response, Uri};
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 use hyper_util::client::legacy::Client as HyperClient;
@@ -183,19 +183,37 @@ impl Client {
         Client { inner }
     }
 
-    /// Sends `req` (absolute URI, `Host` set) and returns the response head with its streaming
-    /// body.
+    /// Sends `req` (absolute URI) and returns the response head with its streaming body.
     pub async fn request(
         &self,
         req: Request<ReplayBody>,
     ) -> Result<Response<UpstreamBody>, SendError> {
         match &self.inner {
-            Inner::Http1(h1) => h1.send(req).await,
-            Inner::Pooled(client) => client
-                .request(req)
-                .await
-                .map(|resp| resp.map(UpstreamBody::Pooled))
-                .map_err(SendError::Pooled),
+            Inner::Http1(h1) => {
+                let (parts, body) = req.into_parts();
+                h1.send(Head::of(&parts), body).await
+            }
+            Inner::Pooled(client) => pooled(client, req).await,
+        }
+    }
+
+    /// Sends a request whose `head` stays with the caller (to be sent again if need be) as
+    /// HTTP/1.1, or as HTTP/2 where an `https://` upstream picked it. The HTTP/1 path writes the
+    /// head from the borrowed one; only hyper-util's client takes a copy.
+    pub async fn send(
+        &self,
+        head: Head<'_>,
+        body: ReplayBody,
+    ) -> Result<Response<UpstreamBody>, SendError> {
+        match &self.inner {
+            Inner::Http1(h1) => h1.send(head, body).await,
+            Inner::Pooled(client) => {
+                let mut req = Request::new(body);
+                *req.method_mut() = head.method.clone();
+                *req.uri_mut() = head.uri.clone();
+                *req.headers_mut() = head.headers.clone();
+                pooled(client, req).await
+            }
         }
     }
 
@@ -208,12 +226,50 @@ impl Client {
     }
 }
 
+/// Sends through hyper-util's client (an `https://` upstream).
+async fn pooled(
+    client: &HyperClient<UpstreamConnector, ReplayBody>,
+    req: Request<ReplayBody>,
+) -> Result<Response<UpstreamBody>, SendError> {
+    client
+        .request(req)
+        .await
+        .map(|resp| resp.map(UpstreamBody::Pooled))
+        .map_err(SendError::Pooled)
+}
+
+/// A request's method, URI (absolute) and headers, borrowed from where they are kept.
+#[derive(Clone, Copy)]
+pub struct Head<'a> {
+    /// The method.
+    pub method: &'a Method,
+    /// The absolute URI: its path and query are the request target.
+    pub uri: &'a Uri,
+    /// The header lines.
+    pub headers: &'a HeaderMap,
+}
+
+impl<'a> Head<'a> {
+    /// The head of a request's `parts`.
+    pub fn of(parts: &'a http::request::Parts) -> Self {
+        Head {
+            method: &parts.method,
+            uri: &parts.uri,
+            headers: &parts.headers,
+        }
+    }
+}
+
 impl Http1 {
     /// Sends on a pooled connection, or a new one. A connection that failed before any byte of
     /// the request was written hands it back, and the next one (eventually a new one) takes it:
     /// it never reached the application.
-    async fn send(&self, req: Request<ReplayBody>) -> Result<Response<UpstreamBody>, SendError> {
-        let mut out = Outgoing::new(req, &self.host).map_err(SendError::Exchange)?;
+    async fn send(
+        &self,
+        head: Head<'_>,
+        body: ReplayBody,
+    ) -> Result<Response<UpstreamBody>, SendError> {
+        let mut out = Outgoing::new(head, body, &self.host).map_err(SendError::Exchange)?;
         loop {
             let (conn, pooled) = match self.pool.checkout() {
                 Some(conn) => (conn, true),

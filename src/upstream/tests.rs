@@ -69,7 +69,8 @@ fn http1(client: &Client) -> &Http1 {
 }
 
 fn outgoing(h1: &Http1, uri: &str) -> Outgoing {
-    Outgoing::new(request(uri), &h1.host).unwrap()
+    let (parts, body) = request(uri).into_parts();
+    Outgoing::new(Head::of(&parts), body, &h1.host).unwrap()
 }
 
 fn listening() -> (TcpListener, Uri) {
@@ -379,4 +380,48 @@ async fn every_new_connection_asks_the_resolver_again() {
     }
     assert_eq!(bodies, [&b"old"[..], &b"new"[..]]);
     assert_eq!(asked.load(std::sync::atomic::Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn a_kept_head_is_lent_to_each_attempt_and_goes_out_whole_each_time() {
+    let (listener, base) = listening();
+    let server = std::thread::spawn(move || {
+        let (mut stream, _) = listener.accept().unwrap();
+        let mut heads = Vec::new();
+        for _ in 0..2 {
+            let mut head = Vec::new();
+            let mut byte = [0u8];
+            while !head.ends_with(b"\r\n\r\n") {
+                stream.read_exact(&mut byte).unwrap();
+                head.push(byte[0]);
+            }
+            heads.push(String::from_utf8(head).unwrap());
+            stream
+                .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")
+                .unwrap();
+        }
+        heads
+    });
+    let closed = ClosedCounters::default();
+    let client = client(&base, &closed);
+    // No Host, a length said twice, no body: the wire head gains a Host and one length line.
+    let (parts, ()) = Request::post(format!("{base}mcp"))
+        .header("content-length", "0")
+        .header("content-length", "0")
+        .header("x-a", "1")
+        .body(())
+        .unwrap()
+        .into_parts();
+    let kept = parts.headers.clone();
+    for _ in 0..2 {
+        let body = BodyHandle::from_bytes(Bytes::new()).attempt().unwrap();
+        let resp = client.send(Head::of(&parts), body).await.unwrap();
+        assert_eq!(resp.status(), 200);
+        drop(resp);
+    }
+    assert_eq!(parts.headers, kept, "the kept head is unchanged");
+    let authority = base.authority().unwrap();
+    let expected =
+        format!("POST /mcp HTTP/1.1\r\nx-a: 1\r\nhost: {authority}\r\ncontent-length: 0\r\n\r\n");
+    assert_eq!(server.join().unwrap(), [expected.clone(), expected]);
 }
