@@ -176,7 +176,7 @@ fn copy_fields(
     fields: &[httparse::Header<'_>],
     room: usize,
 ) -> Result<(HeaderMap, Noted), Error> {
-    let mut headers = HeaderMap::with_capacity(fields.len() + room);
+    let mut headers = super::maps::take(fields.len() + room);
     let mut noted = Noted::default();
     for field in fields {
         let name = HeaderName::from_bytes(field.name.as_bytes())

@@ -112,6 +112,8 @@ impl Proxy {
         if ex.target.method == Method::POST {
             self.metrics.mcp_requests.inc(self.mcp_method(ex));
         }
+        // Answered: the request's header map goes back for the next head on this thread.
+        crate::http1::maps::recycle(std::mem::take(&mut ex.target.headers));
         answer
     }
 

@@ -471,6 +471,8 @@ fn answer_head(
         headers.insert(CONNECTION, HeaderValue::from_static("keep-alive"));
     }
     let head = encode::response_head(Version::HTTP_11, status, headers);
+    // Written out: the map goes back for the next head.
+    crate::http1::maps::recycle(std::mem::take(headers));
     let body = if no_body { empty() } else { body };
     (head, framing, body)
 }
