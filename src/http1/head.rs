@@ -179,14 +179,34 @@ fn copy_fields(
     let mut headers = super::maps::take(fields.len() + room);
     let mut noted = Noted::default();
     for field in fields {
-        let name = HeaderName::from_bytes(field.name.as_bytes())
-            .map_err(|_| Error::Parse("an invalid header name"))?;
+        let name = header_name(field.name.as_bytes())?;
         noted.field(&name, field.value);
         let value = HeaderValue::from_maybe_shared(slice_of(copy, buf, field.value))
             .map_err(|_| Error::Parse("an invalid header value"))?;
         headers.append(name, value);
     }
     Ok((headers, noted))
+}
+
+/// Names MCP requests and answers carry that `http` has no constant for. `http` builds any other
+/// name afresh (an allocation, freed with the head); these are copies of a static one.
+static MCP_SESSION_ID: HeaderName = HeaderName::from_static("mcp-session-id");
+static MCP_PROTOCOL_VERSION: HeaderName = HeaderName::from_static("mcp-protocol-version");
+static LAST_EVENT_ID: HeaderName = HeaderName::from_static("last-event-id");
+
+/// A field's name as a `HeaderName`: one of the MCP names above (found by its length first, so
+/// other names cost one comparison of integers), else as `http` parses it.
+fn header_name(raw: &[u8]) -> Result<HeaderName, Error> {
+    let known = match raw.len() {
+        14 => Some(&MCP_SESSION_ID),
+        20 => Some(&MCP_PROTOCOL_VERSION),
+        13 => Some(&LAST_EVENT_ID),
+        _ => None,
+    };
+    match known {
+        Some(name) if raw.eq_ignore_ascii_case(name.as_str().as_bytes()) => Ok(name.clone()),
+        _ => HeaderName::from_bytes(raw).map_err(|_| Error::Parse("an invalid header name")),
+    }
 }
 
 /// The fields of a head that decide its framing and its connection's fate, seen as it is
@@ -507,6 +527,23 @@ mod tests {
             None,
             "no Content-Length line"
         );
+    }
+
+    #[test]
+    fn mcp_names_in_any_case_are_the_same_names_and_their_lookalikes_others() {
+        let (_, head) = request(
+            "POST / HTTP/1.1\r\nHost: a\r\nMcp-Session-Id: s1\r\nMCP-PROTOCOL-VERSION: v\r\n\
+             Last-Event-ID: 7\r\nMcp-Session-Ix: no\r\nContent-Length: 0\r\n\r\n",
+        )
+        .unwrap()
+        .unwrap();
+        let h = &head.parts.headers;
+        assert_eq!(h["mcp-session-id"], "s1");
+        assert_eq!(h["mcp-protocol-version"], "v");
+        assert_eq!(h["last-event-id"], "7");
+        assert_eq!(h["mcp-session-ix"], "no");
+        assert_eq!(h[CONTENT_LENGTH], "0", "a standard name of the same length");
+        assert_eq!(h.len(), 6);
     }
 
     fn request(head: &str) -> Result<Option<(usize, RequestHead)>, StatusCode> {
