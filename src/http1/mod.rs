@@ -12,6 +12,7 @@
 //! - [`decode`]: a body's framing (`Content-Length`, chunked, until close) undone.
 //! - [`encode`]: heads written out, and a body sent with its framing ([`encode::BodyWriter`]).
 //! - [`head`]: heads parsed, and the framing of the body that follows decided.
+//! - [`fields`]: a head's fields copied into a header map, and the framing ones read.
 //! - [`maps`]: header maps used again, per thread, instead of made and freed per head.
 //! - [`read`]: reading into a buffer allocated only once the socket is readable.
 //! - [`conn`]: a client connection shared by its driver and the request body being read.
@@ -19,6 +20,7 @@
 pub mod conn;
 pub mod decode;
 pub mod encode;
+pub mod fields;
 pub mod head;
 pub mod maps;
 pub mod read;

@@ -38,6 +38,7 @@ use tokio::time::Instant;
 use super::idle::Registered;
 use crate::http1::conn::{Io, RequestBody, Shared, READ_SIZE};
 use crate::http1::encode::{self, BodyWriter, Framing};
+use crate::http1::fields;
 use crate::http1::head::{self, RequestHead};
 use crate::http1::read::{poll_read_buf, release};
 use crate::proxy::body::ProxyBody;
@@ -432,7 +433,7 @@ fn answer_head(
     let (mut parts, body) = resp.into_parts();
     let status = parts.status;
     let headers = &mut parts.headers;
-    if !head::keeps_alive(Version::HTTP_11, headers) {
+    if !fields::keeps_alive(Version::HTTP_11, headers) {
         // The proxy's own answer asked to close (a 400 for a malformed request).
         *keep = false;
     }
@@ -442,7 +443,7 @@ fn answer_head(
         || status == StatusCode::NOT_MODIFIED;
     let framing = if no_body {
         Framing::Empty
-    } else if let Ok(Some(n)) = head::content_length(headers) {
+    } else if let Ok(Some(n)) = fields::content_length(headers) {
         Framing::Length(n)
     } else {
         headers.remove(CONTENT_LENGTH);

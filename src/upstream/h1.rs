@@ -27,6 +27,7 @@ use super::tcp::{self, Idle};
 use super::Head;
 use crate::http1::decode::{Decoded, Decoder};
 use crate::http1::encode::{self, BodyWriter, Framing};
+use crate::http1::fields;
 use crate::http1::head::{self, ResponseHead};
 use crate::http1::read::{poll_read_buf, release};
 use crate::http1::Error;
@@ -103,7 +104,7 @@ impl Outgoing {
         use http_body::Body as _;
         let headers = head.headers;
         let host = (!headers.contains_key(HOST)).then(|| (HOST, host.clone()));
-        let (framing, line) = match head::content_length_lines(headers)? {
+        let (framing, line) = match fields::content_length_lines(headers)? {
             Some((n, plain)) => (
                 Framing::Length(n),
                 // A repeated or listed length goes out as one line.

@@ -1,0 +1,201 @@
+//! A head's fields: copied out of the read buffer into a header map, and read for what decides
+//! a body's framing and the connection's fate (`Content-Length`, `Transfer-Encoding`,
+//! `Connection`, `Expect`), in both directions.
+
+use bytes::Bytes;
+use http::header::{CONNECTION, CONTENT_LENGTH, EXPECT, TRANSFER_ENCODING};
+use http::{HeaderMap, HeaderName, HeaderValue, Version};
+
+use super::Error;
+
+/// The parsed fields as a header map: names as `http` makes them (known names are constants),
+/// values as slices of `copy`, the copy of the head `buf` starts with; `room` for more. What
+/// framing and the connection's fate depend on is noted on the way, so that a head without
+/// those fields costs no lookup for them afterwards.
+pub(super) fn copy_fields(
+    copy: &Bytes,
+    buf: &[u8],
+    fields: &[httparse::Header<'_>],
+    room: usize,
+) -> Result<(HeaderMap, Noted), Error> {
+    let mut headers = super::maps::take(fields.len() + room);
+    let mut noted = Noted::default();
+    for field in fields {
+        let name = header_name(field.name.as_bytes())?;
+        noted.field(&name, field.value);
+        let value = HeaderValue::from_maybe_shared(slice_of(copy, buf, field.value))
+            .map_err(|_| Error::Parse("an invalid header value"))?;
+        headers.append(name, value);
+    }
+    Ok((headers, noted))
+}
+
+/// Names MCP requests and answers carry that `http` has no constant for. `http` builds any other
+/// name afresh (an allocation, freed with the head); these are copies of a static one.
+static MCP_SESSION_ID: HeaderName = HeaderName::from_static("mcp-session-id");
+static MCP_PROTOCOL_VERSION: HeaderName = HeaderName::from_static("mcp-protocol-version");
+static LAST_EVENT_ID: HeaderName = HeaderName::from_static("last-event-id");
+
+/// A field's name as a `HeaderName`: one of the MCP names above (found by its length first, so
+/// other names cost one comparison of integers), else as `http` parses it.
+fn header_name(raw: &[u8]) -> Result<HeaderName, Error> {
+    let known = match raw.len() {
+        14 => Some(&MCP_SESSION_ID),
+        20 => Some(&MCP_PROTOCOL_VERSION),
+        13 => Some(&LAST_EVENT_ID),
+        _ => None,
+    };
+    match known {
+        Some(name) if raw.eq_ignore_ascii_case(name.as_str().as_bytes()) => Ok(name.clone()),
+        _ => HeaderName::from_bytes(raw).map_err(|_| Error::Parse("an invalid header name")),
+    }
+}
+
+/// The fields of a head that decide its framing and its connection's fate, seen as it is
+/// copied. Comparing a name with a standard one is comparing two small integers.
+#[derive(Default)]
+pub(super) struct Noted {
+    /// A `Content-Length` line is there.
+    pub content_length: bool,
+    /// A `Transfer-Encoding` line is there.
+    pub transfer_encoding: bool,
+    /// `Expect: 100-continue`.
+    pub expect_continue: bool,
+    /// The `Connection` options that decide keep-alive.
+    pub connection: ConnectionTokens,
+}
+
+impl Noted {
+    fn field(&mut self, name: &HeaderName, value: &[u8]) {
+        if *name == CONTENT_LENGTH {
+            self.content_length = true;
+        } else if *name == TRANSFER_ENCODING {
+            self.transfer_encoding = true;
+        } else if *name == CONNECTION {
+            self.connection.add(value);
+        } else if *name == EXPECT {
+            self.expect_continue |= value.eq_ignore_ascii_case(b"100-continue");
+        }
+    }
+}
+
+/// The `close` and `keep-alive` options among a head's `Connection` lines.
+#[derive(Default, Clone, Copy)]
+pub(super) struct ConnectionTokens {
+    close: bool,
+    keep_alive: bool,
+}
+
+impl ConnectionTokens {
+    fn add(&mut self, value: &[u8]) {
+        for token in value.split(|b| *b == b',').map(<[u8]>::trim_ascii) {
+            self.close |= token.eq_ignore_ascii_case(b"close");
+            self.keep_alive |= token.eq_ignore_ascii_case(b"keep-alive");
+        }
+    }
+
+    /// HTTP/1.0 closes unless asked not to; HTTP/1.1 stays open unless asked to close.
+    pub fn keeps_alive(self, version: Version) -> bool {
+        if version == Version::HTTP_10 {
+            self.keep_alive
+        } else {
+            !self.close
+        }
+    }
+}
+
+/// The part of `copy` (a copy of the start of `buf`) that `part` (a slice of `buf`) is.
+pub(super) fn slice_of(copy: &Bytes, buf: &[u8], part: &[u8]) -> Bytes {
+    let start = part.as_ptr() as usize - buf.as_ptr() as usize;
+    copy.slice(start..start + part.len())
+}
+
+/// Whether the last transfer coding is `chunked`.
+pub fn is_chunked(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(TRANSFER_ENCODING)
+        .iter()
+        .next_back()
+        .and_then(|v| v.as_bytes().rsplit(|b| *b == b',').next())
+        .is_some_and(|last| last.trim_ascii().eq_ignore_ascii_case(b"chunked"))
+}
+
+/// The one `Content-Length` value (repeated lines or a list of equal values become one line), or
+/// an error for an invalid or disagreeing one.
+pub fn content_length(headers: &mut HeaderMap) -> Result<Option<u64>, Error> {
+    let found = content_length_lines(headers)?;
+    if let Some((n, false)) = found {
+        headers.insert(CONTENT_LENGTH, HeaderValue::from(n));
+    }
+    Ok(found.map(|(n, _)| n))
+}
+
+/// The one `Content-Length` value of `headers`, and whether it stands as one plain line (else it
+/// was repeated, or a list, and is written again as one). Read as bytes, in one lookup: it runs
+/// on every head in both directions.
+pub fn content_length_lines(headers: &HeaderMap) -> Result<Option<(u64, bool)>, Error> {
+    let mut found: Option<u64> = None;
+    let mut plain = true;
+    for (line, value) in headers.get_all(CONTENT_LENGTH).iter().enumerate() {
+        plain &= line == 0;
+        for (i, part) in value.as_bytes().split(|b| *b == b',').enumerate() {
+            plain &= i == 0;
+            let n = decimal(part.trim_ascii()).ok_or(Error::Parse("an invalid Content-Length"))?;
+            if found.is_some_and(|f| f != n) {
+                return Err(Error::Parse("disagreeing Content-Length values"));
+            }
+            found = Some(n);
+        }
+    }
+    Ok(found.map(|n| (n, plain)))
+}
+
+/// A length of 1 to 19 decimal digits (19 nines fit in a `u64`; more is refused, not wrapped).
+fn decimal(digits: &[u8]) -> Option<u64> {
+    if digits.is_empty() || digits.len() > 19 {
+        return None;
+    }
+    digits.iter().try_fold(0u64, |n, b| {
+        b.is_ascii_digit().then(|| n * 10 + u64::from(b - b'0'))
+    })
+}
+
+/// Whether a message of `version` with `headers` leaves its connection open.
+pub fn keeps_alive(version: Version, headers: &HeaderMap) -> bool {
+    let mut tokens = ConnectionTokens::default();
+    for value in headers.get_all(CONNECTION) {
+        tokens.add(value.as_bytes());
+    }
+    tokens.keeps_alive(version)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lengths_and_options_are_read_from_the_map_as_bytes() {
+        let mut headers = HeaderMap::new();
+        headers.append(CONNECTION, HeaderValue::from_static("Keep-Alive "));
+        assert!(keeps_alive(Version::HTTP_10, &headers));
+        assert!(keeps_alive(Version::HTTP_11, &headers));
+        assert_eq!(content_length(&mut headers).unwrap(), None, "no line");
+        headers.append(CONTENT_LENGTH, HeaderValue::from_static("7"));
+        assert_eq!(content_length_lines(&headers).unwrap(), Some((7, true)));
+        headers.append(CONTENT_LENGTH, HeaderValue::from_static(" 7 ,7"));
+        assert_eq!(content_length_lines(&headers).unwrap(), Some((7, false)));
+        assert_eq!(content_length(&mut headers).unwrap(), Some(7));
+        assert_eq!(
+            headers.get_all(CONTENT_LENGTH).iter().count(),
+            1,
+            "one line now"
+        );
+        for bad in ["", "+7", "0x7", "7 7", "12345678901234567890"] {
+            let mut h = HeaderMap::new();
+            h.insert(CONTENT_LENGTH, HeaderValue::from_str(bad).unwrap());
+            assert!(content_length(&mut h).is_err(), "{bad:?}");
+        }
+        headers.insert(CONNECTION, HeaderValue::from_static("upgrade,CLOSE"));
+        assert!(!keeps_alive(Version::HTTP_11, &headers));
+    }
+}
