@@ -319,17 +319,24 @@ where
         cx: &mut Context<'_>,
         io: &mut W,
     ) -> Poll<Result<usize, Error>> {
-        let slices = [
-            IoSlice::new(&self.head[self.head_at..]),
-            IoSlice::new(&self.size.as_bytes()[self.size_at..]),
-            IoSlice::new(&self.data),
-            IoSlice::new(&self.tail),
+        let parts: [&[u8]; 4] = [
+            &self.head[self.head_at..],
+            &self.size.as_bytes()[self.size_at..],
+            &self.data,
+            &self.tail,
         ];
+        // Only the parts with bytes: the kernel need not walk empty ones (a length-framed body
+        // has no size line and no tail).
+        let mut slices = [IoSlice::new(&[]); 4];
+        let mut count = 0;
+        for part in parts.into_iter().filter(|p| !p.is_empty()) {
+            slices[count] = IoSlice::new(part);
+            count += 1;
+        }
         let n = if io.is_write_vectored() {
-            ready!(Pin::new(io).poll_write_vectored(cx, &slices))?
+            ready!(Pin::new(io).poll_write_vectored(cx, &slices[..count]))?
         } else {
-            let first = slices.iter().find(|s| !s.is_empty()).expect("pending");
-            ready!(Pin::new(io).poll_write(cx, first))?
+            ready!(Pin::new(io).poll_write(cx, &slices[0]))?
         };
         if n == 0 {
             return Poll::Ready(Err(Error::Io(io::ErrorKind::WriteZero.into())));
