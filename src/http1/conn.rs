@@ -212,7 +212,7 @@ const COPIED: usize = 4096;
 /// buffer anyway, and is not copied.
 fn own(data: Bytes) -> Bytes {
     if data.len() <= COPIED {
-        Bytes::copy_from_slice(&data)
+        super::copied::copy(&data)
     } else {
         data
     }

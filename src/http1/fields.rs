@@ -55,8 +55,8 @@ fn header_name(raw: &[u8]) -> Result<HeaderName, Error> {
 /// copied. Comparing a name with a standard one is comparing two small integers.
 #[derive(Default)]
 pub(super) struct Noted {
-    /// A `Content-Length` line is there.
-    pub content_length: bool,
+    /// What the `Content-Length` lines say.
+    pub length: Length,
     /// A `Transfer-Encoding` line is there.
     pub transfer_encoding: bool,
     /// `Expect: 100-continue`.
@@ -68,7 +68,7 @@ pub(super) struct Noted {
 impl Noted {
     fn field(&mut self, name: &HeaderName, value: &[u8]) {
         if *name == CONTENT_LENGTH {
-            self.content_length = true;
+            self.length.add_line(value);
         } else if *name == TRANSFER_ENCODING {
             self.transfer_encoding = true;
         } else if *name == CONNECTION {
@@ -123,31 +123,92 @@ pub fn is_chunked(headers: &HeaderMap) -> bool {
 /// The one `Content-Length` value (repeated lines or a list of equal values become one line), or
 /// an error for an invalid or disagreeing one.
 pub fn content_length(headers: &mut HeaderMap) -> Result<Option<u64>, Error> {
-    let found = content_length_lines(headers)?;
-    if let Some((n, false)) = found {
-        headers.insert(CONTENT_LENGTH, HeaderValue::from(n));
-    }
-    Ok(found.map(|(n, _)| n))
+    let length = Length::of(headers);
+    length.settle(headers)
 }
 
 /// The one `Content-Length` value of `headers`, and whether it stands as one plain line (else it
-/// was repeated, or a list, and is written again as one). Read as bytes, in one lookup: it runs
-/// on every head in both directions.
+/// was repeated, or a list, and is written again as one).
 pub fn content_length_lines(headers: &HeaderMap) -> Result<Option<(u64, bool)>, Error> {
-    let mut found: Option<u64> = None;
-    let mut plain = true;
-    for (line, value) in headers.get_all(CONTENT_LENGTH).iter().enumerate() {
-        plain &= line == 0;
-        for (i, part) in value.as_bytes().split(|b| *b == b',').enumerate() {
+    Length::of(headers).value()
+}
+
+/// What a head's `Content-Length` lines say, read a line at a time (as bytes: it runs on every
+/// head in both directions) and judged only where the length decides the framing: with
+/// `Transfer-Encoding` an invalid one is removed, not refused.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub enum Length {
+    /// No line.
+    #[default]
+    Absent,
+    /// One value; `plain` while it stands as one line holding one number.
+    Value {
+        /// The length.
+        n: u64,
+        /// Neither repeated nor a list.
+        plain: bool,
+    },
+    /// Why the lines are no length.
+    Invalid(&'static str),
+}
+
+impl Length {
+    /// What the `Content-Length` lines of `headers` say (one lookup).
+    pub fn of(headers: &HeaderMap) -> Length {
+        let mut length = Length::Absent;
+        for value in headers.get_all(CONTENT_LENGTH) {
+            length.add_line(value.as_bytes());
+        }
+        length
+    }
+
+    /// Adds one line: a number, or a list of equal numbers.
+    fn add_line(&mut self, line: &[u8]) {
+        let (mut found, mut plain) = match *self {
+            Length::Absent => (None, true),
+            Length::Value { n, .. } => (Some(n), false),
+            Length::Invalid(_) => return,
+        };
+        for (i, part) in line.split(|b| *b == b',').enumerate() {
             plain &= i == 0;
-            let n = decimal(part.trim_ascii()).ok_or(Error::Parse("an invalid Content-Length"))?;
+            let Some(n) = decimal(part.trim_ascii()) else {
+                *self = Length::Invalid("an invalid Content-Length");
+                return;
+            };
             if found.is_some_and(|f| f != n) {
-                return Err(Error::Parse("disagreeing Content-Length values"));
+                *self = Length::Invalid("disagreeing Content-Length values");
+                return;
             }
             found = Some(n);
         }
+        if let Some(n) = found {
+            *self = Length::Value { n, plain };
+        }
     }
-    Ok(found.map(|n| (n, plain)))
+
+    /// Whether any line was there.
+    pub fn is_present(self) -> bool {
+        self != Length::Absent
+    }
+
+    /// The length and whether it stood plain, or why there is none.
+    pub fn value(self) -> Result<Option<(u64, bool)>, Error> {
+        match self {
+            Length::Absent => Ok(None),
+            Length::Value { n, plain } => Ok(Some((n, plain))),
+            Length::Invalid(why) => Err(Error::Parse(why)),
+        }
+    }
+
+    /// The length of the head `headers` whose lines these are, a repeated or listed one written
+    /// again there as one line.
+    pub fn settle(self, headers: &mut HeaderMap) -> Result<Option<u64>, Error> {
+        let found = self.value()?;
+        if let Some((n, false)) = found {
+            headers.insert(CONTENT_LENGTH, HeaderValue::from(n));
+        }
+        Ok(found.map(|(n, _)| n))
+    }
 }
 
 /// A length of 1 to 19 decimal digits (19 nines fit in a `u64`; more is refused, not wrapped).

@@ -1,12 +1,11 @@
 //! Heads read off the wire: parsed by `httparse`, copied into `http` types (so nothing kept
 //! later pins the buffer they arrived in), and the body's framing decided from them.
 
-use bytes::Bytes;
 use http::header::CONTENT_LENGTH;
 use http::{HeaderMap, Method, Request, Response, StatusCode, Uri, Version};
 
 use super::decode::Framing;
-use super::fields::{content_length, copy_fields, is_chunked, slice_of, Noted};
+use super::fields::{copy_fields, is_chunked, slice_of, Noted};
 use super::Error;
 
 /// hyper's default and HAProxy's: the header lines a head may have unless configured.
@@ -73,7 +72,7 @@ pub fn parse_request(
     }
     // One copy of the whole head; the target and every header value are slices of it, so a
     // kept header pins neither the read buffer nor an allocation of its own.
-    let copy = Bytes::copy_from_slice(&buf[..len]);
+    let copy = super::copied::copy(&buf[..len]);
     let uri = Uri::from_maybe_shared(slice_of(&copy, buf, path.as_bytes())).map_err(|_| bad)?;
     let method = Method::from_bytes(req.method.ok_or(bad)?.as_bytes()).map_err(|_| bad)?;
     let version = match req.version {
@@ -87,12 +86,12 @@ pub fn parse_request(
         if version == Version::HTTP_10 || !is_chunked(&headers) {
             return Err(bad);
         }
-        if noted.content_length && headers.remove(CONTENT_LENGTH).is_some() {
+        if noted.length.is_present() && headers.remove(CONTENT_LENGTH).is_some() {
             keep_alive = false;
         }
         Framing::Chunked
-    } else if noted.content_length {
-        match content_length(&mut headers).map_err(|_| bad)? {
+    } else if noted.length.is_present() {
+        match noted.length.settle(&mut headers).map_err(|_| bad)? {
             Some(0) | None => Framing::Empty,
             Some(n) => Framing::Length(n),
         }
@@ -146,7 +145,7 @@ pub fn parse_response(
         .code
         .and_then(|c| StatusCode::from_u16(c).ok())
         .ok_or(Error::Parse("an invalid status code"))?;
-    let copy = Bytes::copy_from_slice(&buf[..len]);
+    let copy = super::copied::copy(&buf[..len]);
     // Room for what an answer may gain on its way (Date, X-Accel-Buffering).
     let (mut headers, noted) = copy_fields(&copy, buf, resp.headers, 2)?;
     let framing = response_framing(method, status, &mut headers, &noted)?;
@@ -182,7 +181,7 @@ fn response_framing(
         return Ok(Framing::Empty);
     }
     if noted.transfer_encoding {
-        if noted.content_length {
+        if noted.length.is_present() {
             headers.remove(CONTENT_LENGTH);
         }
         return Ok(if is_chunked(headers) {
@@ -192,10 +191,7 @@ fn response_framing(
             Framing::Close
         });
     }
-    if !noted.content_length {
-        return Ok(Framing::Close);
-    }
-    match content_length(headers)? {
+    match noted.length.settle(headers)? {
         Some(n) => Ok(Framing::Length(n)),
         None => Ok(Framing::Close),
     }

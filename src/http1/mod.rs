@@ -9,6 +9,7 @@
 //! bytes go on as `Bytes` sliced from a buffer allocated for the read that brought them, and an
 //! idle connection holds no buffer at all.
 //!
+//! - [`copied`]: small copies out of a read buffer, in one allocation each.
 //! - [`decode`]: a body's framing (`Content-Length`, chunked, until close) undone.
 //! - [`encode`]: heads written out, and a body sent with its framing ([`encode::BodyWriter`]).
 //! - [`head`]: heads parsed, and the framing of the body that follows decided.
@@ -18,6 +19,7 @@
 //! - [`conn`]: a client connection shared by its driver and the request body being read.
 
 pub mod conn;
+pub mod copied;
 pub mod decode;
 pub mod encode;
 pub mod fields;
