@@ -488,3 +488,65 @@ fn the_open_file_limit_is_raised_to_the_hard_limit_and_a_low_one_is_named() {
     assert_eq!(low["limit"], 1024);
     assert_eq!(low["needed"], 20_064);
 }
+
+/// The first CPU this process may run on (`Cpus_allowed_list`), for pinning a child to it.
+fn first_allowed_cpu() -> String {
+    let status = std::fs::read_to_string("/proc/self/status").expect("read /proc/self/status");
+    let list = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .expect("Cpus_allowed_list in /proc/self/status")
+        .trim();
+    list.split([',', '-']).next().unwrap().to_owned()
+}
+
+/// The runtime a proxy started with `cmd` names on its start line, and its listen address.
+fn started_runtime(cmd: &mut std::process::Command) -> (Running, String, SocketAddr) {
+    let mut proxy = Running::start(cmd);
+    let line = proxy.wait_for_line("holdfast proxying");
+    let event: serde_json::Value =
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+    let runtime = event["runtime"].as_str().unwrap_or_default().to_owned();
+    let listen = event["listen"].as_str().unwrap().parse().unwrap();
+    (proxy, runtime, listen)
+}
+
+#[test]
+fn one_cpu_runs_one_thread_that_serves_and_more_cpus_a_worker_each() {
+    let taskset = process::require_program("taskset", "util-linux");
+    let refusing = Reserved::new();
+    let inner = serving(&refusing.url(), &[]);
+    // Pinned to one CPU: the current-thread scheduler, and it answers (hold off: a 503 at once).
+    let mut cmd = std::process::Command::new(taskset);
+    cmd.args(["-c", &first_allowed_cpu()])
+        .arg(inner.get_program())
+        .args(inner.get_args())
+        .env_clear()
+        .env("HOLDFAST_HOLD__ENABLED", "false")
+        .current_dir(env!("CARGO_MANIFEST_DIR"));
+    let (proxy, runtime, listen) = started_runtime(&mut cmd);
+    assert_eq!(runtime, "one thread");
+    let mut conn = TcpStream::connect(listen).expect("connect to holdfast");
+    conn.set_read_timeout(Some(PATIENCE)).unwrap();
+    conn.write_all(b"GET /mcp HTTP/1.1\r\nHost: holdfast\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut response = String::new();
+    conn.read_to_string(&mut response).unwrap();
+    assert!(response.starts_with("HTTP/1.1 503"), "{response}");
+    let (status, stderr) = proxy.terminate();
+    assert_eq!(status.code(), Some(0), "stderr:\n{}", stderr.join("\n"));
+
+    // TOKIO_WORKER_THREADS asks for workers whatever the CPUs.
+    cmd.env("TOKIO_WORKER_THREADS", "3");
+    let (proxy, runtime, _) = started_runtime(&mut cmd);
+    assert_eq!(runtime, "3 workers");
+    proxy.terminate();
+
+    // Unpinned, on a machine of several CPUs: a worker each.
+    let cpus = std::thread::available_parallelism().unwrap().get();
+    if cpus > 1 {
+        let (proxy, runtime, _) = started_runtime(&mut serving(&refusing.url(), &[]));
+        assert_eq!(runtime, format!("{cpus} workers"));
+        proxy.terminate();
+    }
+}
