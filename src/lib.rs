@@ -22,7 +22,6 @@
 //! - [`idempotent`]: which MCP requests are safe to send twice (read-only methods, annotated tools).
 //! - [`respond`]: every synthetic response.
 //! - [`rlimit`]: raising the open-file limit at start.
-//! - [`runtime`]: the tokio runtime, one thread when one CPU is what the process has.
 //! - [`metrics`]: Prometheus metrics, registered explicitly.
 //! - [`admin`]: `/metrics`, `/healthz`, `/readyz`, and the readiness flag the server sets.
 //! - [`telemetry`]: logging setup.
@@ -44,7 +43,6 @@ pub mod proxy;
 pub mod replay;
 pub mod respond;
 pub mod rlimit;
-pub mod runtime;
 pub mod server;
 pub mod session;
 pub mod signature;

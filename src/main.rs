@@ -241,7 +241,7 @@ fn run(cli: &ProxyArgs) -> ExitCode {
     };
     telemetry::init(config.log_format, &config.log_level);
     holdfast::rlimit::raise_and_log(config.max_connections);
-    let runtime = holdfast::runtime::build().expect("tokio runtime");
+    let runtime = tokio::runtime::Runtime::new().expect("tokio runtime");
     // Once, beside serving: a wrong upstream URL must be loud at start, not after the first
     // request's 15 s hold. holdfast serves either way (the backend may come later).
     runtime.spawn(server::try_upstream_once(

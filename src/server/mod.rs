@@ -157,7 +157,6 @@ pub async fn run(
         client_certificates = config.tls.as_ref().is_some_and(|t| t.client_ca.is_some()),
         admin = %admin_addr,
         upstream = %config.upstream.original,
-        runtime = %crate::runtime::described(),
         "holdfast proxying"
     );
     ready.set(true);
