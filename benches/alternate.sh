@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Two holdfast binaries and HAProxy alternated in one sitting, for before/after comparisons that
+# the machine's noise does not swamp: each round runs wrk against HAProxy, then A, then B (the
+# shared benchmark's setup: wrk and an nginx backend on CPU 0, each proxy alone on CPU 1; a 1 KiB
+# JSON-RPC POST over CONNS keep-alive connections), and prints CPU per request split into user
+# and system time from /proc. Compare B/A within a round, and medians over rounds.
+# Needs nginx, haproxy and wrk (Debian: apt-get install -y nginx haproxy wrk). Not part of .ci/run.
+#
+# usage: benches/alternate.sh ROUNDS SECONDS CONNS BINARY_A BINARY_B
+# (a binary may be a script that sets the environment and execs holdfast)
+set -u
+rounds=$1; secs=$2; conns=$3; A=$4; B=$5
+bench=${HOLDFAST_SHARED_BENCH:-$(cd "$(dirname "$0")/../.." && pwd)/shared/bench}
+d=$(mktemp -d); mkdir -p "$d/logs"; pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; wait 2>/dev/null; rm -rf "$d"; }
+trap cleanup EXIT
+BACK=19111; HAP=19113; HA=19114; HB=19116
+cat > "$d/back.conf" <<CONF
+daemon off; worker_processes 1; pid $d/back.pid; error_log $d/logs/back.log warn;
+events { worker_connections 4096; }
+http { access_log off; client_body_temp_path $d; proxy_temp_path $d; fastcgi_temp_path $d; uwsgi_temp_path $d; scgi_temp_path $d;
+  keepalive_requests 1000000;
+  server { listen 127.0.0.1:$BACK; client_body_buffer_size 64k;
+    location / { default_type application/json; return 200 '{"jsonrpc":"2.0","id":7,"result":{"content":[{"type":"text","text":"ok"}]}}'; } } }
+CONF
+printf 'global\n  maxconn 8192\n  nbthread 1\ndefaults\n  mode http\n  timeout connect 1s\n  timeout client 30s\n  timeout server 30s\n  http-reuse always\nfrontend fe\n  bind 127.0.0.1:%s\n  default_backend be\nbackend be\n  server s1 127.0.0.1:%s\n' $HAP $BACK > "$d/hap.cfg"
+taskset -c 0 nginx -p "$d" -c "$d/back.conf" & pids+=($!)
+taskset -c 1 haproxy -f "$d/hap.cfg" & pids+=($!); hp=$!
+taskset -c 1 "$A" --listen 127.0.0.1:$HA --upstream http://127.0.0.1:$BACK --admin 127.0.0.1:$((HA + 100)) >"$d/logs/a.log" 2>&1 & pids+=($!); ap=$!
+taskset -c 1 "$B" --listen 127.0.0.1:$HB --upstream http://127.0.0.1:$BACK --admin 127.0.0.1:$((HB + 100)) >"$d/logs/b.log" 2>&1 & pids+=($!); bp=$!
+# user and system ticks of a process and its children
+ticks() { local u=0 s=0 p uu ss; for p in $1 $(pgrep -P "$1"); do read -r uu ss < <(awk '{print $14, $15}' "/proc/$p/stat"); u=$((u + uu)); s=$((s + ss)); done; echo $u $s; }
+hz=$(getconf CLK_TCK); sleep 1
+for r in $(seq "$rounds"); do
+  for t in haproxy:$HAP:$hp a:$HA:$ap b:$HB:$bp; do
+    IFS=: read -r name port pid <<< "$t"
+    taskset -c 0 wrk -t1 -c"$conns" -d1s -s "$bench/post.lua" "http://127.0.0.1:$port/mcp" >/dev/null 2>&1
+    read -r u0 s0 < <(ticks "$pid")
+    out=$(taskset -c 0 wrk -t1 -c"$conns" -d"${secs}s" --latency -s "$bench/post.lua" "http://127.0.0.1:$port/mcp" 2>&1)
+    read -r u1 s1 < <(ticks "$pid")
+    reqs=$(echo "$out" | awk '/requests in/ {print $1}')
+    rps=$(echo "$out" | awk '/Requests\/sec/ {print $2}')
+    p99=$(echo "$out" | awk '$1=="99%" {print $2}')
+    awk -v r="$r" -v n="$name" -v u=$((u1 - u0)) -v s=$((s1 - s0)) -v hz="$hz" -v q="$reqs" -v rps="$rps" -v p99="$p99" \
+      'BEGIN { printf "%d %-8s rps=%-9s p99=%-8s user=%.1f sys=%.1f cpu=%.1f\n", r, n, rps, p99, u/hz*1e6/q, s/hz*1e6/q, (u+s)/hz*1e6/q }'
+  done
+done
