@@ -32,11 +32,11 @@ pub fn request_head<'a, A>(method: &Method, target: &str, headers: &HeaderMap, a
 where
     A: Iterator<Item = &'a (HeaderName, HeaderValue)> + Clone,
 {
+    let added = &added;
     let lines = || {
-        let replaced = added.clone();
         headers
             .iter()
-            .filter(move |(name, _)| !replaced.clone().any(|(a, _)| a == *name))
+            .filter(move |(name, _)| !added.clone().any(|(a, _)| a == *name))
             .chain(added.clone().map(|(name, value)| (name, value)))
     };
     let mut out =

@@ -123,14 +123,7 @@ pub fn is_chunked(headers: &HeaderMap) -> bool {
 /// The one `Content-Length` value (repeated lines or a list of equal values become one line), or
 /// an error for an invalid or disagreeing one.
 pub fn content_length(headers: &mut HeaderMap) -> Result<Option<u64>, Error> {
-    let length = Length::of(headers);
-    length.settle(headers)
-}
-
-/// The one `Content-Length` value of `headers`, and whether it stands as one plain line (else it
-/// was repeated, or a list, and is written again as one).
-pub fn content_length_lines(headers: &HeaderMap) -> Result<Option<(u64, bool)>, Error> {
-    Length::of(headers).value()
+    Length::of(headers).settle(headers)
 }
 
 /// What a head's `Content-Length` lines say, read a line at a time (as bytes: it runs on every
@@ -242,9 +235,9 @@ mod tests {
         assert!(keeps_alive(Version::HTTP_11, &headers));
         assert_eq!(content_length(&mut headers).unwrap(), None, "no line");
         headers.append(CONTENT_LENGTH, HeaderValue::from_static("7"));
-        assert_eq!(content_length_lines(&headers).unwrap(), Some((7, true)));
+        assert_eq!(Length::of(&headers).value().unwrap(), Some((7, true)));
         headers.append(CONTENT_LENGTH, HeaderValue::from_static(" 7 ,7"));
-        assert_eq!(content_length_lines(&headers).unwrap(), Some((7, false)));
+        assert_eq!(Length::of(&headers).value().unwrap(), Some((7, false)));
         assert_eq!(content_length(&mut headers).unwrap(), Some(7));
         assert_eq!(
             headers.get_all(CONTENT_LENGTH).iter().count(),

@@ -86,17 +86,16 @@ pub fn parse_request(
         if version == Version::HTTP_10 || !is_chunked(&headers) {
             return Err(bad);
         }
-        if noted.length.is_present() && headers.remove(CONTENT_LENGTH).is_some() {
+        if noted.length.is_present() {
+            headers.remove(CONTENT_LENGTH);
             keep_alive = false;
         }
         Framing::Chunked
-    } else if noted.length.is_present() {
+    } else {
         match noted.length.settle(&mut headers).map_err(|_| bad)? {
             Some(0) | None => Framing::Empty,
             Some(n) => Framing::Length(n),
         }
-    } else {
-        Framing::Empty
     };
     let expect_continue = version == Version::HTTP_11 && noted.expect_continue;
     let (mut parts, ()) = Request::new(()).into_parts();

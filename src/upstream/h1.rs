@@ -104,7 +104,7 @@ impl Outgoing {
         use http_body::Body as _;
         let headers = head.headers;
         let host = (!headers.contains_key(HOST)).then(|| (HOST, host.clone()));
-        let (framing, line) = match fields::content_length_lines(headers)? {
+        let (framing, line) = match fields::Length::of(headers).value()? {
             Some((n, plain)) => (
                 Framing::Length(n),
                 // A repeated or listed length goes out as one line.
