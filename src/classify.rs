@@ -83,11 +83,16 @@ pub enum RewriteReason {
     /// holdfast is paused for a planned restart (`holdfast pause`): never a verdict of the
     /// classifier, only the reason of a request held through a pause that got its 503.
     Paused,
+    /// The server answered a request with an event stream and ended it without the request's
+    /// answer: it is going away (a graceful shutdown ends every stream at once). Never a verdict
+    /// of the classifier (it shows only once the stream ends, src/proxy/unanswered.rs); the
+    /// upstream-wide outage it opens is probed, like a failed connection, by connecting.
+    Unanswered,
 }
 
 impl RewriteReason {
     /// Every reason, for pre-registering metrics and for docs.
-    pub const ALL: [RewriteReason; 9] = [
+    pub const ALL: [RewriteReason; 10] = [
         RewriteReason::ConnectRefused,
         RewriteReason::ConnectTimeout,
         RewriteReason::Dns,
@@ -97,6 +102,7 @@ impl RewriteReason {
         RewriteReason::RouteMissing404,
         RewriteReason::RouterUnavailable,
         RewriteReason::Paused,
+        RewriteReason::Unanswered,
     ];
 
     /// Whether the request failed to connect (as opposed to a router answering).
@@ -121,6 +127,7 @@ impl RewriteReason {
             RewriteReason::RouteMissing404 => "route_missing_404",
             RewriteReason::RouterUnavailable => "router_unavailable",
             RewriteReason::Paused => "paused",
+            RewriteReason::Unanswered => "unanswered",
         }
     }
 }
@@ -141,6 +148,9 @@ pub enum FailReason {
     /// refused holdfast's client certificate, or no protocol version or cipher suite is shared.
     /// A configuration error that no retry fixes.
     UpstreamTls,
+    /// The server answered with an event stream and ended it without the request's answer (a
+    /// graceful shutdown): the request reached it and may have run.
+    Unanswered,
 }
 
 impl FailReason {
@@ -152,6 +162,7 @@ impl FailReason {
             FailReason::Protocol => "upstream_protocol",
             FailReason::ClientBody => "client_body",
             FailReason::UpstreamTls => "upstream_tls",
+            FailReason::Unanswered => "unanswered",
         }
     }
 }

@@ -21,6 +21,7 @@
 //! - [`hold`]: outages, holding requests through them, probing, Retry-After from history.
 //! - [`idempotent`]: which MCP requests are safe to send twice (read-only methods, annotated tools).
 //! - [`respond`]: every synthetic response.
+//! - [`sse`]: the `text/event-stream` format, read incrementally.
 //! - [`rlimit`]: raising the open-file limit at start.
 //! - [`metrics`]: Prometheus metrics, registered explicitly.
 //! - [`admin`]: `/metrics`, `/healthz`, `/readyz`, and the readiness flag the server sets.
@@ -47,6 +48,7 @@ pub mod server;
 pub mod session;
 pub mod signature;
 pub mod slab;
+pub mod sse;
 pub mod telemetry;
 pub mod tls;
 pub mod upstream;

@@ -74,6 +74,7 @@ pub fn bad_gateway(reason: FailReason, version: Version) -> Response<ProxyBody> 
              or it refused holdfast's; see holdfast's log\n",
             reason.as_str()
         ),
+        FailReason::Unanswered => format!("{}\n", unanswered_text()),
         _ => format!(
             "upstream failed after the request was sent ({}); it may have been executed\n",
             reason.as_str()
@@ -151,8 +152,38 @@ fn close_on_http1(resp: &mut Response<ProxyBody>, version: Version) {
     }
 }
 
+/// JSON-RPC error code of the error holdfast adds to an event stream that ended without the
+/// answer to its request (implementation-defined server error range, as the 503's).
+pub const JSONRPC_UNANSWERED: i64 = -32000;
+
+/// The event that ends an event stream which the server closed without answering the request it
+/// carried (`id`): a JSON-RPC error with that id, so the client's call fails now instead of
+/// waiting out its own timeout. The request reached the server and may have run.
+pub fn unanswered_event(id: &serde_json::Value) -> Bytes {
+    let error = serde_json::json!({
+        "jsonrpc": "2.0",
+        "id": id,
+        "error": {
+            "code": JSONRPC_UNANSWERED,
+            "message": unanswered_text(),
+            "data": { "reason": FailReason::Unanswered.as_str() },
+        },
+    });
+    Bytes::from(format!("event: message\ndata: {error}\n\n"))
+}
+
+/// What the client of an event stream ended without its answer is told, as a 502 or as the
+/// added event's error message.
+fn unanswered_text() -> String {
+    format!(
+        "the MCP server ended its event stream without answering the request ({}): it was \
+         probably shutting down; the request may have been executed",
+        FailReason::Unanswered.as_str()
+    )
+}
+
 /// The id of a single JSON-RPC request (not a notification, not a batch), if `body` is one.
-fn jsonrpc_request_id(body: &[u8]) -> Option<serde_json::Value> {
+pub fn jsonrpc_request_id(body: &[u8]) -> Option<serde_json::Value> {
     #[derive(serde::Deserialize)]
     struct Req {
         jsonrpc: String,

@@ -182,6 +182,8 @@ pub enum Reason {
     router_unavailable,
     /// Held through a planned restart (`holdfast pause`).
     paused,
+    /// An event stream ended without the request's answer (a server shutting down).
+    unanswered,
 }
 
 impl ReasonLabel {
@@ -197,6 +199,7 @@ impl ReasonLabel {
             RewriteReason::RouteMissing404 => Reason::route_missing_404,
             RewriteReason::RouterUnavailable => Reason::router_unavailable,
             RewriteReason::Paused => Reason::paused,
+            RewriteReason::Unanswered => Reason::unanswered,
         };
         ReasonLabel { reason, action }
     }
@@ -223,6 +226,8 @@ pub enum Fail {
     client_body,
     /// TLS to the upstream failed (certificate not trusted, wrong name, protocol mismatch).
     upstream_tls,
+    /// An event stream ended without the request's answer (a server shutting down).
+    unanswered,
 }
 
 impl From<FailReason> for FailLabel {
@@ -233,6 +238,7 @@ impl From<FailReason> for FailLabel {
             FailReason::Protocol => Fail::upstream_protocol,
             FailReason::ClientBody => Fail::client_body,
             FailReason::UpstreamTls => Fail::upstream_tls,
+            FailReason::Unanswered => Fail::unanswered,
         };
         FailLabel { reason }
     }

@@ -152,6 +152,7 @@ impl Metrics {
             Fail::upstream_protocol,
             Fail::client_body,
             Fail::upstream_tls,
+            Fail::unanswered,
         ] {
             let _ = m.upstream_failures.get_or_create(&FailLabel { reason });
         }

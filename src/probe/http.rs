@@ -27,7 +27,7 @@ pub struct Answer {
     pub headers: HeaderMap,
     /// The body (an event stream's raw bytes too), at most [`MAX_BODY`].
     pub body: Bytes,
-    /// An event stream's events, in order (empty for any other answer).
+    /// An event stream's events with data, in order (empty for any other answer).
     pub events: Vec<Event>,
     /// The budget ran out while the body was still coming (normal for an event stream).
     pub cut_by_budget: bool,
@@ -58,14 +58,7 @@ pub fn media_type(headers: &HeaderMap) -> Option<String> {
     Some(media.to_ascii_lowercase())
 }
 
-/// One server-sent event.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Event {
-    /// The `event:` field; `message` when absent, as the SSE specification says.
-    pub event: String,
-    /// The `data:` lines, joined with newlines.
-    pub data: String,
-}
+pub use crate::sse::Event;
 
 /// Why no answer came.
 #[derive(Debug)]
@@ -141,7 +134,7 @@ impl Client {
         let (parts, mut body) = resp.into_parts();
         let sse = media_type(&parts.headers).as_deref() == Some("text/event-stream");
         let mut bytes = BytesMut::new();
-        let mut parser = EventParser::default();
+        let mut parser = crate::sse::Parser::new(MAX_BODY);
         let mut events = Vec::new();
         let mut cut_by_budget = false;
         loop {
@@ -159,7 +152,9 @@ impl Client {
             let room = MAX_BODY.saturating_sub(bytes.len());
             bytes.extend_from_slice(&data[..data.len().min(room)]);
             if sse {
-                let fresh = parser.feed(&data);
+                // Events with data only: a priming event (an id alone) says nothing to a probe.
+                let mut fresh = parser.events(&data);
+                fresh.retain(|e| e.has_data);
                 let done = fresh.iter().any(&mut enough);
                 events.extend(fresh);
                 if done {
@@ -192,87 +187,5 @@ fn failure(e: &hyper_util::client::legacy::Error) -> Failure {
                 .unwrap_or_default(),
         },
         None => Failure::Protocol(ErrorChain(e).to_string()),
-    }
-}
-
-/// An incremental `text/event-stream` parser (lines end in LF, CRLF or CR; an empty line ends
-/// an event; comments and unknown fields are skipped).
-#[derive(Default)]
-struct EventParser {
-    line: Vec<u8>,
-    event: Option<String>,
-    data: Vec<String>,
-    /// The last byte was a CR: an LF right after it ends nothing more.
-    after_cr: bool,
-}
-
-impl EventParser {
-    /// Feeds bytes; returns the events they completed.
-    fn feed(&mut self, bytes: &[u8]) -> Vec<Event> {
-        let mut done = Vec::new();
-        for &b in bytes {
-            if b == b'\n' && std::mem::take(&mut self.after_cr) {
-                continue;
-            }
-            self.after_cr = b == b'\r';
-            if b != b'\n' && b != b'\r' {
-                self.line.push(b);
-                continue;
-            }
-            let line = String::from_utf8_lossy(&std::mem::take(&mut self.line)).into_owned();
-            if line.is_empty() {
-                if !self.data.is_empty() {
-                    done.push(Event {
-                        event: self.event.take().unwrap_or_else(|| "message".into()),
-                        data: std::mem::take(&mut self.data).join("\n"),
-                    });
-                }
-                self.event = None;
-                continue;
-            }
-            let (field, value) = line.split_once(':').unwrap_or((&line, ""));
-            let value = value.strip_prefix(' ').unwrap_or(value);
-            match field {
-                "event" => self.event = Some(value.to_owned()),
-                "data" => self.data.push(value.to_owned()),
-                _ => {}
-            }
-        }
-        done
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn events_are_cut_at_blank_lines_whatever_the_line_ends_and_the_chunks() {
-        let stream = b": comment\r\nevent: endpoint\r\ndata: /messages?s=1\r\n\r\nid: 7\ndata: {\"a\":\ndata: 1}\n\nevent: x\rdata: y\r\r";
-        // Fed one byte at a time, the events come out the same.
-        let mut parser = EventParser::default();
-        let mut events = Vec::new();
-        for b in stream.iter() {
-            events.extend(parser.feed(std::slice::from_ref(b)));
-        }
-        assert_eq!(
-            events,
-            [
-                Event {
-                    event: "endpoint".into(),
-                    data: "/messages?s=1".into()
-                },
-                Event {
-                    event: "message".into(),
-                    data: "{\"a\":\n1}".into()
-                },
-                Event {
-                    event: "x".into(),
-                    data: "y".into()
-                },
-            ]
-        );
-        // An event with no data is no event.
-        assert!(EventParser::default().feed(b"event: ping\n\n").is_empty());
     }
 }

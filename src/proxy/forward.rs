@@ -11,6 +11,7 @@ use super::answer::{client_gone, Answer, Peeked};
 use super::body::ProxyBody;
 use super::in_flight::Flight;
 use super::resume::Gone;
+use super::unanswered::{self, First};
 use super::{Carried, Note, Proxy, Target};
 use crate::classify::{
     self, ErrorChain, FailReason, Missing, Outcome, PassReason, RewriteReason, Verdict,
@@ -207,7 +208,10 @@ impl Proxy {
                     ex.handle.supersede();
                     Next::Again
                 }
-                (Verdict::Missing(missing), _) => Box::pin(self.hold_for(missing, ex)).await,
+                (Verdict::Missing(missing), _) => {
+                    let replayable = missing.is_safe_to_replay();
+                    Box::pin(self.hold_for(missing, replayable, ex)).await
+                }
                 (Verdict::Application | Verdict::RouterPassthrough(_), None) => {
                     unreachable!("the classifier passes responses only")
                 }
@@ -247,13 +251,31 @@ impl Proxy {
     /// passes, unless it is the 404 of a session the server forgot: then the session is
     /// re-established and the request goes again.
     async fn application(&self, ex: &mut Exchange, answer: Answer, proves: bool) -> Next {
-        let (mut head, peek) = answer;
+        let (mut head, mut peek) = answer;
         if !proves {
             let note = Note {
                 upstream_status: Some(head.status),
                 action: "passed",
             };
             return Next::Answer((self.pass(&mut head, peek, None, ex.flight.take()), note));
+        }
+        // A request's event stream: its first event decides before anything reaches the client
+        // (src/proxy/unanswered.rs). Until then the server has not shown it is well.
+        let mut watch = None;
+        if let Some(id) = self.awaits_answer(ex, &head) {
+            let first = unanswered::first_event(&mut peek, unanswered::FIRST_EVENT_WAIT);
+            match Box::pin(first).await {
+                First::Unanswered => return Box::pin(self.unanswered(ex, head.status)).await,
+                First::Broken(err) => {
+                    tracing::debug!(error = %ErrorChain(err.as_ref()), "upstream event stream failed before its first event");
+                    if self.may_send_again(ex) {
+                        return Next::Again;
+                    }
+                    let reason = FailReason::UpstreamReset;
+                    return Next::Answer(self.failed(reason, ex.version, Some(head.status)));
+                }
+                First::Passes(reader) => watch = reader.map(|r| (r, id)),
+            }
         }
         self.answered(ex);
         if head.status == StatusCode::NOT_FOUND {
@@ -268,7 +290,10 @@ impl Proxy {
             .await;
             match gone {
                 Gone::SendAgain => return Next::Again,
-                Gone::Missing(missing) => return Box::pin(self.hold_for(missing, ex)).await,
+                Gone::Missing(missing) => {
+                    let replayable = missing.is_safe_to_replay();
+                    return Box::pin(self.hold_for(missing, replayable, ex)).await;
+                }
                 Gone::Pass => self.metrics.passthrough_404.inc(),
             };
         } else {
@@ -293,7 +318,10 @@ impl Proxy {
         let legacy_stream = ex.target.method == Method::GET
             && head.status.is_success()
             && super::headers::is_event_stream(&head.headers);
-        let resp = self.pass(&mut head, peek, learn, ex.flight.take());
+        let mut resp = self.pass(&mut head, peek, learn, ex.flight.take());
+        if let Some((reader, id)) = watch {
+            resp = self.watch_unanswered(resp, reader, id);
+        }
         let resp = match (legacy_stream, &ex.target.client_host) {
             (true, Some(host)) => self.endpoint_rewrite(resp, host, ex.target.client.path()),
             _ => resp,
@@ -365,7 +393,9 @@ impl Proxy {
 
     /// The one decision about a missing backend: hold the request and send it again once the
     /// backend is back, or answer 503 now.
-    async fn hold_for(&self, missing: Missing, ex: &mut Exchange) -> Next {
+    /// `replayable`: the request provably never reached the application, or is safe to run
+    /// twice.
+    async fn hold_for(&self, missing: Missing, replayable: bool, ex: &mut Exchange) -> Next {
         // A failed connection is the upstream's; a router's answer is its route's.
         let outages = if missing.reason.is_connect_failure() {
             self.hold.upstream().clone()
@@ -387,7 +417,7 @@ impl Proxy {
         // Replay only what provably never reached the application: a connection that failed
         // before the request was written, or a router that answered by itself. A router's
         // 502/504 may follow a request the backend did read.
-        if !self.hold.enabled() || !missing.is_safe_to_replay() {
+        if !self.hold.enabled() || !replayable {
             let answer = self.unavailable(missing.reason, &outages, ticket, handle);
             return Next::Answer(answer.await);
         }
@@ -421,16 +451,10 @@ impl Proxy {
     /// it is safe to run twice, it has not been sent again for this reason yet, and its body
     /// was kept whole. The failed attempt's body is stopped first.
     fn may_send_again(&self, ex: &mut Exchange) -> bool {
-        if ex.sent_again || !self.idempotency.enabled() || !ex.handle.is_replayable() {
+        if ex.sent_again {
             return false;
         }
-        let headers = &ex.target.headers;
-        let host = headers.get(HOST);
-        let kind = ex
-            .handle
-            .with_complete_body(|body| self.idempotency.judge(host, headers, body))
-            .flatten();
-        let Some(kind) = kind else {
+        let Some(kind) = self.safe_to_repeat(ex) else {
             return false;
         };
         ex.sent_again = true;
@@ -442,6 +466,63 @@ impl Proxy {
              twice, so it goes once more"
         );
         true
+    }
+
+    /// Why the request is safe to run twice, if it is and its body was kept whole.
+    fn safe_to_repeat(&self, ex: &Exchange) -> Option<crate::idempotent::SafeKind> {
+        if !self.idempotency.enabled() || !ex.handle.is_replayable() {
+            return None;
+        }
+        let headers = &ex.target.headers;
+        let host = headers.get(HOST);
+        ex.handle
+            .with_complete_body(|body| self.idempotency.judge(host, headers, body))
+            .flatten()
+    }
+
+    /// The id of the JSON-RPC request whose answer the upstream's head announces as an event
+    /// stream: a POST of one request (its body kept whole), answered 2xx `text/event-stream`.
+    fn awaits_answer(
+        &self,
+        ex: &Exchange,
+        head: &http::response::Parts,
+    ) -> Option<serde_json::Value> {
+        if ex.target.method != Method::POST
+            || !head.status.is_success()
+            || !super::headers::is_event_stream(&head.headers)
+        {
+            return None;
+        }
+        ex.handle
+            .with_complete_body(crate::respond::jsonrpc_request_id)
+            .flatten()
+    }
+
+    /// The upstream ended a request's event stream before its first event, without answering:
+    /// it is going away (src/proxy/unanswered.rs). The request reached it and may have run, so
+    /// it is sent again only if it is safe to run twice: held until the upstream is back (once
+    /// more at once with holding off). Otherwise a 502. Either way the upstream's outage opens,
+    /// so that what comes next waits instead of going into a server that drops its answers.
+    async fn unanswered(&self, ex: &mut Exchange, status: StatusCode) -> Next {
+        tracing::warn!(
+            reason = FailReason::Unanswered.as_str(),
+            "the upstream ended a request's event stream without answering it (shutting down?)"
+        );
+        let missing = Missing {
+            reason: RewriteReason::Unanswered,
+            never_reached_app: false,
+        };
+        if self.hold.enabled() {
+            if let Some(kind) = self.safe_to_repeat(ex) {
+                self.metrics.safe_retries.get_or_create(&kind.into()).inc();
+                return Box::pin(self.hold_for(missing, true, ex)).await;
+            }
+        }
+        self.hold.upstream().missing(missing.reason);
+        if self.may_send_again(ex) {
+            return Next::Again;
+        }
+        Next::Answer(self.failed(FailReason::Unanswered, ex.version, Some(status)))
     }
 
     /// The MCP method a POST carries, for its metric: the 2026-07-28 header when given (one

@@ -21,6 +21,8 @@
 //! - `request`: the request made ready for the upstream, and what is refused with a 400 (ambiguous
 //!   framing, Host, dot segments).
 //! - `sessions`: session bookkeeping on an answer passed through.
+//! - `unanswered`: an event stream that ends without its request's answer (a server shutting
+//!   down).
 //! - [`body`]: streaming response bodies under idle timeouts.
 //!
 //! [`classify`]: crate::classify
@@ -38,6 +40,7 @@ mod props;
 mod request;
 mod resume;
 mod sessions;
+mod unanswered;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

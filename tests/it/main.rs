@@ -10,6 +10,7 @@ mod deploy_observability;
 mod deploy_pause;
 mod exactly_once;
 mod forwarding;
+mod graceful;
 mod health;
 mod held_memory;
 mod hold;

@@ -10,7 +10,8 @@
 //         {"event":"result","ok":false,"error":<the SDK's message>,"sessionId":...}, where
 //         sessionId is what the SDK's transport holds after the command. Nothing else.
 // stdin:  one JSON command per line: {"op":"call","tool":"count"},
-//         {"op":"call","tool":"echo","args":{"text":"x"}}, {"op":"setLevel","level":"debug"},
+//         {"op":"call","tool":"echo","args":{"text":"x"}}, {"op":"list"} (tools/list; the text
+//         is the tool names, comma-separated), {"op":"setLevel","level":"debug"},
 //         {"op":"close"} (DELETE the session, then exit). EOF closes without a DELETE.
 // stderr: a trace of every HTTP request the SDK makes and of the SDK's own errors, for the
 //         test's failure messages and for reading what the client does around a restart.
@@ -82,6 +83,11 @@ async function perform(command) {
                 throw new Error(`tool error: ${text}`);
             }
             return text;
+        }
+        case 'list': {
+            // Lets a proxy in between read the tools' annotations (what is safe to send twice).
+            const listed = await client.listTools();
+            return listed.tools.map(tool => tool.name).join(',');
         }
         case 'setLevel':
             await client.setLoggingLevel(command.level);

@@ -8,6 +8,7 @@ pub mod mcp;
 pub mod node;
 pub mod process;
 pub mod proxy;
+pub mod python;
 pub mod router;
 
 use std::future::Future;

@@ -1,0 +1,219 @@
+//! The official MCP Python SDK's stateful server under uvicorn as a test peer:
+//! `tests/python/ledger_server.py` in a child process, run by the `python3` on `PATH` (.ci/run
+//! puts its virtual environment, with `mcp` installed, first on `PATH`).
+//!
+//! What it is for is uvicorn's graceful shutdown, which an in-process server cannot reproduce:
+//! SIGTERM, a window in which open connections are still read while every event stream ends at
+//! once, then the listener closes and the process exits. [`PyServer::stop`] sends SIGTERM and
+//! waits for the exit; [`PyServer::start_again`] starts a fresh process, with no sessions, on the
+//! same port.
+
+use std::io::{BufRead, BufReader};
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::thread;
+use std::time::Duration;
+
+use super::files::repo_path;
+use super::process::{find_program, sigterm, Guard};
+use super::LIMIT;
+
+/// One execution of a tool, as the server wrote it to its ledger.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Ran {
+    /// `record` or `lookup`.
+    pub tool: String,
+    /// The call's argument `n`.
+    pub n: u64,
+    /// The server process that ran it.
+    pub pid: u32,
+    /// When, in seconds since the Unix epoch.
+    pub at: f64,
+}
+
+/// The `python3` that has the MCP Python SDK, or a failure that says how to get one: these
+/// tests must not pass by not running.
+pub fn require_python_sdk() -> PathBuf {
+    let python = find_program("python3").unwrap_or_else(|| {
+        panic!("`python3` is not installed, so this test cannot run; run .ci/run")
+    });
+    let has_sdk = Command::new(&python)
+        .args(["-c", "import mcp.server.mcpserver"])
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(
+        has_sdk,
+        "the MCP Python SDK is not importable by {}, so this test cannot run. Run .ci/run (it \
+         installs `mcp` into target/ci-venv and puts that first on PATH), or \
+         `pip install mcp==2.3.0` into a virtual environment on PATH.",
+        python.display()
+    );
+    python
+}
+
+/// A port outside the kernel's ephemeral range, free now. A server that stops and starts again
+/// must find its port free: no socket another test binds to port 0, and no outgoing connection,
+/// is given a port from outside that range, so only another such pick could take it.
+fn quiet_port() -> u16 {
+    for _ in 0..1000 {
+        let port = 20_000 + fastrand::u16(..12_000);
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port in 20000..32000");
+}
+
+/// A running (or stopped) Python SDK server.
+pub struct PyServer {
+    python: PathBuf,
+    port: u16,
+    ledger: PathBuf,
+    child: Option<Guard>,
+    /// Its stderr lines, from a thread per process.
+    lines: Option<mpsc::Receiver<String>>,
+    /// Every stderr line of every process so far, for failure messages.
+    seen: Vec<String>,
+}
+
+impl PyServer {
+    /// Starts the server on a free port, its ledger at `ledger`, and waits until it listens.
+    pub async fn start(ledger: &Path) -> PyServer {
+        let mut server = PyServer {
+            python: require_python_sdk(),
+            port: quiet_port(),
+            ledger: ledger.to_owned(),
+            child: None,
+            lines: None,
+            seen: Vec::new(),
+        };
+        server.start_again().await;
+        server
+    }
+
+    /// Starts a new process on the same port and waits (bounded) until uvicorn says it listens.
+    pub async fn start_again(&mut self) {
+        assert!(self.child.is_none(), "the server is already running");
+        let mut child = Guard(
+            Command::new(&self.python)
+                .arg(repo_path("tests/python/ledger_server.py"))
+                .arg(self.port.to_string())
+                .arg(&self.ledger)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap_or_else(|e| panic!("cannot start the Python SDK server: {e}")),
+        );
+        let (tx, rx) = mpsc::channel();
+        let stderr = child.0.stderr.take().expect("piped stderr");
+        thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        self.child = Some(child);
+        self.lines = Some(rx);
+        self.wait_for_line("Uvicorn running on").await;
+    }
+
+    /// Waits (at most [`LIMIT`]) for a stderr line containing `needle`.
+    async fn wait_for_line(&mut self, needle: &str) {
+        let rx = self.lines.take().expect("a running server");
+        let wanted = needle.to_owned();
+        let (rx, seen, found) = tokio::task::spawn_blocking(move || {
+            let mut seen = Vec::new();
+            let deadline = std::time::Instant::now() + LIMIT;
+            loop {
+                let left = deadline.saturating_duration_since(std::time::Instant::now());
+                match rx.recv_timeout(left) {
+                    Ok(line) => {
+                        let found = line.contains(&wanted);
+                        seen.push(line);
+                        if found {
+                            return (rx, seen, true);
+                        }
+                    }
+                    Err(_) => return (rx, seen, false),
+                }
+            }
+        })
+        .await
+        .expect("the reader task");
+        self.seen.extend(seen);
+        self.lines = Some(rx);
+        assert!(
+            found,
+            "the Python SDK server never printed {needle:?}; stderr:\n{}",
+            self.trace()
+        );
+    }
+
+    /// Sends SIGTERM and returns at once: uvicorn's graceful shutdown begins.
+    pub fn sigterm(&self) {
+        sigterm(&self.child.as_ref().expect("a running server").0);
+    }
+
+    /// Waits (at most [`LIMIT`]) for the process to exit after [`PyServer::sigterm`].
+    pub async fn wait_exit(&mut self) {
+        let mut child = self.child.take().expect("a running server");
+        let exited = tokio::task::spawn_blocking(move || {
+            let deadline = std::time::Instant::now() + LIMIT;
+            while std::time::Instant::now() < deadline {
+                if let Ok(Some(_)) = child.0.try_wait() {
+                    return true;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            false
+        })
+        .await
+        .expect("the wait task");
+        if let Some(rx) = self.lines.take() {
+            self.seen.extend(rx.try_iter());
+        }
+        assert!(
+            exited,
+            "the Python SDK server did not exit within {LIMIT:?} of SIGTERM"
+        );
+    }
+
+    /// The listening address.
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.port))
+    }
+
+    /// Every tool execution so far, across processes, in order.
+    pub fn ledger(&self) -> Vec<Ran> {
+        let text = match std::fs::read_to_string(&self.ledger) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+            Err(e) => panic!("read {}: {e}", self.ledger.display()),
+        };
+        text.lines()
+            .map(|line| {
+                let fields: Vec<&str> = line.split(' ').collect();
+                let bad = || panic!("not a ledger line: {line:?}");
+                let [tool, n, pid, at] = fields[..] else {
+                    bad()
+                };
+                Ran {
+                    tool: tool.to_owned(),
+                    n: n.parse().unwrap_or_else(|_| bad()),
+                    pid: pid.parse().unwrap_or_else(|_| bad()),
+                    at: at.parse().unwrap_or_else(|_| bad()),
+                }
+            })
+            .collect()
+    }
+
+    /// Everything every process of this server wrote to stderr so far.
+    pub fn trace(&self) -> String {
+        self.seen.join("\n")
+    }
+}
