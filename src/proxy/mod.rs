@@ -158,6 +158,53 @@ const CANCELLED: &str = "cancelled";
 /// The status counted for it (nginx's "client closed request").
 const CLIENT_CLOSED_REQUEST: u16 = 499;
 
+/// The access-log action of a request whose client went away before its answer was ready
+/// (while it was sent, waited for a head, or waited for a session's re-establishment): its
+/// future was dropped, and whatever it waited for with it.
+const CLIENT_GONE: &str = "client_gone";
+
+/// A request not yet counted and logged. Every request is, exactly once: when its answer is
+/// ready ([`Unfinished::finish`]), or, if its client goes away first and its future is dropped,
+/// when this is dropped.
+struct Unfinished<'a> {
+    proxy: &'a Proxy,
+    start: Instant,
+    method: http::Method,
+    path: Option<String>,
+    done: bool,
+}
+
+impl Unfinished<'_> {
+    /// Counts and logs the request, answered with `status`.
+    fn finish(&mut self, status: u16, note: &Note) {
+        self.done = true;
+        // A client that went away while held got no answer at all: counted as nginx logs it,
+        // 499 "client closed request", not as the 400 its closed connection was handed.
+        let status = if note.action == CANCELLED {
+            CLIENT_CLOSED_REQUEST
+        } else {
+            status
+        };
+        let path = self.path.as_deref();
+        self.proxy
+            .record(self.start, &self.method, path, status, note);
+    }
+}
+
+impl Drop for Unfinished<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            let note = Note {
+                upstream_status: None,
+                action: CLIENT_GONE,
+            };
+            let path = self.path.as_deref();
+            self.proxy
+                .record(self.start, &self.method, path, CLIENT_CLOSED_REQUEST, &note);
+        }
+    }
+}
+
 /// What happened, for the access log.
 struct Note {
     upstream_status: Option<StatusCode>,
@@ -274,10 +321,14 @@ impl Proxy {
         req: Request<ClientBody>,
         peer: SocketAddr,
     ) -> impl std::future::Future<Output = Response<ProxyBody>> + Send + '_ {
-        let start = Instant::now();
-        let method = req.method().clone();
-        // Copied only for the access log: the hot path needs no second copy of the path.
-        let path = self.access_log.then(|| req.uri().path().to_owned());
+        let mut unfinished = Unfinished {
+            proxy: self,
+            start: Instant::now(),
+            method: req.method().clone(),
+            // Copied only for the access log: the hot path needs no second copy of the path.
+            path: self.access_log.then(|| req.uri().path().to_owned()),
+            done: false,
+        };
         let mut begun = self.begin(req, peer);
         async move {
             // The exchange is used where it lies (moved into a local it would take room twice).
@@ -291,27 +342,21 @@ impl Proxy {
                     },
                 ),
             };
-            self.finish(start, &method, path, resp, note)
+            unfinished.finish(resp.status().as_u16(), &note);
+            resp
         }
     }
 
-    /// Counts and logs an answered request.
-    fn finish(
+    /// Counts and logs one request: answered with `status`, or (499) given up by its client.
+    fn record(
         &self,
         start: Instant,
         method: &http::Method,
-        path: Option<String>,
-        resp: Response<ProxyBody>,
-        note: Note,
-    ) -> Response<ProxyBody> {
+        path: Option<&str>,
+        status: u16,
+        note: &Note,
+    ) {
         let elapsed = start.elapsed();
-        // A client that went away while held got no answer at all: counted as nginx logs it,
-        // 499 "client closed request", not as the 400 its closed connection was handed.
-        let status = if note.action == CANCELLED {
-            CLIENT_CLOSED_REQUEST
-        } else {
-            resp.status().as_u16()
-        };
         self.metrics.requests.inc(method.into(), status);
         self.metrics.request_duration.observe(elapsed.as_secs_f64());
         if self.access_log {
@@ -319,7 +364,7 @@ impl Proxy {
             tracing::info!(
                 target: "holdfast::access",
                 method = %method,
-                path = path.as_deref().unwrap_or_default(),
+                path = path.unwrap_or_default(),
                 status,
                 upstream_status = note.upstream_status.map(|s| s.as_u16()),
                 action = note.action,
@@ -327,7 +372,6 @@ impl Proxy {
                 duration_ms = (elapsed.as_secs_f64() * 1e6).round() / 1e3,
             );
         }
-        resp
     }
 
     /// Starts shutting down: held requests get their 503 now.

@@ -24,7 +24,6 @@
 //!   ([`crate::respond::unanswered_event`]), instead of the silence.
 
 use std::pin::Pin;
-use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -35,8 +34,6 @@ use http_body_util::BodyExt;
 use super::answer::Peeked;
 use super::body::BoxError;
 use crate::classify::{FailReason, RewriteReason};
-use crate::hold::Outages;
-use crate::metrics::Metrics;
 use crate::sse;
 
 /// Longest the answer's head waits for its stream's first event. A server that ends its streams
@@ -130,18 +127,43 @@ pub(super) async fn first_event(peek: &mut Peeked, wait: Duration) -> First {
         reader.feed(&prefix);
         read.extend_from_slice(&prefix);
     }
+    match until_first(&mut reader, &mut read, &mut peek.rest, wait).await {
+        Err(err) => First::Broken(err),
+        Ok(true) => {
+            peek.complete = Some(read.freeze());
+            ended(reader)
+        }
+        Ok(false) => {
+            peek.prefix = Some(read.freeze());
+            First::Passes((!reader.settled()).then_some(reader))
+        }
+    }
+}
+
+/// Reads `body` into `reader` (and `read`) until an event was read, the body ended (true), or
+/// `wait` passed.
+async fn until_first<B>(
+    reader: &mut Reader,
+    read: &mut BytesMut,
+    body: &mut B,
+    wait: Duration,
+) -> Result<bool, BoxError>
+where
+    B: Body<Data = Bytes> + Unpin,
+    B::Error: Into<BoxError>,
+{
     let deadline = tokio::time::Instant::now() + wait;
-    let ended_now = loop {
+    loop {
         if reader.events > 0 {
-            break false;
+            return Ok(false);
         }
-        if peek.rest.is_end_stream() {
-            break true;
+        if body.is_end_stream() {
+            return Ok(true);
         }
-        match tokio::time::timeout_at(deadline, peek.rest.frame()).await {
-            Err(_) => break false,
-            Ok(None) => break true,
-            Ok(Some(Err(err))) => return First::Broken(Box::new(err)),
+        match tokio::time::timeout_at(deadline, body.frame()).await {
+            Err(_) => return Ok(false),
+            Ok(None) => return Ok(true),
+            Ok(Some(Err(err))) => return Err(err.into()),
             Ok(Some(Ok(frame))) => {
                 // Trailers on an event stream are dropped, as a peeked body's are.
                 if let Ok(data) = frame.into_data() {
@@ -150,13 +172,7 @@ pub(super) async fn first_event(peek: &mut Peeked, wait: Duration) -> First {
                 }
             }
         }
-    };
-    if ended_now {
-        peek.complete = Some(read.freeze());
-        return ended(reader);
     }
-    peek.prefix = Some(read.freeze());
-    First::Passes((!reader.settled()).then_some(reader))
 }
 
 fn ended(reader: Reader) -> First {
@@ -167,27 +183,8 @@ fn ended(reader: Reader) -> First {
     }
 }
 
-/// What holdfast does when a passed stream ends unanswered: counts it, says so, and opens the
-/// upstream's outage (the server is going away: what comes next is held, not sent into it).
-pub(super) struct OnUnanswered {
-    pub(super) metrics: Arc<Metrics>,
-    pub(super) upstream: Arc<Outages>,
-}
-
-impl OnUnanswered {
-    fn noticed(&self) {
-        self.metrics
-            .upstream_failures
-            .get_or_create(&FailReason::Unanswered.into())
-            .inc();
-        tracing::warn!(
-            reason = FailReason::Unanswered.as_str(),
-            "the upstream ended an event stream without answering its request (shutting down?); \
-             the client gets a JSON-RPC error instead of waiting for its timeout"
-        );
-        self.upstream.missing(RewriteReason::Unanswered);
-    }
-}
+/// What is done, once, when a passed stream ends unanswered (before its event is added).
+pub(super) type Noticed = Box<dyn FnOnce() + Send>;
 
 pin_project_lite::pin_project! {
     /// A passed event stream, watched for an end without the answer (see the module's doc).
@@ -197,18 +194,18 @@ pin_project_lite::pin_project! {
         // Present while the stream is not settled.
         reader: Option<Reader>,
         // The request's id, and what to do, for the event added at an unanswered end.
-        tail: Option<(serde_json::Value, OnUnanswered)>,
+        tail: Option<(serde_json::Value, Noticed)>,
         // The inner body ended (and the event, if any, was added).
         finished: bool,
     }
 }
 
 impl<B> Watched<B> {
-    pub(super) fn new(inner: B, reader: Reader, id: serde_json::Value, on: OnUnanswered) -> Self {
+    pub(super) fn new(inner: B, reader: Reader, id: serde_json::Value, noticed: Noticed) -> Self {
         Watched {
             inner,
             reader: Some(reader),
-            tail: Some((id, on)),
+            tail: Some((id, noticed)),
             finished: false,
         }
     }
@@ -247,8 +244,8 @@ where
                 match (reader, tail) {
                     // A stream cut mid-event is left as it is: the client drops the partial
                     // event, and an event added after it would be read as its end.
-                    (Some(reader), Some((id, on))) if reader.parser.at_boundary() => {
-                        on.noticed();
+                    (Some(reader), Some((id, noticed))) if reader.parser.at_boundary() => {
+                        noticed();
                         let event = crate::respond::unanswered_event(&id);
                         Poll::Ready(Some(Ok(Frame::data(event))))
                     }
@@ -277,7 +274,9 @@ where
 
 impl super::Proxy {
     /// A passed answer whose event stream has not yet carried the answer to request `id`: its
-    /// body watched, and no `Content-Length` (an event may be added at its end).
+    /// body watched, and no `Content-Length` (an event may be added at its end). An unanswered
+    /// end is counted and logged, and opens the upstream's outage: the server is going away, so
+    /// what comes next is held instead of being sent into it.
     pub(super) fn watch_unanswered(
         &self,
         resp: http::Response<super::body::ProxyBody>,
@@ -286,11 +285,214 @@ impl super::Proxy {
     ) -> http::Response<super::body::ProxyBody> {
         let (mut parts, body) = resp.into_parts();
         parts.headers.remove(http::header::CONTENT_LENGTH);
-        let on = OnUnanswered {
-            metrics: self.metrics.clone(),
-            upstream: self.hold.upstream().clone(),
-        };
-        let body = Watched::new(body, reader, id, on).boxed_unsync();
+        let (metrics, upstream) = (self.metrics.clone(), self.hold.upstream().clone());
+        let noticed: Noticed = Box::new(move || {
+            metrics
+                .upstream_failures
+                .get_or_create(&FailReason::Unanswered.into())
+                .inc();
+            tracing::warn!(
+                reason = FailReason::Unanswered.as_str(),
+                "the upstream ended an event stream without answering its request (shutting \
+                 down?); the client gets a JSON-RPC error instead of waiting for its timeout"
+            );
+            upstream.missing(RewriteReason::Unanswered);
+        });
+        let body = Watched::new(body, reader, id, noticed).boxed_unsync();
         http::Response::from_parts(parts, body)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    use tokio::sync::mpsc;
+
+    use super::*;
+
+    /// A body the test feeds frame by frame; dropping the sender ends it, an `Err` breaks it.
+    struct Feed(mpsc::UnboundedReceiver<Result<&'static str, ()>>);
+
+    impl Body for Feed {
+        type Data = Bytes;
+        type Error = BoxError;
+
+        fn poll_frame(
+            mut self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+        ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+            self.0.poll_recv(cx).map(|next| {
+                next.map(|chunk| {
+                    chunk
+                        .map(|c| Frame::data(Bytes::from_static(c.as_bytes())))
+                        .map_err(|()| BoxError::from("broken"))
+                })
+            })
+        }
+    }
+
+    fn feed(
+        chunks: &[&'static str],
+        end: bool,
+    ) -> (Feed, mpsc::UnboundedSender<Result<&'static str, ()>>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        for chunk in chunks {
+            tx.send(Ok(*chunk)).unwrap();
+        }
+        if end {
+            // The receiver ends once the last sender is gone: hand out a clone to keep.
+            let keep = tx.clone();
+            drop(tx);
+            return (Feed(rx), keep);
+        }
+        (Feed(rx), tx)
+    }
+
+    const RESULT: &str =
+        "event: message\r\ndata: {\"jsonrpc\":\"2.0\",\"id\":7,\"result\":{}}\r\n\r\n";
+    const PROGRESS: &str = "data: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\
+                            \"params\":{\"progress\":1}}\n\n";
+
+    fn reader_of(stream: &str) -> Reader {
+        let mut reader = Reader::new();
+        reader.feed(stream.as_bytes());
+        reader
+    }
+
+    #[test]
+    fn a_response_or_an_event_id_settles_a_stream_and_nothing_else_does() {
+        assert!(reader_of(RESULT).answered);
+        assert!(
+            reader_of("data: {\"jsonrpc\":\"2.0\",\"id\":7,\"error\":{\"code\":1}}\r\r").answered
+        );
+        // A notification, a server's own request, a comment, a priming event's empty data.
+        let request = "data: {\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"sampling/createMessage\",\"params\":{\"result\":1}}\n\n";
+        for stream in [
+            PROGRESS,
+            request,
+            ": ping\n\n",
+            "event: other\ndata: {\"result\":1}\n\n",
+        ] {
+            let reader = reader_of(stream);
+            assert!(!reader.settled(), "{stream:?}");
+            assert_eq!(
+                reader.events,
+                usize::from(!stream.starts_with(':')),
+                "{stream:?}"
+            );
+        }
+        // A priming event: the client can resume, so the server may end the stream.
+        let priming = reader_of("id: 0\nretry: 3000\ndata:\n\n");
+        assert!(priming.resumable && !priming.answered);
+        // An event too large to read whole is taken as the answer.
+        let large = format!(
+            "data: {{\"jsonrpc\":\"2.0\",\"method\":\"x\",\"p\":\"{}\"}}\n\n",
+            "a".repeat(DATA_CAP)
+        );
+        assert!(reader_of(&large).answered);
+    }
+
+    #[tokio::test]
+    async fn until_first_stops_at_the_first_event_the_end_or_the_wait() {
+        tokio::time::pause();
+        let wait = Duration::from_secs(1);
+        // The first event, even in two frames: the rest stays unread.
+        let (mut body, _tx) = feed(
+            &[
+                "data: {\"jsonrpc\":",
+                "\"2.0\",\"id\":7,\"result\":{}}\n\n",
+                PROGRESS,
+            ],
+            false,
+        );
+        let (mut reader, mut read) = (Reader::new(), BytesMut::new());
+        assert!(!until_first(&mut reader, &mut read, &mut body, wait)
+            .await
+            .unwrap());
+        assert!(reader.answered);
+        assert_eq!(
+            body.0.len(),
+            1,
+            "the frame after the first event is not read"
+        );
+        // An end with no event: a head, then nothing (the Python SDK in its shutdown window).
+        let (mut body, tx) = feed(&[], false);
+        drop(tx);
+        let (mut reader, mut read) = (Reader::new(), BytesMut::new());
+        assert!(until_first(&mut reader, &mut read, &mut body, wait)
+            .await
+            .unwrap());
+        assert!(!reader.settled());
+        // Nothing for the whole wait: the stream passes, unsettled, with what it sent so far.
+        let (mut body, _tx) = feed(&[": ping\n\n"], false);
+        let (mut reader, mut read) = (Reader::new(), BytesMut::new());
+        let started = tokio::time::Instant::now();
+        assert!(!until_first(&mut reader, &mut read, &mut body, wait)
+            .await
+            .unwrap());
+        // (The paused clock's timer wheel rounds up to its next millisecond.)
+        let waited = started.elapsed();
+        assert!(
+            waited >= wait && waited <= wait + Duration::from_millis(1),
+            "{waited:?}"
+        );
+        assert_eq!(&read[..], b": ping\n\n");
+        // Broken before its first event.
+        let (mut body, tx) = feed(&[": ping\n\n"], false);
+        tx.send(Err(())).unwrap();
+        let (mut reader, mut read) = (Reader::new(), BytesMut::new());
+        assert!(until_first(&mut reader, &mut read, &mut body, wait)
+            .await
+            .is_err());
+    }
+
+    /// Runs `chunks` through a [`Watched`] body; what the client reads and how often the
+    /// unanswered end was noticed.
+    async fn watched(chunks: &[&'static str]) -> (String, usize) {
+        let (body, tx) = feed(chunks, false);
+        drop(tx);
+        let count = Arc::new(AtomicUsize::new(0));
+        let counted = count.clone();
+        let noticed: Noticed = Box::new(move || {
+            counted.fetch_add(1, Ordering::SeqCst);
+        });
+        let watched = Watched::new(body, Reader::new(), serde_json::json!(7), noticed);
+        assert!(!watched.is_end_stream());
+        assert_eq!(watched.size_hint().exact(), None, "an event may be added");
+        let bytes = watched.collect().await.unwrap().to_bytes();
+        (
+            String::from_utf8(bytes.to_vec()).unwrap(),
+            count.load(Ordering::SeqCst),
+        )
+    }
+
+    #[tokio::test]
+    async fn a_watched_stream_that_ends_unanswered_gets_a_json_rpc_error_with_the_request_id() {
+        let (text, noticed) = watched(&[PROGRESS]).await;
+        assert_eq!(noticed, 1);
+        let added = text
+            .strip_prefix(PROGRESS)
+            .expect("the server's events pass first");
+        let mut events = sse::Parser::new(1 << 20).events(added.as_bytes());
+        assert_eq!(events.len(), 1, "{added:?}");
+        let error: serde_json::Value = serde_json::from_str(&events.remove(0).data).unwrap();
+        assert_eq!(error["id"], 7);
+        assert_eq!(error["error"]["code"], crate::respond::JSONRPC_UNANSWERED);
+        assert_eq!(error["error"]["data"]["reason"], "unanswered");
+    }
+
+    #[tokio::test]
+    async fn a_watched_stream_that_answered_resumable_or_was_cut_mid_event_passes_as_it_is() {
+        for chunks in [
+            &[PROGRESS, RESULT][..],
+            &["id: 0\ndata:\n\n", PROGRESS][..],
+            &[PROGRESS, "data: {\"jsonrpc\""][..],
+        ] {
+            let (text, noticed) = watched(chunks).await;
+            assert_eq!(text, chunks.concat());
+            assert_eq!(noticed, 0, "{chunks:?}");
+        }
     }
 }

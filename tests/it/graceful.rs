@@ -13,12 +13,19 @@
 //! and checks every call, every restart: answered within the restart plus [`SLACK`], never run
 //! twice (but `lookup` when it was sent again), never run in a later server process than the one
 //! its answer came from, and the window hit at least once (else the test proved nothing).
+//!
+//! The last tests pin each answer down with an in-process upstream whose streams end as a
+//! shutting-down server's do: at once (a 502, or held and sent again when safe), or after a
+//! notification (a JSON-RPC error event added for the client).
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::{json, Value};
 
 use crate::support::files::TempDir;
+use crate::support::http as http_upstream;
 use crate::support::mcp::{mcp_post, raw_http, RawResponse};
 use crate::support::node::TsClient;
 use crate::support::proxy::Holdfast;
@@ -348,4 +355,91 @@ fn answer_in(resp: &RawResponse) -> Option<Value> {
         .filter_map(|line| line.trim_end().strip_prefix("data: "))
         .filter_map(|data| serde_json::from_str::<Value>(data).ok())
         .find(|value| value.get("result").is_some() || value.get("error").is_some())
+}
+
+/// An upstream that answers POSTs with event streams: the `i`th answer (from 0) is `streams[i]`
+/// (the last one again after that), and it counts the requests it saw.
+async fn streaming(
+    streams: &'static [&'static str],
+) -> (http_upstream::Upstream, Arc<AtomicUsize>) {
+    let seen = Arc::new(AtomicUsize::new(0));
+    let count = seen.clone();
+    let upstream = http_upstream::Upstream::start(move |_| {
+        let i = count.fetch_add(1, Ordering::SeqCst);
+        let body = streams[i.min(streams.len() - 1)];
+        async move { http_upstream::response(200, &[("content-type", "text/event-stream")], body) }
+    })
+    .await;
+    (upstream, seen)
+}
+
+const PING_RESULT: &str = "event: message\ndata: {\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}\n\n";
+
+#[tokio::test]
+async fn an_event_stream_ended_without_its_answer_is_a_502_for_a_call_that_may_have_run() {
+    let (upstream, seen) = streaming(&["", PING_RESULT]).await;
+    let holdfast = Holdfast::start(&upstream.url()).await;
+    let call = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"charge"}}"#;
+    let got = http_upstream::post_json(&holdfast.url("/mcp"), call).await;
+    assert_eq!(got.status, 502);
+    assert_eq!(got.headers["holdfast-reason"], "unanswered");
+    assert_eq!(seen.load(Ordering::SeqCst), 1, "sent once: it may have run");
+    assert_eq!(
+        holdfast
+            .metric("holdfast_upstream_failures_total{reason=\"unanswered\"}")
+            .await,
+        1.0
+    );
+    upstream.stop().await;
+}
+
+#[tokio::test]
+async fn an_event_stream_ended_without_its_answer_is_held_and_sent_again_when_safe() {
+    let (upstream, seen) = streaming(&["", PING_RESULT]).await;
+    let holdfast = Holdfast::start(&upstream.url()).await;
+    let ping = r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
+    let got = http_upstream::post_json(&holdfast.url("/mcp"), ping).await;
+    assert_eq!(got.status, 200);
+    assert_eq!(&got.body[..], PING_RESULT.as_bytes());
+    assert_eq!(seen.load(Ordering::SeqCst), 2);
+    let held = "holdfast_rewrites_total{reason=\"unanswered\",action=\"held\"}";
+    assert_eq!(holdfast.metric(held).await, 1.0);
+    assert_eq!(
+        holdfast
+            .metric("holdfast_safe_retries_total{kind=\"read_only_method\"}")
+            .await,
+        1.0
+    );
+    upstream.stop().await;
+}
+
+#[tokio::test]
+async fn an_event_stream_ended_unanswered_after_an_event_gets_a_json_rpc_error_event() {
+    const PROGRESS: &str = "data: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\
+                            \"params\":{\"progressToken\":1,\"progress\":1}}\n\n";
+    let (upstream, seen) = streaming(&[PROGRESS]).await;
+    let holdfast = Holdfast::start(&upstream.url()).await;
+    let call =
+        r#"{"jsonrpc":"2.0","id":"call-9","method":"tools/call","params":{"name":"charge"}}"#;
+    let got = http_upstream::post_json(&holdfast.url("/mcp"), call).await;
+    assert_eq!(got.status, 200);
+    let text = String::from_utf8(got.body.to_vec()).unwrap();
+    let added = text
+        .strip_prefix(PROGRESS)
+        .unwrap_or_else(|| panic!("{text:?}"));
+    let data = added
+        .strip_prefix("event: message\ndata: ")
+        .and_then(|rest| rest.strip_suffix("\n\n"))
+        .unwrap_or_else(|| panic!("one event added: {added:?}"));
+    let error: Value = serde_json::from_str(data).unwrap();
+    assert_eq!(error["id"], "call-9");
+    assert_eq!(error["error"]["data"]["reason"], "unanswered");
+    assert_eq!(seen.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        holdfast
+            .metric("holdfast_upstream_failures_total{reason=\"unanswered\"}")
+            .await,
+        1.0
+    );
+    upstream.stop().await;
 }

@@ -307,3 +307,57 @@ async fn the_access_log_names_router_passed_failed_and_bad_request_and_the_horiz
     assert_eq!(horizon.len(), 1, "one warning for three 404s:\n{all}");
     assert_eq!(horizon[0]["level"], "WARN");
 }
+
+/// A request whose client goes away while the upstream works on it is logged and counted once,
+/// as `client_gone` with nginx's 499: its future was dropped, not answered, and a request that
+/// leaves no line is one an operator cannot find.
+#[tokio::test]
+async fn a_request_whose_client_goes_away_is_logged_once_as_client_gone() {
+    use tokio::io::AsyncWriteExt;
+
+    // The upstream reads the request, tells the test, and never answers.
+    let (reached, mut arrived) = tokio::sync::mpsc::unbounded_channel();
+    let upstream = Upstream::start(move |_| {
+        let reached = reached.clone();
+        async move {
+            let _ = reached.send(());
+            std::future::pending::<()>().await;
+            unreachable!()
+        }
+    })
+    .await;
+    let mut proxy = Running::start(&mut serving(&upstream.url(), &["--access-log"]));
+    let started: Value = serde_json::from_str(&proxy.wait_for_line("holdfast proxying")).unwrap();
+    let listen = started["listen"].as_str().unwrap().to_string();
+    let admin = started["admin"].as_str().unwrap().to_string();
+
+    let body = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"slow"}}"#;
+    let mut client = tokio::net::TcpStream::connect(&listen).await.unwrap();
+    let request = format!(
+        "POST /mcp HTTP/1.1\r\nhost: {listen}\r\ncontent-type: application/json\r\n\
+         content-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    client.write_all(request.as_bytes()).await.unwrap();
+    crate::support::within(arrived.recv())
+        .await
+        .expect("the upstream saw the request");
+    drop(client);
+    let series = "holdfast_requests_total{method=\"POST\",status=\"499\"}";
+    metric_until_at(&admin, series, |v| v >= 1.0).await;
+
+    let (_, stderr) = tokio::task::spawn_blocking(move || proxy.terminate())
+        .await
+        .unwrap();
+    upstream.stop().await;
+    let lines = json_lines(&stderr);
+    let access: Vec<&Value> = lines
+        .iter()
+        .filter(|l| l["target"] == "holdfast::access")
+        .collect();
+    assert_eq!(access.len(), 1, "one access line per request: {stderr:#?}");
+    assert_eq!(access[0]["status"], 499);
+    assert_eq!(access[0]["action"], "client_gone");
+    assert_eq!(access[0]["path"], "/mcp");
+    assert!(access[0]["upstream_status"].is_null());
+}
