@@ -11,6 +11,12 @@ pub(super) const PROBE_VERDICT_WAIT: Duration = Duration::from_secs(1);
 /// at the backoff's cap: longer than a restart's "port open, application starting").
 pub(super) const HEALTH_ANSWERS_TRUSTED: u32 = 20;
 
+/// Longest an outage opened by an event stream ended unanswered waits for its upstream to
+/// refuse a connection (to show the instance shutting down is gone) before a held request goes
+/// out as a probe. A graceful shutdown closes its listener within milliseconds (uvicorn: 0.1 s);
+/// a server that ends a stream unanswered without going away costs the held requests this.
+pub(super) const UNANSWERED_GRACE: Duration = Duration::from_secs(1);
+
 /// The delay before probe `attempt` (0-based): `initial · 2^attempt`, capped at `max`, then
 /// "equal jitter": uniformly within [d/2, d], so probes from many holdfasts spread out.
 /// `jitter` is uniform in [0, 1).
@@ -26,6 +32,8 @@ impl Outages {
         let mut attempt = 0u32;
         // Health answers that did not pass, in this prober's run.
         let mut not_up = 0u32;
+        // The outage in which a connect was refused: the instance that was there is gone.
+        let mut refused_in: Option<u64> = None;
         loop {
             tokio::time::sleep(backoff(
                 self.cfg.backoff_initial,
@@ -35,7 +43,7 @@ impl Outages {
             ))
             .await;
             attempt = attempt.saturating_add(1);
-            let reason = {
+            let (reason, started, outage) = {
                 let mut st = self.lock();
                 match &st.outage {
                     Some(o)
@@ -48,7 +56,7 @@ impl Outages {
                         if st.paused.as_ref().is_some_and(|p| p.gone.is_none()) {
                             continue;
                         }
-                        o.last_reason
+                        (o.last_reason, o.started, o.id)
                     }
                     _ => {
                         st.prober_running = false;
@@ -67,6 +75,17 @@ impl Outages {
                     .call(self.probe_uri.clone())
                     .await
                     .is_err()
+                {
+                    refused_in = Some(outage);
+                    continue;
+                }
+                // A stream ended unanswered: the server is shutting down, and in its first
+                // moments it still accepts (and drops what it is sent). A held request goes out
+                // once a connection was refused (the old instance is gone), or when it was
+                // not going away after all.
+                if reason == RewriteReason::Unanswered
+                    && refused_in != Some(outage)
+                    && started.elapsed() < UNANSWERED_GRACE
                 {
                     continue;
                 }

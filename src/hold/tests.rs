@@ -6,6 +6,8 @@ use prometheus_client::registry::Registry;
 use std::future::Future;
 use std::pin::Pin;
 
+use super::prober::UNANSWERED_GRACE;
+
 /// The hold configuration of these tests: quick backoff, `timeout`.
 pub(super) fn config(timeout: Duration) -> HoldConfig {
     HoldConfig {
@@ -325,4 +327,55 @@ fn backoff_doubles_to_the_cap_with_equal_jitter() {
         vec![25, 50, 100, 200, 250, 250]
     );
     assert_eq!(backoff(i, m, u32::MAX, 0.5), Duration::from_micros(187_500));
+}
+
+/// Outages of an upstream at `uri` (the prober connects there first), with `timeout`.
+fn upstream_outages(uri: &str, timeout: Duration) -> Arc<Outages> {
+    let (mut template, _metrics) = template(config(timeout));
+    template.probe_uri = uri.parse().unwrap();
+    Arc::new(Outages::new(&template, Shared::new(), "test".into(), None))
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_unanswered_outage_sends_nothing_while_the_old_instance_accepts_until_it_refused() {
+    // A server in its graceful shutdown: it still accepts for a moment, then refuses, then
+    // comes back.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let o = upstream_outages(&format!("http://{addr}/"), Duration::from_secs(60));
+    o.missing(RewriteReason::Unanswered);
+    let started = Instant::now();
+    let waiter = spawn_waiter(&o);
+    // Probed six times or more in 0.9 s, connected each time: nobody released.
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    assert!(
+        !waiter.is_finished(),
+        "a held request went to the instance going away"
+    );
+    drop(listener);
+    // Refused once: the next connect that succeeds releases the oldest as the probe.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!waiter.is_finished(), "released while nothing listened");
+    let _back = tokio::net::TcpListener::bind(addr).await.unwrap();
+    let (released, probe) = waiter.await.unwrap();
+    assert_eq!((released, probe), (Released::Go, true));
+    assert!(started.elapsed() < UNANSWERED_GRACE + Duration::from_millis(500));
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_unanswered_outage_of_a_server_that_stays_probes_after_the_grace() {
+    // A server that ended a stream unanswered and is not going away: after the grace, the
+    // held requests probe it as usual.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let o = upstream_outages(&format!("http://{addr}/"), Duration::from_secs(60));
+    o.missing(RewriteReason::Unanswered);
+    let started = Instant::now();
+    let (released, probe) = spawn_waiter(&o).await.unwrap();
+    assert_eq!((released, probe), (Released::Go, true));
+    let waited = started.elapsed();
+    assert!(
+        waited >= UNANSWERED_GRACE && waited <= UNANSWERED_GRACE + Duration::from_millis(300),
+        "{waited:?}"
+    );
 }
