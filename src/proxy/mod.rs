@@ -15,6 +15,7 @@
 //!
 //! # Layout
 //! - `forward`: the attempt loop and the one decision per verdict.
+//! - `attempt`: one attempt at the upstream and its verdict.
 //! - `answer`: what the client gets: passed through, 503, 502.
 //! - `resume`: re-establishing a session the upstream forgot.
 //! - [`headers`]: hop-by-hop removal, Host, X-Forwarded-*.
@@ -29,6 +30,7 @@
 //! [`Verdict`]: crate::classify::Verdict
 
 mod answer;
+mod attempt;
 pub mod body;
 mod endpoint;
 mod forward;

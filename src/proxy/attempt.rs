@@ -1,0 +1,126 @@
+//! One attempt at the upstream: send, peek where a signature could match, classify.
+
+use http::StatusCode;
+use tokio::time::Instant;
+
+use super::answer::{Answer, Peeked};
+use super::{Proxy, Target};
+use crate::classify::{self, ErrorChain, FailReason, Outcome, Verdict};
+use crate::hold::Outages;
+use crate::replay::ReplayBody;
+
+impl Proxy {
+    /// One attempt at the upstream and its verdict. The response comes back with verdicts that
+    /// pass it through.
+    /// `route` is the request's route while an outage is open anywhere (else no route is past
+    /// its horizon).
+    pub(super) async fn attempt(
+        &self,
+        target: &Target,
+        route: Option<&Outages>,
+        body: ReplayBody,
+    ) -> (Verdict, Option<Answer>) {
+        // The upstream connection speaks HTTP/1.1 whatever the client spoke, unless it is TLS
+        // and the upstream picked h2 by ALPN: hyper's client then sends the request as HTTP/2.
+        // The head is lent, not copied: the exchange keeps it for a replay.
+        let head = crate::upstream::Head {
+            method: &target.method,
+            uri: &target.uri,
+            headers: &target.headers,
+        };
+        // The response timeout counts from the end of the upload, not from its start.
+        let uploaded = body.completion();
+        let sent = tokio::select! {
+            sent = self.client.send(head, body) => Ok(sent),
+            () = uploaded.elapsed_after_upload(self.response_timeout) => Err(()),
+        };
+
+        // The horizon matters only for a 404 (and costs a lock): asked only then.
+        let cx = |route_expected, status: Option<StatusCode>| classify::Context {
+            signatures: &self.signatures,
+            route_expected,
+            beyond_horizon: status == Some(StatusCode::NOT_FOUND)
+                && route.is_some_and(|r| r.beyond_horizon(self.horizon)),
+        };
+        let resp = match sent {
+            Err(()) => {
+                return (
+                    classify::classify(&Outcome::ResponseTimeout, &cx(true, None)),
+                    None,
+                )
+            }
+            Ok(Err(err)) => {
+                let verdict = classify::classify(&Outcome::Error(&err), &cx(true, None));
+                if verdict == Verdict::Failed(FailReason::UpstreamTls) {
+                    // A configuration error: say what is wrong, every time, loudly.
+                    tracing::error!(
+                        upstream = %self.upstream.original,
+                        error = %ErrorChain(&err),
+                        "TLS to the upstream failed; check its certificate against client.ca \
+                         (or the system roots) and its name, and client.cert/client.key"
+                    );
+                } else {
+                    tracing::debug!(error = %ErrorChain(&err), ?verdict, "upstream request failed");
+                    // Only a failed connection opens the upstream-wide outage whose first line
+                    // this is for; any other cause would wait there for an unrelated outage.
+                    let connect =
+                        matches!(verdict, Verdict::Missing(m) if m.reason.is_connect_failure());
+                    if connect && !self.hold.upstream().is_active() {
+                        self.hold.upstream().note_cause(|| {
+                            match classify::find_cause::<crate::upstream::ConnectError>(&err) {
+                                Some(connect) => ErrorChain(connect).to_string(),
+                                None => ErrorChain(&err).to_string(),
+                            }
+                        });
+                    }
+                }
+                return (verdict, None);
+            }
+            Ok(Ok(resp)) => resp,
+        };
+        let (head, body) = resp.into_parts();
+        // 101 answers an upgrade, and holdfast never asks for one (`Upgrade` is hop-by-hop): an
+        // unsolicited 101 is a protocol error, not something to hand a client. (hyper reads
+        // 100 and 103 Early Hints itself and passes neither: the final answer follows.)
+        if head.status == StatusCode::SWITCHING_PROTOCOLS {
+            tracing::debug!("the upstream answered 101 to a request that asked for no upgrade");
+            return (Verdict::Failed(FailReason::Protocol), None);
+        }
+        let peek = if self.signatures.iter().any(|s| s.status == head.status) {
+            // Boxed: only a status some signature could match is peeked at.
+            match Box::pin(self.peek(&head.headers, body)).await {
+                Ok(p) => p,
+                Err(err) => {
+                    // The upstream broke (or stalled) before its small body arrived: nothing
+                    // reached the client yet, and the request did reach the upstream.
+                    tracing::debug!(error = %ErrorChain(err.as_ref()), "upstream body failed while peeking");
+                    let reason = if err.is::<super::body::IdleTimeout>() {
+                        FailReason::ResponseTimeout
+                    } else {
+                        FailReason::UpstreamReset
+                    };
+                    return (Verdict::Failed(reason), None);
+                }
+            }
+        } else {
+            Peeked {
+                complete: None,
+                prefix: None,
+                rest: body,
+            }
+        };
+        let verdict = classify::classify(
+            &Outcome::Response {
+                status: head.status,
+                headers: &head.headers,
+                body: peek.complete.as_deref(),
+            },
+            &cx(
+                self.routes
+                    .is_expected(target.client.path(), Instant::now()),
+                Some(head.status),
+            ),
+        );
+        (verdict, Some((head, peek)))
+    }
+}
