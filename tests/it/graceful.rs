@@ -132,14 +132,15 @@ fn check(calls: &[Call], ledger: &[Ran], trace: &str) {
     }
 }
 
+/// Requests whose stream ended unanswered that were held to be sent again.
+const HELD_UNANSWERED: &str = "holdfast_rewrites_total{reason=\"unanswered\",action=\"held\"}";
+
+/// Streams ended unanswered that a client got a failure for: a 502, or an added error event.
+const FAILED_UNANSWERED: &str = "holdfast_upstream_failures_total{reason=\"unanswered\"}";
+
 /// How often the window was hit: a stream ended unanswered (held, or answered 502).
 async fn unanswered(holdfast: &Holdfast) -> f64 {
-    holdfast
-        .metric("holdfast_rewrites_total{reason=\"unanswered\",action=\"held\"}")
-        .await
-        + holdfast
-            .metric("holdfast_upstream_failures_total{reason=\"unanswered\"}")
-            .await
+    holdfast.metric(HELD_UNANSWERED).await + holdfast.metric(FAILED_UNANSWERED).await
 }
 
 #[tokio::test]
@@ -387,12 +388,7 @@ async fn an_event_stream_ended_without_its_answer_is_a_502_for_a_call_that_may_h
     assert_eq!(got.status, 502);
     assert_eq!(got.headers["holdfast-reason"], "unanswered");
     assert_eq!(seen.load(Ordering::SeqCst), 1, "sent once: it may have run");
-    assert_eq!(
-        holdfast
-            .metric("holdfast_upstream_failures_total{reason=\"unanswered\"}")
-            .await,
-        1.0
-    );
+    assert_eq!(holdfast.metric(FAILED_UNANSWERED).await, 1.0);
     upstream.stop().await;
 }
 
@@ -405,8 +401,7 @@ async fn an_event_stream_ended_without_its_answer_is_held_and_sent_again_when_sa
     assert_eq!(got.status, 200);
     assert_eq!(&got.body[..], PING_RESULT.as_bytes());
     assert_eq!(seen.load(Ordering::SeqCst), 2);
-    let held = "holdfast_rewrites_total{reason=\"unanswered\",action=\"held\"}";
-    assert_eq!(holdfast.metric(held).await, 1.0);
+    assert_eq!(holdfast.metric(HELD_UNANSWERED).await, 1.0);
     assert_eq!(
         holdfast
             .metric("holdfast_safe_retries_total{kind=\"read_only_method\"}")
@@ -438,11 +433,6 @@ async fn an_event_stream_ended_unanswered_after_an_event_gets_a_json_rpc_error_e
     assert_eq!(error["id"], "call-9");
     assert_eq!(error["error"]["data"]["reason"], "unanswered");
     assert_eq!(seen.load(Ordering::SeqCst), 1);
-    assert_eq!(
-        holdfast
-            .metric("holdfast_upstream_failures_total{reason=\"unanswered\"}")
-            .await,
-        1.0
-    );
+    assert_eq!(holdfast.metric(FAILED_UNANSWERED).await, 1.0);
     upstream.stop().await;
 }
