@@ -125,6 +125,10 @@ pub struct State {
     /// `100 Continue` owed to a client that waits for it before sending its body: the bytes
     /// of it already written.
     pub continue_owed: Option<usize>,
+    /// A request body failed (malformed framing, a truncated or broken upload): where the
+    /// next request would start is unknown, so the connection must not carry another. Never
+    /// reset: it outlives the request whose body failed.
+    pub body_failed: bool,
     /// Counts the requests begun: a body is its request's only ([`State::begin`]).
     generation: u64,
 }
@@ -146,6 +150,7 @@ impl Shared {
                 buf: BytesMut::new(),
                 body: None,
                 continue_owed: None,
+                body_failed: false,
                 generation: 0,
             }),
         })
@@ -254,6 +259,19 @@ impl State {
         self.generation += 1;
     }
 
+    /// The request body failed: nothing more of it is read, and the connection closes after
+    /// this request's answer.
+    fn fail(&mut self) {
+        self.body = None;
+        self.body_failed = true;
+    }
+
+    /// Whether the connection may carry another request: its last request's body was read to
+    /// its end, and did not fail.
+    pub fn reusable(&self) -> bool {
+        self.body.is_none() && !self.body_failed
+    }
+
     /// Writes what is left of an owed `100 Continue`.
     fn poll_continue(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         while let Some(at) = self.continue_owed {
@@ -291,7 +309,7 @@ impl http_body::Body for RequestBody {
             return Poll::Ready(None);
         }
         if let Err(e) = std::task::ready!(st.poll_continue(cx)) {
-            st.body = None;
+            st.fail();
             self.done = true;
             return Poll::Ready(Some(Err(Error::Io(e))));
         }
@@ -303,7 +321,7 @@ impl http_body::Body for RequestBody {
             let decoded = match decoder.decode(&mut st.buf) {
                 Ok(decoded) => decoded,
                 Err(e) => {
-                    st.body = None;
+                    st.fail();
                     self.done = true;
                     return Poll::Ready(Some(Err(e)));
                 }
@@ -316,10 +334,14 @@ impl http_body::Body for RequestBody {
                     }
                     return Poll::Ready(Some(Ok(Frame::data(own(data)))));
                 }
-                Decoded::Trailers(trailers) => {
+                // A client's trailer fields were read and checked, and are not forwarded: they
+                // would reach the upstream past everything done to the head's fields (Host,
+                // X-Forwarded-*, Mcp-Session-Id, framing). hyper's server did not forward them
+                // either.
+                Decoded::Trailers(_) => {
                     st.body = None;
                     self.done = true;
-                    return Poll::Ready(Some(Ok(Frame::trailers(trailers))));
+                    return Poll::Ready(None);
                 }
                 Decoded::End => {
                     st.body = None;
@@ -337,13 +359,13 @@ impl http_body::Body for RequestBody {
                     return Poll::Pending;
                 }
                 Poll::Ready(Ok(0)) => {
-                    st.body = None;
+                    st.fail();
                     self.done = true;
                     return Poll::Ready(Some(Err(Error::Incomplete)));
                 }
                 Poll::Ready(Ok(_)) => {}
                 Poll::Ready(Err(e)) => {
-                    st.body = None;
+                    st.fail();
                     self.done = true;
                     return Poll::Ready(Some(Err(Error::Io(e))));
                 }

@@ -159,27 +159,22 @@ impl Decoder {
         }
     }
 
+    /// The trailer section: field lines, each ended by CRLF, then an empty line. Where it ends
+    /// is found line by line, by the same rule as a chunk-size line's end (a bare CR or LF is an
+    /// error), so that nothing after it can be read as part of it, or it as a next request.
     fn trailers(&mut self, buf: &mut BytesMut) -> Result<Decoded, Error> {
-        if buf.len() < 2 {
+        let Some(end) = section_end(buf)? else {
             return Ok(Decoded::NeedMore);
-        }
-        if &buf[..2] == b"\r\n" {
+        };
+        if end == 2 {
             buf.advance(2);
             self.state = State::Done;
             return Ok(Decoded::End);
         }
-        let Some(end) = memchr::memmem::find(buf, b"\r\n\r\n") else {
-            if buf.len() > MAX_LINE {
-                return Err(Error::Parse("the trailer section is too large"));
-            }
-            return Ok(Decoded::NeedMore);
-        };
-        if end + 4 > MAX_LINE {
-            return Err(Error::Parse("the trailer section is too large"));
-        }
         let mut fields = [httparse::EMPTY_HEADER; 32];
-        let parsed = match httparse::parse_headers(&buf[..end + 4], &mut fields) {
-            Ok(httparse::Status::Complete((_, fields))) => {
+        let parsed = match httparse::parse_headers(&buf[..end], &mut fields) {
+            // httparse must read exactly the section found: no obs-fold, nothing left over.
+            Ok(httparse::Status::Complete((used, fields))) if used == end => {
                 let mut map = HeaderMap::with_capacity(fields.len());
                 for f in fields {
                     let name = HeaderName::from_bytes(f.name.as_bytes())
@@ -192,29 +187,63 @@ impl Decoder {
             }
             _ => return Err(Error::Parse("an invalid trailer section")),
         };
-        buf.advance(end + 4);
+        buf.advance(end);
         self.state = State::Done;
         Ok(Decoded::Trailers(parsed))
     }
 }
 
-/// The length of the first line in `buf` (before its CRLF), if complete.
+/// Where the trailer section at the start of `buf` ends (after its empty line's CRLF), if it is
+/// complete: lines ended by CRLF, with no other CR or LF in them, within [`MAX_LINE`] in all.
+fn section_end(buf: &[u8]) -> Result<Option<usize>, Error> {
+    let mut start = 0;
+    loop {
+        let Some(len) = line(&buf[start..])? else {
+            if buf.len() >= MAX_LINE {
+                return Err(Error::Parse("the trailer section is too large"));
+            }
+            return Ok(None);
+        };
+        start += len + 2;
+        if start > MAX_LINE {
+            return Err(Error::Parse("the trailer section is too large"));
+        }
+        if len == 0 {
+            return Ok(Some(start));
+        }
+    }
+}
+
+/// The length of the first line in `buf` (before its CRLF), if complete. A line ends at CRLF
+/// only: a bare LF, or a CR anywhere else in it, is an error (as hyper's decoder has it), so no
+/// reader that ends lines differently can see another line structure in the same bytes.
 fn line(buf: &[u8]) -> Result<Option<usize>, Error> {
-    match memchr::memchr(b'\n', &buf[..buf.len().min(MAX_LINE)]) {
-        Some(lf) if lf > 0 && buf[lf - 1] == b'\r' => Ok(Some(lf - 1)),
-        Some(_) => Err(Error::Parse("a chunk-size line does not end with CRLF")),
-        None if buf.len() >= MAX_LINE => Err(Error::Parse("a chunk-size line is too long")),
+    let window = &buf[..buf.len().min(MAX_LINE)];
+    match memchr::memchr2(b'\r', b'\n', window) {
+        Some(cr) if window[cr] == b'\r' => match window.get(cr + 1) {
+            Some(b'\n') => Ok(Some(cr)),
+            Some(_) => Err(Error::Parse("a bare CR in a chunked body's line")),
+            None if buf.len() > cr + 1 => Err(Error::Parse("a chunked body's line is too long")),
+            None => Ok(None),
+        },
+        Some(_) => Err(Error::Parse("a chunked body's line does not end with CRLF")),
+        None if buf.len() >= MAX_LINE => Err(Error::Parse("a chunked body's line is too long")),
         None => Ok(None),
     }
 }
 
-/// A chunk-size line's size: hex digits, then optional whitespace and `;extensions` (ignored).
+/// A chunk-size line's size: hex digits, then optional spaces or tabs and `;extensions`
+/// (ignored). Nothing else: no other whitespace (a form feed), no junk.
 fn chunk_size(line: &[u8]) -> Result<u64, Error> {
     let digits = line.iter().take_while(|b| b.is_ascii_hexdigit()).count();
     if digits == 0 || digits > 16 {
         return Err(Error::Parse("an invalid chunk size"));
     }
-    let rest = line[digits..].trim_ascii_start();
+    let blanks = line[digits..]
+        .iter()
+        .take_while(|&&b| b == b' ' || b == b'\t')
+        .count();
+    let rest = &line[digits + blanks..];
     if !(rest.is_empty() || rest[0] == b';') {
         return Err(Error::Parse("an invalid chunk size"));
     }
@@ -296,13 +325,20 @@ mod tests {
     #[test]
     fn malformed_chunking_is_an_error() {
         for bad in [
-            &b"\r\nabc"[..],             // no size
-            b"g\r\n",                    // not hex
-            b"12345678123456781\r\n",    // 17 digits
-            b"3 x\r\n",                  // junk after the size
-            b"3\nabc",                   // bare LF
-            b"3\r\nabcX\r\n",            // data not ended by CRLF
-            b"0\r\nbad trailer\r\n\r\n", // trailer without a colon
+            &b"\r\nabc"[..],                  // no size
+            b"g\r\n",                         // not hex
+            b"12345678123456781\r\n",         // 17 digits
+            b"3 x\r\n",                       // junk after the size
+            b"3\nabc",                        // bare LF
+            b"3\r\nabcX\r\n",                 // data not ended by CRLF
+            b"0\r\nbad trailer\r\n\r\n",      // trailer without a colon
+            b"5\rx\r\nhello",                 // a lone CR in the size
+            b"5;a\rb\r\nhello",               // a lone CR in an extension
+            b"5\x0c\r\nhello",                // a form feed as whitespace
+            b"0\r\n\nGET / HTTP/1.1\r\n\r\n", // the section ended by a bare LF
+            b"0\r\nX: y\n\n",                 // a trailer line ended by a bare LF
+            b"0\r\nX: y\r\r\n\r\n",           // a lone CR in a trailer line
+            b"0\r\nX: a\r\n b\r\n\r\n",       // obs-fold
         ] {
             assert!(
                 feed(Framing::Chunked, bad, 64).unwrap_err().is_parse(),
@@ -315,9 +351,34 @@ mod tests {
     }
 
     #[test]
+    fn the_trailer_section_ends_at_its_empty_line_and_leaves_the_rest() {
+        let mut d = Decoder::new(Framing::Chunked);
+        let mut buf = BytesMut::from(&b"0\r\nX-A: 1\r\nX-B: 2\r\n\r\nGET / HTTP/1.1\r\n"[..]);
+        let Decoded::Trailers(trailers) = d.decode(&mut buf).unwrap() else {
+            panic!("trailers")
+        };
+        assert_eq!(trailers.len(), 2);
+        assert_eq!(d.decode(&mut buf).unwrap(), Decoded::End);
+        assert_eq!(&buf[..], b"GET / HTTP/1.1\r\n");
+        // An incomplete section waits for more, whatever the cut.
+        let whole = b"0\r\nX-A: 1\r\n\r\n";
+        for cut in 1..whole.len() {
+            let mut d = Decoder::new(Framing::Chunked);
+            let mut buf = BytesMut::from(&whole[..cut]);
+            assert_eq!(
+                d.decode(&mut buf).unwrap(),
+                Decoded::NeedMore,
+                "cut at {cut}"
+            );
+        }
+    }
+
+    #[test]
     fn chunk_sizes_parse_with_whitespace_and_extensions() {
         assert_eq!(chunk_size(b"1F").unwrap(), 31);
         assert_eq!(chunk_size(b"a ; name=value").unwrap(), 10);
+        assert_eq!(chunk_size(b"a\t;x").unwrap(), 10);
+        assert!(chunk_size(b"a\x0b").is_err());
         assert_eq!(chunk_size(b"ffffffffffffffff").unwrap(), u64::MAX);
         assert!(chunk_size(b"-1").is_err());
         assert!(chunk_size(b"").is_err());

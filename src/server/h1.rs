@@ -305,8 +305,9 @@ impl Connection {
         if flush(shared).await.is_err() {
             return false;
         }
-        // A body the proxy did not read to its end: where the next request starts is unknown.
-        keep && shared.lock().body.is_none()
+        // A body the proxy did not read to its end, or that failed: where the next request
+        // starts is unknown.
+        keep && shared.lock().reusable()
     }
 
     /// Answers a head that cannot be served, then closes.

@@ -28,6 +28,7 @@ mod rows;
 mod session;
 mod session_ts;
 mod shutdown;
+mod smuggling;
 mod sse;
 mod strict;
 mod support;
