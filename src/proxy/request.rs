@@ -44,6 +44,17 @@ pub(super) fn client_host(
                 .map_err(|_| "the request's :authority is not a host[:port]");
         }
     }
+    // An absolute-form target names its host, which RFC 9112 §3.2.2 says wins over Host: a
+    // Host that names another is refused rather than chosen between (the upstream, or a router
+    // before it, may choose the other).
+    if let (Some(authority), Some(host)) = (uri.authority(), host) {
+        if !host
+            .as_bytes()
+            .eq_ignore_ascii_case(authority.as_str().as_bytes())
+        {
+            return Err("the Host header and the request target's host disagree");
+        }
+    }
     match host {
         Some(host) => Ok(Some(host.clone())),
         None if version == Version::HTTP_11 => Err("an HTTP/1.1 request needs a Host header"),
@@ -121,6 +132,19 @@ pub(super) fn check_path(path: &str) -> Result<(), &'static str> {
     Ok(())
 }
 
+/// A target holdfast, an origin server's gateway and no forward proxy, can forward: not
+/// `CONNECT` (a tunnel), and not authority-form (`example.com:443`), which only `CONNECT` uses;
+/// hyper's server handed both to the service, which forwarded them as `/`.
+fn check_target(method: &http::Method, uri: &Uri) -> Result<(), &'static str> {
+    if method == http::Method::CONNECT {
+        return Err("CONNECT is not proxied");
+    }
+    if uri.scheme().is_none() && uri.authority().is_some() {
+        return Err("an authority-form request target is for CONNECT only");
+    }
+    Ok(())
+}
+
 /// Whether `segment` is `.` or `..`, each dot possibly percent-encoded (`%2e`, `%2E`), read
 /// without decoding (every request passes here).
 fn is_dot_segment(segment: &str) -> bool {
@@ -148,6 +172,7 @@ impl Proxy {
         peer: SocketAddr,
     ) -> Result<Target, &'static str> {
         // What two parties could read differently is refused before anything else.
+        check_target(&parts.method, &parts.uri)?;
         check_path(parts.uri.path())?;
         check_transfer_encoding(&parts.headers)?;
         // The client's host: `Host` on HTTP/1.1, `:authority` on HTTP/2. Kept as a header value:

@@ -35,6 +35,11 @@ async fn ambiguous_requests_are_400_and_never_forwarded() {
         "GET /mcp HTTP/1.1\r\nHost: user@evil.example\r\n\r\n".to_string(),
         "GET /mcp/../admin HTTP/1.1\r\nHost: mcp.example\r\n\r\n".to_string(),
         "GET /mcp/%2e%2e/admin HTTP/1.1\r\nHost: mcp.example\r\n\r\n".to_string(),
+        // Issue 25 class 5: a tunnel, an authority-form target (both went upstream as `/`), and
+        // an absolute-form target naming another host than Host.
+        "CONNECT mcp.example:443 HTTP/1.1\r\nHost: mcp.example:443\r\n\r\n".to_string(),
+        "GET mcp.example:443 HTTP/1.1\r\nHost: mcp.example:443\r\n\r\n".to_string(),
+        "GET http://other.example/mcp HTTP/1.1\r\nHost: mcp.example\r\n\r\n".to_string(),
     ] {
         assert_eq!(
             status(&hf, &request).await,
@@ -52,11 +57,13 @@ async fn ambiguous_requests_are_400_and_never_forwarded() {
         format!("POST /mcp HTTP/1.1\r\nHost: mcp.example\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n{body}"),
         "GET /mcp HTTP/1.1\r\nHost: mcp.example:8080\r\nConnection: close\r\n\r\n".to_string(),
         "GET /mcp HTTP/1.0\r\n\r\n".to_string(),
+        "GET http://MCP.example/mcp HTTP/1.1\r\nHost: mcp.example\r\nConnection: close\r\n\r\n".to_string(),
     ] {
         let line = status(&hf, &request).await;
         assert!(line.ends_with(" 200 OK"), "{request:?}: {line}");
     }
-    assert_eq!(up.seen().len(), 3);
+    assert_eq!(up.seen().len(), 4);
+    assert_eq!(up.seen()[3].uri, "/mcp");
 }
 
 #[tokio::test]
