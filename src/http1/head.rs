@@ -148,7 +148,13 @@ pub fn parse_response(
     // Room for what an answer may gain on its way (Date, X-Accel-Buffering).
     let (mut headers, noted) = copy_fields(&copy, buf, resp.headers, 2)?;
     let framing = response_framing(method, status, &mut headers, &noted)?;
-    let keep_alive = framing != Framing::Close && noted.connection.keeps_alive(version);
+    // Never again after a 101 (the connection speaks another protocol now), nor after an
+    // HTTP/1.0 answer with Transfer-Encoding (RFC 9112 §6.1: its framing is faulty, whatever
+    // it says; close after it).
+    let keep_alive = framing != Framing::Close
+        && status != StatusCode::SWITCHING_PROTOCOLS
+        && !(version == Version::HTTP_10 && noted.transfer_encoding)
+        && noted.connection.keeps_alive(version);
     let (mut parts, ()) = Response::new(()).into_parts();
     parts.status = status;
     parts.version = version;
@@ -183,12 +189,16 @@ fn response_framing(
         if noted.length.is_present() {
             headers.remove(CONTENT_LENGTH);
         }
-        return Ok(if is_chunked(headers) {
-            Framing::Chunked
-        } else {
-            // Not ending in chunked: only the connection's close ends it.
-            Framing::Close
-        });
+        // Not ending in chunked (`gzip` alone): only the connection's close would end it, and
+        // the coding could not be passed on (Transfer-Encoding is hop-by-hop): the client would
+        // get coded bytes nobody declared. hyper's client reads it to the close; holdfast
+        // refuses it (a 502).
+        if !is_chunked(headers) {
+            return Err(Error::Parse(
+                "a response's transfer coding does not end in chunked",
+            ));
+        }
+        return Ok(Framing::Chunked);
     }
     match noted.length.settle(headers)? {
         Some(n) => Ok(Framing::Length(n)),
@@ -237,9 +247,14 @@ mod tests {
             framing("HTTP/1.1 200 OK\r\ntransfer-encoding: gzip, chunked\r\n\r\n"),
             Framing::Chunked
         );
-        assert_eq!(
-            framing("HTTP/1.1 200 OK\r\ntransfer-encoding: gzip\r\n\r\n"),
-            Framing::Close
+        assert!(
+            parse(
+                "HTTP/1.1 200 OK\r\ntransfer-encoding: gzip\r\n\r\n",
+                Method::GET
+            )
+            .unwrap_err()
+            .is_parse(),
+            "a coding that is not chunked cannot be passed on"
         );
         assert_eq!(framing("HTTP/1.1 200 OK\r\n\r\n"), Framing::Close);
         assert_eq!(
@@ -286,6 +301,24 @@ mod tests {
             let text = format!("HTTP/1.1 200 OK\r\ncontent-length: {bad}\r\n\r\n");
             assert!(parse(&text, Method::GET).unwrap_err().is_parse(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn a_101_and_an_http_1_0_answer_with_transfer_encoding_never_keep_the_connection() {
+        let keeps = |head: &str| parse(head, Method::GET).unwrap().unwrap().1.keep_alive;
+        assert!(!keeps(
+            "HTTP/1.1 101 Switching Protocols\r\nupgrade: x\r\n\r\n"
+        ));
+        assert!(!keeps(
+            "HTTP/1.0 200 OK\r\nconnection: keep-alive\r\ntransfer-encoding: chunked\r\n\r\n"
+        ));
+        // The controls.
+        assert!(keeps(
+            "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"
+        ));
+        assert!(keeps(
+            "HTTP/1.0 200 OK\r\nconnection: keep-alive\r\ncontent-length: 0\r\n\r\n"
+        ));
     }
 
     #[test]

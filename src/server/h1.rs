@@ -442,6 +442,12 @@ fn answer_head(
         || status.is_informational()
         || status == StatusCode::NO_CONTENT
         || status == StatusCode::NOT_MODIFIED;
+    // A 204 (or 1xx) has no length to declare (RFC 9110 §8.6); a 304's and a HEAD's describe
+    // the representation, and pass.
+    if status == StatusCode::NO_CONTENT || status.is_informational() {
+        headers.remove(CONTENT_LENGTH);
+        headers.remove(TRANSFER_ENCODING);
+    }
     let framing = if no_body {
         Framing::Empty
     } else if let Ok(Some(n)) = fields::content_length(headers) {

@@ -140,3 +140,99 @@ async fn an_unsolicited_101_is_a_502() {
     assert_eq!(got.status, 502);
     assert_eq!(got.header("holdfast-reason"), Some("upstream_protocol"));
 }
+
+/// An upstream on a raw socket that answers its `n`th request (over all connections, from 0)
+/// with `answers[n]` and keeps each connection open; it counts the connections it accepted.
+async fn scripted_upstream(
+    answers: &'static [&'static [u8]],
+) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let (connections, requests) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let accepted = connections.clone();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            accepted.fetch_add(1, Ordering::SeqCst);
+            let requests = requests.clone();
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut byte = [0u8; 1];
+                loop {
+                    if stream.read(&mut byte).await.unwrap_or(0) == 0 {
+                        return;
+                    }
+                    head.push(byte[0]);
+                    if head.ends_with(b"\r\n\r\n") {
+                        head.clear();
+                        let n = requests.fetch_add(1, Ordering::SeqCst);
+                        let answer = answers[n.min(answers.len() - 1)];
+                        if stream.write_all(answer).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+            });
+        }
+    });
+    (url, connections)
+}
+
+/// Issue 25 class 6: a connection that answered 101, or answered HTTP/1.0 with
+/// Transfer-Encoding (faulty framing, RFC 9112 §6.1), never carries another request.
+#[tokio::test]
+async fn a_connection_after_a_101_or_an_http_1_0_chunked_answer_is_not_used_again() {
+    use std::sync::atomic::Ordering;
+    for first in [
+        &b"HTTP/1.1 101 Switching Protocols\r\nupgrade: x\r\n\r\n"[..],
+        b"HTTP/1.0 200 OK\r\nconnection: keep-alive\r\ntransfer-encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n",
+    ] {
+        let answers: &'static [&'static [u8]] = Box::leak(Box::new([
+            first,
+            b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok",
+        ]));
+        let (url, connections) = scripted_upstream(answers).await;
+        let hf = Holdfast::start(&url).await;
+        let _ = crate::support::http::get(&hf.url("/mcp")).await;
+        let second = crate::support::http::get(&hf.url("/mcp")).await;
+        assert_eq!(second.status, 200);
+        assert_eq!(
+            connections.load(Ordering::SeqCst),
+            2,
+            "after {:?} the pooled connection was used again",
+            String::from_utf8_lossy(first)
+        );
+    }
+    // The control: an ordinary keep-alive answer's connection is used again.
+    let (url, connections) =
+        scripted_upstream(&[b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"]).await;
+    let hf = Holdfast::start(&url).await;
+    for _ in 0..2 {
+        assert_eq!(crate::support::http::get(&hf.url("/mcp")).await.status, 200);
+    }
+    assert_eq!(connections.load(Ordering::SeqCst), 1);
+}
+
+/// Issue 25 class 6: a 204's Content-Length does not reach the client, and a transfer coding
+/// that is not chunked (which could not be passed on) is a 502, not coded bytes nobody declared.
+#[tokio::test]
+async fn a_204_loses_its_length_and_a_bare_transfer_coding_is_a_502() {
+    let hf = Holdfast::start(
+        &raw_upstream(b"HTTP/1.1 204 No Content\r\ncontent-length: 5\r\n\r\n").await,
+    )
+    .await;
+    let request = "GET /mcp HTTP/1.1\r\nHost: mcp.example\r\nConnection: close\r\n\r\n";
+    let got = within(raw_http(hf.addr, request.as_bytes())).await.unwrap();
+    assert_eq!(got.status_line, "HTTP/1.1 204 No Content");
+    assert_eq!(got.header("content-length"), None, "{:?}", got.headers);
+
+    let hf = Holdfast::start(
+        &raw_upstream(b"HTTP/1.1 200 OK\r\ntransfer-encoding: gzip\r\n\r\n\x1f\x8b\x08\x00").await,
+    )
+    .await;
+    let got = crate::support::http::get(&hf.url("/mcp")).await;
+    assert_eq!(got.status, 502);
+    assert_eq!(got.header("holdfast-reason"), Some("upstream_protocol"));
+}
