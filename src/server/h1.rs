@@ -143,8 +143,11 @@ impl Connection {
     pub async fn serve(mut self) -> Option<(Io, BytesMut)> {
         loop {
             let keep = match self.next_head().await {
-                Ok(head) => {
+                Ok((head, receiving)) => {
                     let begun = self.begin(head);
+                    // The request is busy now: the head's own mark goes without the connection
+                    // ever looking idle between them.
+                    drop(receiving);
                     self.exchange(begun).await
                 }
                 Err(Stop::Refuse(status)) => {
@@ -167,16 +170,21 @@ impl Connection {
         Some((state.io, state.buf))
     }
 
-    /// Waits for, reads and parses the next request head.
-    async fn next_head(&mut self) -> Result<RequestHead, Stop> {
+    /// Waits for, reads and parses the next request head. From its first byte the connection
+    /// is busy (the returned mark): at `limits.max_connections`, making room closes a connection
+    /// with nothing in progress, not one whose client is sending a head (a slow head is the
+    /// head timeout's to end).
+    async fn next_head(&mut self) -> Result<(RequestHead, Option<super::idle::Busy>), Stop> {
         let since = Instant::now();
         // When this head's first byte arrived.
         let mut started: Option<Instant> = None;
+        let mut receiving = None;
         loop {
             {
                 let mut st = self.shared.lock();
-                if !st.buf.is_empty() {
-                    started.get_or_insert_with(Instant::now);
+                if !st.buf.is_empty() && started.is_none() {
+                    started = Some(Instant::now());
+                    receiving = Some(self.registered.begin());
                 }
                 if self.may_be_http2 && !st.buf.is_empty() {
                     match http2_preface(&st.buf) {
@@ -191,7 +199,7 @@ impl Connection {
                     match head::parse_request(window, self.limits.max_headers) {
                         Ok(Some((len, head))) => {
                             let _ = st.buf.split_to(len);
-                            return Ok(head);
+                            return Ok((head, receiving));
                         }
                         Ok(None) if st.buf.len() >= self.limits.max_head_bytes => {
                             return Err(Stop::Refuse(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE))

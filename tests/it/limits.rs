@@ -82,6 +82,51 @@ async fn at_the_connection_limit_an_idle_keep_alive_connection_makes_room() {
     );
 }
 
+/// Issue 25 class 7: a connection whose client has sent part of a head is not the one chosen to
+/// make room (it would ignore the close, and the new client would wait out the head timeout):
+/// the idle one is, and the newcomer is served at once.
+#[tokio::test]
+async fn at_the_connection_limit_a_half_sent_head_does_not_keep_the_idle_connection_open() {
+    let up = Upstream::start(|_| async { response(200, &[], "ok") }).await;
+    let mut raw = raw_config(&up.url());
+    raw.limits.max_connections = 2;
+    // Long enough that waiting it out fails the bound below.
+    raw.limits.header_read_timeout_secs = 60.0;
+    let hf = Holdfast::start_with(raw).await;
+
+    // The longest idle: a connection that sent one byte of its first head, and no more.
+    let mut partial = TcpStream::connect(hf.addr).await.unwrap();
+    partial.write_all(b"G").await.unwrap();
+    // Then one that finished a request and sits idle.
+    let mut done = TcpStream::connect(hf.addr).await.unwrap();
+    done.write_all(b"GET /mcp HTTP/1.1\r\nhost: x\r\n\r\n")
+        .await
+        .unwrap();
+    assert!(read_head(&mut done).await.starts_with("HTTP/1.1 200"));
+
+    let mut third = TcpStream::connect(hf.addr).await.unwrap();
+    third
+        .write_all(b"GET /mcp HTTP/1.1\r\nhost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let head = crate::support::within_secs(10, read_head(&mut third)).await;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    let mut rest = Vec::new();
+    let closed = within(done.read_to_end(&mut rest)).await;
+    assert!(
+        matches!(closed, Ok(0)),
+        "the idle connection made room: {closed:?}"
+    );
+    // The half-sent head is still being received: its client finishes and is answered.
+    partial
+        .write_all(b"ET /mcp HTTP/1.1\r\nhost: x\r\n\r\n")
+        .await
+        .unwrap();
+    assert!(within(read_head(&mut partial))
+        .await
+        .starts_with("HTTP/1.1 200"));
+}
+
 #[tokio::test]
 async fn at_the_connection_limit_a_busy_connection_is_never_cut() {
     let gate = std::sync::Arc::new(tokio::sync::Semaphore::new(0));
