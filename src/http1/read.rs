@@ -19,8 +19,17 @@ use bytes::BytesMut;
 use tokio::io::{AsyncRead, ReadBuf};
 use tokio::net::TcpStream;
 
-/// A connection whose readiness can be awaited without a buffer.
-pub trait Readable: AsyncRead + Unpin {
+mod sealed {
+    /// Only this crate's connections are [`super::Readable`]: [`super::poll_read_buf`] trusts
+    /// their reads with a buffer's uninitialised room.
+    pub trait Sealed {}
+    impl Sealed for tokio::net::TcpStream {}
+    impl Sealed for crate::http1::conn::Io {}
+}
+
+/// A connection whose readiness can be awaited without a buffer. Sealed: implemented by this
+/// crate's connection types only.
+pub trait Readable: AsyncRead + Unpin + sealed::Sealed {
     /// Ready when a read would not block (or the socket has failed or closed).
     fn poll_readable(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>>;
 }
@@ -49,11 +58,21 @@ pub fn poll_read_buf<R: Readable>(
     }
     let spare = buf.spare_capacity_mut();
     let mut read = ReadBuf::uninit(spare);
+    let start = read.filled().as_ptr();
     // tokio's read clears the socket's readiness on a short read: the next read waits for
     // epoll instead of asking the kernel again only to hear EAGAIN.
     ready!(Pin::new(&mut *io).poll_read(cx, &mut read))?;
+    // A reader that put another buffer in the `ReadBuf` would have filled that one, not ours
+    // (tokio-util's `poll_read_buf` checks the same).
+    assert_eq!(
+        start,
+        read.filled().as_ptr(),
+        "the reader swapped the read buffer"
+    );
     let n = read.filled().len();
-    // SAFETY: `poll_read` initialised the first `n` bytes of the spare capacity.
+    // SAFETY: `read` still points at `buf`'s spare capacity (checked above), and a `ReadBuf`
+    // counts as filled only bytes that were initialised: the first `n` bytes of that spare
+    // capacity now are.
     unsafe { buf.set_len(buf.len() + n) };
     Poll::Ready(Ok(n))
 }
