@@ -111,3 +111,42 @@ fn take() -> BytesMut {
         .with(|stash| stash.borrow_mut().pop())
         .unwrap_or_default()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A reader that fills a buffer of its own instead of the one it is given: what the check
+    /// before `set_len` is for.
+    struct Swapper;
+
+    impl sealed::Sealed for Swapper {}
+
+    impl Readable for Swapper {
+        fn poll_readable(&mut self, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    impl AsyncRead for Swapper {
+        fn poll_read(
+            self: Pin<&mut Self>,
+            _cx: &mut Context<'_>,
+            buf: &mut ReadBuf<'_>,
+        ) -> Poll<io::Result<()>> {
+            let other: &'static mut [u8] = Box::leak(vec![7u8; 64].into_boxed_slice());
+            *buf = ReadBuf::new(other);
+            buf.advance(64);
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "the reader swapped the read buffer")]
+    fn a_reader_that_swaps_the_buffer_is_caught_before_set_len() {
+        let waker = std::task::Waker::noop();
+        let mut cx = Context::from_waker(waker);
+        let mut buf = BytesMut::new();
+        let _ = poll_read_buf(&mut Swapper, &mut cx, &mut buf, 64);
+    }
+}
