@@ -60,6 +60,7 @@ use crate::replay::CopyBudget;
 use crate::session::Sessions;
 use crate::upstream::{self, Client};
 use body::ProxyBody;
+pub use request::refusal;
 
 /// Bytes of each request body kept while it streams when holding is off: enough to echo the
 /// JSON-RPC id of an MCP request in a synthetic 503, and to send a request again on a

@@ -132,6 +132,22 @@ pub(super) fn check_path(path: &str) -> Result<(), &'static str> {
     Ok(())
 }
 
+/// The checks of a request head before anything of it is forwarded: its target, path, body
+/// framing and host. The client's host when they pass.
+fn checked(parts: &http::request::Parts) -> Result<Option<HeaderValue>, &'static str> {
+    check_target(&parts.method, &parts.uri)?;
+    check_path(parts.uri.path())?;
+    check_transfer_encoding(&parts.headers)?;
+    client_host(parts.version, &parts.uri, &parts.headers)
+}
+
+/// Why holdfast refuses (400) a request head before forwarding anything of it, if it does: what
+/// [`Proxy::prepare`] checks first. Public for the differential oracle (`tests/it/oracle/`),
+/// which reads requests as holdfast does.
+pub fn refusal(parts: &http::request::Parts) -> Option<&'static str> {
+    checked(parts).err()
+}
+
 /// A target holdfast, an origin server's gateway and no forward proxy, can forward: not
 /// `CONNECT` (a tunnel), and not authority-form (`example.com:443`), which only `CONNECT` uses;
 /// hyper's server handed both to the service, which forwarded them as `/`.
@@ -141,6 +157,13 @@ fn check_target(method: &http::Method, uri: &Uri) -> Result<(), &'static str> {
     }
     if uri.scheme().is_none() && uri.authority().is_some() {
         return Err("an authority-form request target is for CONNECT only");
+    }
+    if uri
+        .path_and_query()
+        .is_some_and(|pq| !pq.as_str().starts_with('/'))
+    {
+        // `OPTIONS *`: nothing to forward to one upstream.
+        return Err("the request target must be an absolute path");
     }
     Ok(())
 }
@@ -171,13 +194,10 @@ impl Proxy {
         mut parts: http::request::Parts,
         peer: SocketAddr,
     ) -> Result<Target, &'static str> {
-        // What two parties could read differently is refused before anything else.
-        check_target(&parts.method, &parts.uri)?;
-        check_path(parts.uri.path())?;
-        check_transfer_encoding(&parts.headers)?;
-        // The client's host: `Host` on HTTP/1.1, `:authority` on HTTP/2. Kept as a header value:
+        // What two parties could read differently is refused before anything else. The
+        // client's host (`Host` on HTTP/1.1, `:authority` on HTTP/2) is kept as a header value:
         // in "preserve" mode it goes back as it came.
-        let client_host = client_host(parts.version, &parts.uri, &parts.headers)?;
+        let client_host = checked(&parts)?;
         let uri = self.upstream_uri(&parts.uri)?;
         let headers = &mut parts.headers;
         headers::strip_hop_by_hop(headers);
@@ -202,10 +222,6 @@ impl Proxy {
             .path_and_query()
             .cloned()
             .unwrap_or_else(|| PathAndQuery::from_static("/"));
-        if !pq.as_str().starts_with('/') {
-            // `OPTIONS *` or an absolute-form oddity: nothing to forward to one upstream.
-            return Err("the request target must be an absolute path");
-        }
         let prefix = &self.upstream.path_prefix;
         let pq = if prefix.is_empty() {
             // The usual case: the client's path and query as they are, not copied.

@@ -205,7 +205,10 @@ impl Connection {
                             return Err(Stop::Refuse(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE))
                         }
                         Ok(None) => {}
-                        Err(status) => return Err(Stop::Refuse(status)),
+                        Err(refusal) => {
+                            tracing::debug!(peer = %self.peer, why = refusal.why, "a request head refused");
+                            return Err(Stop::Refuse(refusal.status));
+                        }
                     }
                 }
             }

@@ -19,6 +19,7 @@ mod legacy;
 mod limits;
 mod logs;
 mod mcp_e2e;
+mod oracle;
 mod pause;
 mod per_route;
 mod probe;

@@ -263,8 +263,17 @@ impl Got {
 }
 
 /// Sends one request over a fresh HTTP/1.1 connection and returns the streaming response.
-pub async fn send(req: Request<Full<Bytes>>) -> Response<Incoming> {
+pub async fn send(mut req: Request<Full<Bytes>>) -> Response<Incoming> {
     let authority = req.uri().authority().unwrap().to_string();
+    // Origin-form, as clients write it to an origin server (hyper's connection-level client
+    // writes the URI as it is given, and holdfast refuses an absolute-form target whose host
+    // is not the Host header's).
+    *req.uri_mut() = req
+        .uri()
+        .path_and_query()
+        .map_or("/", |pq| pq.as_str())
+        .parse()
+        .unwrap();
     let stream = TcpStream::connect(authority).await.unwrap();
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await

@@ -1,0 +1,263 @@
+//! The differential oracle's core: one byte stream read as holdfast's HTTP/1 server reads it
+//! and as hyper's does, and the two readings compared. Shared by the fixed-seed test
+//! (`tests/it/oracle/mod.rs`) and the fuzz target (`fuzz/fuzz_targets/requests.rs`, which
+//! includes this file), so it depends on nothing but holdfast, hyper and their types.
+//!
+//! holdfast's reading follows `src/server/h1.rs`'s loop with its parts: a head parsed by
+//! `http1::head::parse_request` (within `limits.max_header_bytes`, 431 past it), refused by
+//! `proxy::refusal` (what the proxy answers 400 before forwarding anything), its body decoded by
+//! `http1::decode::Decoder`, the next request only if the head kept the connection and the body
+//! ended well. Client trailers are read and dropped (holdfast never forwards them), so they are
+//! not compared; header fields are compared by name, each name's values in order.
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use holdfast::http1::decode::{Decoded, Decoder};
+use holdfast::http1::head::parse_request;
+use http::{HeaderMap, Request, Response};
+use http_body_util::{BodyExt, Empty};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// holdfast's defaults: `limits.max_header_bytes` and `limits.max_headers` (hyper's too).
+pub const MAX_HEAD_BYTES: usize = 64 * 1024;
+pub const MAX_HEADERS: usize = 100;
+
+/// One request as a server handed it on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Message {
+    pub method: String,
+    pub target: String,
+    pub version: http::Version,
+    /// Field lines in the map's order, without the framing ones (`Content-Length`,
+    /// `Transfer-Encoding`): the body is compared instead.
+    pub fields: Vec<(String, Vec<u8>)>,
+    pub body: Vec<u8>,
+}
+
+/// How a reading ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum End {
+    /// Every byte was read as complete requests (or the connection closed after one that
+    /// asked for it).
+    Clean,
+    /// The bytes ended inside a message.
+    Incomplete,
+    /// The server refused, with why (holdfast's words; "hyper" for hyper's).
+    Refused(String),
+}
+
+/// One server's reading of a byte stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reading {
+    pub messages: Vec<Message>,
+    pub end: End,
+}
+
+/// The fields by name, the values of one name in their order: the order of different names is
+/// not compared (a map's removal moves its last entry, and it means nothing on the wire).
+fn fields_of(headers: &HeaderMap) -> Vec<(String, Vec<u8>)> {
+    let mut fields: Vec<(String, Vec<u8>)> = headers
+        .iter()
+        .filter(|(name, _)| {
+            *name != http::header::CONTENT_LENGTH && *name != http::header::TRANSFER_ENCODING
+        })
+        .map(|(name, value)| (name.as_str().to_owned(), value.as_bytes().to_vec()))
+        .collect();
+    // Stable: the values of one name keep their order.
+    fields.sort_by(|a, b| a.0.cmp(&b.0));
+    fields
+}
+
+/// Reads `pieces` (the stream, as it arrives) as holdfast's server does.
+pub fn holdfast_reads(pieces: &[&[u8]]) -> Reading {
+    let mut arriving = pieces.iter();
+    let mut buf = BytesMut::new();
+    let mut messages = Vec::new();
+    let end = |messages, end| Reading { messages, end };
+    loop {
+        // The head.
+        let head = loop {
+            if !buf.is_empty() {
+                let window = &buf[..buf.len().min(MAX_HEAD_BYTES)];
+                match parse_request(window, MAX_HEADERS) {
+                    Ok(Some((len, head))) => {
+                        let _ = buf.split_to(len);
+                        break head;
+                    }
+                    Ok(None) if buf.len() >= MAX_HEAD_BYTES => {
+                        return end(messages, End::Refused("head: 431".into()))
+                    }
+                    Ok(None) => {}
+                    Err(refusal) => {
+                        return end(messages, End::Refused(format!("head: {}", refusal.why)))
+                    }
+                }
+            }
+            match arriving.next() {
+                Some(piece) => buf.extend_from_slice(piece),
+                // Empty lines before a request line are skipped (RFC 9112 §2.2): ending on
+                // them ends on no request.
+                None if buf.iter().all(|b| *b == b'\r' || *b == b'\n') => {
+                    return end(messages, End::Clean)
+                }
+                None => return end(messages, End::Incomplete),
+            }
+        };
+        if let Some(why) = holdfast::proxy::refusal(&head.parts) {
+            return end(messages, End::Refused(format!("proxy: {why}")));
+        }
+        // The body.
+        let mut decoder = Decoder::new(head.framing);
+        let mut body = Vec::new();
+        loop {
+            match decoder.decode(&mut buf) {
+                Ok(Decoded::Data(data)) => body.extend_from_slice(&data),
+                Ok(Decoded::Trailers(_)) => {}
+                Ok(Decoded::End) => break,
+                Ok(Decoded::NeedMore) => match arriving.next() {
+                    Some(piece) => buf.extend_from_slice(piece),
+                    None => return end(messages, End::Incomplete),
+                },
+                Err(e) => return end(messages, End::Refused(format!("body: {e}"))),
+            }
+        }
+        let parts = &head.parts;
+        messages.push(Message {
+            method: parts.method.to_string(),
+            target: parts.uri.to_string(),
+            version: parts.version,
+            fields: fields_of(&parts.headers),
+            body,
+        });
+        if !head.keep_alive {
+            return end(messages, End::Clean);
+        }
+    }
+}
+
+/// Reads `pieces` as hyper's HTTP/1 server does (default settings, over an in-memory pipe,
+/// each piece written on its own): the requests its service saw whole, bodies read to their
+/// end.
+pub async fn hyper_reads(pieces: &[&[u8]]) -> Reading {
+    let (client, server) = tokio::io::duplex(1 << 20);
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let service = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
+        let tx = tx.clone();
+        async move {
+            let (parts, body) = req.into_parts();
+            let read = match body.collect().await {
+                Ok(collected) => Ok(Message {
+                    method: parts.method.to_string(),
+                    target: parts.uri.to_string(),
+                    version: parts.version,
+                    fields: fields_of(&parts.headers),
+                    body: collected.to_bytes().to_vec(),
+                }),
+                // The body did not end well: the connection's reading ends here.
+                Err(e) if e.is_incomplete_message() => Err(End::Incomplete),
+                Err(_) => Err(End::Refused("hyper: body".into())),
+            };
+            let _ = tx.send(read);
+            Ok::<_, Infallible>(Response::new(Empty::<Bytes>::new()))
+        }
+    });
+    let conn = tokio::spawn(
+        hyper::server::conn::http1::Builder::new()
+            .serve_connection(hyper_util::rt::TokioIo::new(server), service),
+    );
+    // Drained as it comes, so hyper never waits to write an answer.
+    let pieces: Vec<Vec<u8>> = pieces.iter().map(|p| p.to_vec()).collect();
+    let reader = tokio::spawn(async move {
+        let mut out = Vec::new();
+        let (mut from, mut to) = tokio::io::split(client);
+        for piece in pieces {
+            if to.write_all(&piece).await.is_err() {
+                break;
+            }
+            // Let hyper read this piece before the next arrives.
+            for _ in 0..4 {
+                tokio::task::yield_now().await;
+            }
+        }
+        let _ = to.shutdown().await;
+        let _ = tokio::time::timeout(Duration::from_secs(5), from.read_to_end(&mut out)).await;
+    });
+    let served = tokio::time::timeout(Duration::from_secs(5), conn).await;
+    let _ = reader.await;
+    let mut messages = Vec::new();
+    let mut body_end = None;
+    while let Ok(read) = rx.try_recv() {
+        match read {
+            Ok(message) if body_end.is_none() => messages.push(message),
+            Ok(_) => {}
+            Err(end) => body_end = body_end.or(Some(end)),
+        }
+    }
+    if let Some(end) = body_end {
+        return Reading { messages, end };
+    }
+    let end = match served {
+        Ok(Ok(Ok(()))) => End::Clean,
+        Ok(Ok(Err(e))) if e.is_incomplete_message() => End::Incomplete,
+        Ok(Ok(Err(_))) => End::Refused("hyper".into()),
+        Ok(Err(_)) | Err(_) => End::Refused("hyper: no end".into()),
+    };
+    Reading { messages, end }
+}
+
+/// Where holdfast refuses what hyper accepts, on purpose: the one table of holdfast's extra
+/// strictness (README, "What holdfast accepts on HTTP/1"). A reason is a prefix of holdfast's
+/// words for the refusal.
+pub const STRICTER: &[&str] = &[
+    // Ambiguous or plainly wrong targets and hosts (src/proxy/request.rs).
+    "proxy: CONNECT is not proxied",
+    "proxy: an authority-form request target",
+    "proxy: the Host header and the request target's host disagree",
+    "proxy: more than one Host header",
+    "proxy: the Host header is not a host[:port]",
+    "proxy: an HTTP/1.1 request needs a Host header",
+    "proxy: a Transfer-Encoding other than a single chunked",
+    "proxy: the request target must be an absolute path",
+    "proxy: a path with . or .. segments",
+    // Framing hyper reads one way and some other server another (src/http1/head.rs).
+    "head: both Content-Length and Transfer-Encoding",
+    // Chunked bodies' lines end at CRLF only (src/http1/decode.rs). hyper takes a bare LF after
+    // the last chunk as the start of a trailer section and reads on to the next CRLF CRLF:
+    // the next request's head becomes "trailers".
+    "body: invalid HTTP/1 message: a chunked body's line does not end with CRLF",
+    "body: invalid HTTP/1 message: a bare CR in a chunked body's line",
+];
+
+/// Compares holdfast's reading with hyper's: the same requests, or holdfast stopping earlier
+/// with a refusal listed in [`STRICTER`]; never a request hyper did not read the same, never
+/// one more.
+pub fn compare(holdfast: &Reading, hyper: &Reading) -> Result<(), String> {
+    for (i, (h, y)) in holdfast.messages.iter().zip(&hyper.messages).enumerate() {
+        if h != y {
+            return Err(format!(
+                "request {i} read differently:\nholdfast {h:?}\nhyper    {y:?}"
+            ));
+        }
+    }
+    let (h, y) = (holdfast.messages.len(), hyper.messages.len());
+    if h > y {
+        return Err(format!(
+            "holdfast read {h} requests, hyper {y}: holdfast {:?}, hyper {:?}",
+            holdfast.end, hyper.end
+        ));
+    }
+    let clean = |end: &End| *end == End::Clean;
+    match (&holdfast.end, &hyper.end) {
+        // The same requests, and both read on to the end, or both stopped (cut short or
+        // refused: the words differ, and a refusal and a message cut short both end the
+        // connection without another request).
+        (h_end, y_end) if h == y && clean(h_end) == clean(y_end) => Ok(()),
+        // holdfast refused where hyper read on: only on purpose.
+        (End::Refused(why), _) if STRICTER.iter().any(|s| why.starts_with(s)) => Ok(()),
+        (h_end, y_end) => Err(format!(
+            "holdfast read {h} requests and ended {h_end:?}; hyper read {y} and ended {y_end:?}"
+        )),
+    }
+}
