@@ -1,5 +1,6 @@
 //! The differential oracle's core: one byte stream read as holdfast's HTTP/1 server reads it
-//! and as hyper's does, and the two readings compared. Shared by the fixed-seed test
+//! and as hyper's does, and the two readings compared; and one upstream answer read as
+//! holdfast's upstream side reads it and as hyper's client does. Shared by the fixed-seed test
 //! (`tests/it/oracle/mod.rs`) and the fuzz target (`fuzz/fuzz_targets/requests.rs`, which
 //! includes this file), so it depends on nothing but holdfast, hyper and their types.
 //!
@@ -259,5 +260,176 @@ pub fn compare(holdfast: &Reading, hyper: &Reading) -> Result<(), String> {
         (h_end, y_end) => Err(format!(
             "holdfast read {h} requests and ended {h_end:?}; hyper read {y} and ended {y_end:?}"
         )),
+    }
+}
+
+/// One response as a client read it (to a GET).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Answer {
+    pub status: u16,
+    /// As [`Message::fields`].
+    pub fields: Vec<(String, Vec<u8>)>,
+    pub body: Vec<u8>,
+}
+
+/// How a response was read: the answer, or why not.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Answered {
+    /// Read whole. (Whether the connection may carry another request is holdfast's own call,
+    /// stricter than hyper's client: tests/it/strict.rs holds it.)
+    Whole(Answer),
+    /// Refused or broken, with why.
+    Failed(String),
+}
+
+/// Reads `pieces` (an upstream's bytes, the connection closing after them) as the answer to a
+/// GET, as holdfast's upstream side does (`src/upstream/h1.rs`): 100 and 103 read past, a head
+/// within the limits, the body by its framing, to the close when close-delimited.
+pub fn holdfast_reads_response(pieces: &[&[u8]]) -> Answered {
+    let method = http::Method::GET;
+    let mut arriving = pieces.iter();
+    let mut buf = BytesMut::new();
+    let head = loop {
+        if !buf.is_empty() {
+            let window = &buf[..buf.len().min(MAX_HEAD_BYTES)];
+            match holdfast::http1::head::parse_response(window, MAX_HEADERS, &method) {
+                Ok(Some((len, head))) => {
+                    let _ = buf.split_to(len);
+                    let status = head.parts.status;
+                    if status.is_informational() && status != http::StatusCode::SWITCHING_PROTOCOLS
+                    {
+                        continue;
+                    }
+                    break head;
+                }
+                Ok(None) if buf.len() >= MAX_HEAD_BYTES => {
+                    return Answered::Failed("head too large".into())
+                }
+                Ok(None) => {}
+                Err(e) => return Answered::Failed(format!("head: {e}")),
+            }
+        }
+        match arriving.next() {
+            Some(piece) => buf.extend_from_slice(piece),
+            None => return Answered::Failed("head: incomplete".into()),
+        }
+    };
+    // The proxy refuses a 101 to a request that asked for no upgrade (src/proxy/attempt.rs).
+    if head.parts.status == http::StatusCode::SWITCHING_PROTOCOLS {
+        return Answered::Failed("proxy: an unsolicited 101".into());
+    }
+    let mut decoder = Decoder::new(head.framing);
+    let mut body = Vec::new();
+    loop {
+        match decoder.decode(&mut buf) {
+            Ok(Decoded::Data(data)) => body.extend_from_slice(&data),
+            Ok(Decoded::Trailers(_)) => {}
+            Ok(Decoded::End) => break,
+            Ok(Decoded::NeedMore) => match arriving.next() {
+                Some(piece) => buf.extend_from_slice(piece),
+                None => match decoder.eof() {
+                    Ok(_) => break,
+                    Err(e) => return Answered::Failed(format!("body: {e}")),
+                },
+            },
+            Err(e) => return Answered::Failed(format!("body: {e}")),
+        }
+    }
+    Answered::Whole(Answer {
+        status: head.parts.status.as_u16(),
+        fields: fields_of(&head.parts.headers),
+        body,
+    })
+}
+
+/// Reads `pieces` as hyper's HTTP/1 client (`client::conn::http1`, default settings) reads the
+/// answer to a GET.
+pub async fn hyper_reads_response(pieces: &[&[u8]]) -> Answered {
+    let (client, server) = tokio::io::duplex(1 << 20);
+    let pieces: Vec<Vec<u8>> = pieces.iter().map(|p| p.to_vec()).collect();
+    let upstream = tokio::spawn(async move {
+        let (mut from, mut to) = tokio::io::split(server);
+        // The request first: the answer comes after it.
+        let mut seen = Vec::new();
+        let mut byte = [0u8; 1];
+        while !seen.ends_with(b"\r\n\r\n") {
+            if from.read(&mut byte).await.unwrap_or(0) == 0 {
+                return;
+            }
+            seen.push(byte[0]);
+        }
+        for piece in pieces {
+            if to.write_all(&piece).await.is_err() {
+                return;
+            }
+            for _ in 0..4 {
+                tokio::task::yield_now().await;
+            }
+        }
+        let _ = to.shutdown().await;
+    });
+    let answered = tokio::time::timeout(Duration::from_secs(5), async {
+        let (mut sender, conn) =
+            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(client))
+                .await
+                .map_err(|e| format!("handshake: {e}"))?;
+        let conn = tokio::spawn(conn);
+        let req = Request::get("/mcp")
+            .header("host", "mcp.example")
+            .body(Empty::<Bytes>::new())
+            .expect("a request");
+        let resp = sender
+            .send_request(req)
+            .await
+            .map_err(|e| format!("hyper: {e}"))?;
+        let (parts, body) = resp.into_parts();
+        let body = body
+            .collect()
+            .await
+            .map_err(|e| format!("hyper body: {e}"))?
+            .to_bytes()
+            .to_vec();
+        conn.abort();
+        Ok::<_, String>(Answered::Whole(Answer {
+            status: parts.status.as_u16(),
+            fields: fields_of(&parts.headers),
+            body,
+        }))
+    })
+    .await;
+    upstream.abort();
+    match answered {
+        Ok(Ok(answered)) => answered,
+        Ok(Err(why)) => Answered::Failed(why),
+        Err(_) => Answered::Failed("hyper: no answer".into()),
+    }
+}
+
+/// Where holdfast refuses an answer hyper's client reads, on purpose (README, "Forwarding").
+pub const STRICTER_ANSWERS: &[&str] = &[
+    // A coding that could not be passed on (Transfer-Encoding is hop-by-hop).
+    "head: invalid HTTP/1 message: a response's transfer coding does not end in chunked",
+    // holdfast asked for no upgrade.
+    "proxy: an unsolicited 101",
+    // Chunked lines end at CRLF only, as for requests.
+    "body: invalid HTTP/1 message: a chunked body's line does not end with CRLF",
+    "body: invalid HTTP/1 message: a bare CR in a chunked body's line",
+];
+
+/// Compares the readings of one answer: the same status, fields and body, or holdfast refusing
+/// on purpose; never an answer hyper refused or read otherwise.
+pub fn compare_answers(holdfast: &Answered, hyper: &Answered) -> Result<(), String> {
+    match (holdfast, hyper) {
+        (Answered::Whole(h), Answered::Whole(y)) if h == y => Ok(()),
+        (Answered::Whole(h), Answered::Whole(y)) => {
+            Err(format!("read differently:\nholdfast {h:?}\nhyper    {y:?}"))
+        }
+        (Answered::Failed(_), Answered::Failed(_)) => Ok(()),
+        (Answered::Failed(why), Answered::Whole(..))
+            if STRICTER_ANSWERS.iter().any(|s| why.starts_with(s)) =>
+        {
+            Ok(())
+        }
+        (h, y) => Err(format!("holdfast {h:?}; hyper {y:?}")),
     }
 }

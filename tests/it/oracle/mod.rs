@@ -11,6 +11,11 @@
 //! extensions and trailers, truncation, stray framing bytes. Each is delivered whole, one byte
 //! at a time, and split at random places. A fixed seed: the same few thousand inputs every run
 //! (`fuzz/` runs the same core unbounded).
+//!
+//! The same for answers: upstream responses made from parts (statuses, an interim 100 first,
+//! bodies by length, in chunks or to the close) and mutated alike, read by holdfast's upstream
+//! side and by hyper's `client::conn::http1`: the same status, fields and body, or holdfast
+//! refusing for a reason in [`core::STRICTER_ANSWERS`].
 
 #[path = "core.rs"]
 pub mod core;
@@ -352,5 +357,106 @@ async fn holdfast_reads_requests_as_hyper_does_or_refuses_on_purpose() {
     assert!(
         !stricter.is_empty(),
         "holdfast was never stricter than hyper: {stricter:?}"
+    );
+}
+
+/// A valid answer made from parts, as an upstream might send it.
+fn answer(rng: &mut fastrand::Rng) -> Draft {
+    let status = pick(
+        rng,
+        &[
+            "200 OK",
+            "200 OK",
+            "404 Not Found",
+            "503 Service Unavailable",
+            "204 No Content",
+        ],
+    );
+    let version = if rng.u8(..8) == 0 {
+        "HTTP/1.0"
+    } else {
+        "HTTP/1.1"
+    };
+    let mut lines = vec![format!("{version} {status}")];
+    if rng.u8(..6) == 0 {
+        // An interim answer first, which the final one follows.
+        lines = vec![
+            "HTTP/1.1 100 Continue".into(),
+            String::new(),
+            format!("{version} {status}"),
+        ];
+    }
+    lines.push(
+        pick(
+            rng,
+            &[
+                "Content-Type: application/json",
+                "Content-Type: text/event-stream",
+            ],
+        )
+        .into(),
+    );
+    if rng.u8(..4) == 0 {
+        lines.push("Mcp-Session-Id: abc123".into());
+    }
+    let data = br#"{"jsonrpc":"2.0","id":1,"result":{}}"#;
+    let data = &data[..rng.usize(1..=data.len())];
+    let body = match rng.u8(..3) {
+        0 if version == "HTTP/1.1" => {
+            lines.push("Transfer-Encoding: chunked".into());
+            chunked(rng, data)
+        }
+        1 => {
+            lines.push(format!("Content-Length: {}", data.len()));
+            data.to_vec()
+        }
+        // Read to the close.
+        _ => data.to_vec(),
+    };
+    let ends = vec!["\r\n"; lines.len() + 1];
+    Draft { lines, ends, body }
+}
+
+#[tokio::test]
+async fn holdfast_reads_answers_as_hypers_client_does_or_refuses_on_purpose() {
+    use self::core::{compare_answers, holdfast_reads_response, hyper_reads_response};
+    let mut rng = fastrand::Rng::with_seed(0x5eed_0026);
+    let mut differences = Vec::new();
+    let (mut agreed, mut whole) = (0, 0);
+    for i in 0..INPUTS / 2 {
+        let mut draft = answer(&mut rng);
+        for _ in 0..rng.usize(0..=2) {
+            mutate(&mut rng, &mut draft);
+        }
+        let bytes = draft.bytes();
+        for pieces in deliveries(&mut rng, &bytes) {
+            let pieces: Vec<&[u8]> = pieces.iter().map(Vec::as_slice).collect();
+            let ours = holdfast_reads_response(&pieces);
+            let theirs = hyper_reads_response(&pieces).await;
+            match compare_answers(&ours, &theirs) {
+                Ok(()) => {
+                    agreed += 1;
+                    whole += usize::from(matches!(ours, core::Answered::Whole(_)));
+                }
+                Err(why) => differences.push(format!(
+                    "answer {i} ({} pieces): {why}\n  bytes: {:?}",
+                    pieces.len(),
+                    String::from_utf8_lossy(&bytes)
+                )),
+            }
+        }
+    }
+    assert!(
+        differences.is_empty(),
+        "{} of {} readings differ; the first:\n{}",
+        differences.len(),
+        agreed + differences.len(),
+        differences[..differences.len().min(8)].join("\n")
+    );
+    eprintln!("{agreed} answer readings agreed, {whole} of them read whole");
+    assert!(whole > INPUTS / 2, "{whole} answers were read whole");
+    assert!(
+        agreed > whole,
+        "no answer was refused: the mutations prove nothing"
     );
 }
