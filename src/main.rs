@@ -183,6 +183,13 @@ fn check_config(cli: &ProxyArgs, probe_path: Option<&str>) -> ExitCode {
             return ExitCode::from(EXIT_CONFIG);
         }
     };
+    let unknown = config::unknown_env();
+    if !unknown.is_empty() {
+        eprintln!(
+            "warning: not read, as they name no configuration key: {}",
+            unknown.join(", ")
+        );
+    }
     let raw: RawConfig = fig.extract().expect("validated above");
     print!(
         "{}",
@@ -240,6 +247,15 @@ fn run(cli: &ProxyArgs) -> ExitCode {
         }
     };
     telemetry::init(config.log_format, &config.log_level);
+    let unknown = config::unknown_env();
+    if !unknown.is_empty() {
+        // Not fatal: a pod gets variables for every Service in its namespace, and one named
+        // `holdfast-…` gives `HOLDFAST_…_SERVICE_HOST`. A typo shows here.
+        tracing::warn!(
+            variables = unknown.join(", "),
+            "HOLDFAST_* environment variables that name no configuration key are not read"
+        );
+    }
     holdfast::rlimit::raise_and_log(config.max_connections);
     let runtime = tokio::runtime::Runtime::new().expect("tokio runtime");
     // Once, beside serving: a wrong upstream URL must be loud at start, not after the first

@@ -376,19 +376,54 @@ fn config_file(flag: Option<&Path>) -> Option<PathBuf> {
         .or_else(|| std::env::var_os(CONFIG_ENV).map(PathBuf::from))
 }
 
-/// The environment layer: `HOLDFAST_*` variables, `__` between nested keys.
+/// The environment layer: `HOLDFAST_*` variables that name a configuration key, `__` between
+/// nested keys. Others are not read (see [`unknown_env`]): a Kubernetes pod gets
+/// `<SERVICE>_SERVICE_HOST` and `<SERVICE>_PORT*` for every Service in its namespace, so a Service
+/// named `holdfast-gateway` puts `HOLDFAST_GATEWAY_SERVICE_HOST` into every holdfast pod, and a
+/// compose file has its own `HOLDFAST_IMAGE`. A typo in the file or a flag stays an error.
 fn env_layer() -> Env {
-    Env::prefixed(ENV_PREFIX)
-        .split("__")
-        // HOLDFAST_CONFIG names the file; it is not a key.
-        .ignore(&["config"])
-        // Kubernetes injects service links for a Service named `holdfast` into every pod
-        // (HOLDFAST_PORT=tcp://…, HOLDFAST_SERVICE_HOST, HOLDFAST_PORT_8080_TCP_ADDR, …).
-        // They are not settings; without this filter they would be unknown keys.
-        .filter(|key| {
-            let key = key.as_str().to_ascii_lowercase();
-            !(key == "port" || key.starts_with("port_") || key.starts_with("service_"))
+    env_variables().filter(|key| !is_service_link(key.as_str()) && names_a_key(key.as_str()))
+}
+
+/// Every `HOLDFAST_*` variable but `HOLDFAST_CONFIG` (it names the file).
+fn env_variables() -> Env {
+    Env::prefixed(ENV_PREFIX).split("__").ignore(&["config"])
+}
+
+/// Kubernetes' service links for a Service named `holdfast` (`HOLDFAST_PORT=tcp://…`,
+/// `HOLDFAST_SERVICE_HOST`, `HOLDFAST_PORT_8080_TCP_ADDR`, …): never settings, never warned of.
+fn is_service_link(key: &str) -> bool {
+    let key = key.to_ascii_lowercase();
+    key == "port" || key.starts_with("port_") || key.starts_with("service_")
+}
+
+/// Whether the variable `HOLDFAST_<key>` names a configuration key: serde, which knows every
+/// field, is asked with that variable alone (a wrong value is not this question's).
+fn names_a_key(key: &str) -> bool {
+    // As figment's filters see a key: lower case, `__` already a dot.
+    let key = key.to_ascii_lowercase().replace("__", ".");
+    let alone = Figment::from(env_variables().only(&[key.as_str()]));
+    match alone.extract::<RawConfig>() {
+        Ok(_) => true,
+        Err(errors) => !errors
+            .into_iter()
+            .any(|e| matches!(e.kind, figment::error::Kind::UnknownField(..))),
+    }
+}
+
+/// The `HOLDFAST_*` variables that name no configuration key (service links aside), which are
+/// not read: for one warning at start and in `check-config`.
+pub fn unknown_env() -> Vec<String> {
+    let mut unknown: Vec<String> = std::env::vars_os()
+        .filter_map(|(name, _)| name.into_string().ok())
+        .filter_map(|name| {
+            let key = name.strip_prefix(ENV_PREFIX)?.to_owned();
+            let config = key.eq_ignore_ascii_case("config");
+            (!config && !is_service_link(&key) && !names_a_key(&key)).then_some(name)
         })
+        .collect();
+    unknown.sort();
+    unknown
 }
 
 const ORIGIN_DEFAULT: &str = "default";

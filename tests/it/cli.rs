@@ -120,6 +120,42 @@ fn check_config_names_a_bad_env_var_key_and_the_environment() {
     assert!(out.stderr.contains("environment"), "{out:?}");
 }
 
+/// Issue 30: a `HOLDFAST_*` variable that names no key (a Kubernetes service link of a Service
+/// named `holdfast-gateway`, a compose file's `HOLDFAST_IMAGE`, a typo) is not read and not
+/// fatal: one warning names it. Before, `check-config` and the proxy exited 2 on it, and every
+/// pod of such a namespace crash-looped.
+#[test]
+fn environment_variables_that_name_no_key_are_named_in_a_warning_not_fatal() {
+    let mut cmd = holdfast(&["check-config", "--upstream", "http://x:1"]);
+    cmd.env("HOLDFAST_GATEWAY_SERVICE_HOST", "10.0.0.1")
+        .env("HOLDFAST_GATEWAY_PORT_8080_TCP_ADDR", "10.0.0.1")
+        .env("HOLDFAST_IMAGE", "holdfast:latest")
+        .env("HOLDFAST_HOLD__TIMEOUT", "5")
+        // A Service named `holdfast` itself: its links are never settings, never warned of.
+        .env("HOLDFAST_SERVICE_HOST", "10.0.0.2")
+        .env("HOLDFAST_HOLD__TIMEOUT_SECS", "7");
+    let out = finish(cmd);
+    assert!(out.status.success(), "{out:?}");
+    let warning = out
+        .stderr
+        .lines()
+        .find(|l| l.starts_with("warning: not read"))
+        .unwrap_or_else(|| panic!("one warning: {out:?}"));
+    for name in [
+        "HOLDFAST_GATEWAY_PORT_8080_TCP_ADDR",
+        "HOLDFAST_GATEWAY_SERVICE_HOST",
+        "HOLDFAST_HOLD__TIMEOUT",
+        "HOLDFAST_IMAGE",
+    ] {
+        assert!(warning.contains(name), "{name} in {warning:?}");
+    }
+    assert!(!warning.contains("HOLDFAST_SERVICE_HOST,"), "{warning:?}");
+    assert!(!warning.contains("TIMEOUT_SECS"), "{warning:?}");
+    // The known key beside them is read.
+    let printed: toml::Value = toml::from_str(&out.stdout).expect("TOML");
+    assert_eq!(printed["hold"]["timeout_secs"].as_float(), Some(7.0));
+}
+
 #[test]
 fn check_config_names_a_missing_config_file() {
     let out = finish(holdfast(&[
