@@ -30,6 +30,7 @@ use http::Uri;
 
 use crate::tls::{self, Identity, TlsError};
 
+mod forwarded;
 mod layers;
 mod messages;
 mod pause;
@@ -94,8 +95,11 @@ pub struct Config {
     pub pause: Pause,
     /// The admin token (`admin_token_file`, read at start).
     pub admin_token: Option<AdminToken>,
+    /// `forwarded.trusted_proxies`: whose `X-Forwarded-*` are kept.
+    pub trusted_proxies: TrustedProxies,
 }
 
+pub use forwarded::{RawForwarded, TrustedProxies};
 pub use pause::{AdminToken, Pause};
 
 /// Validated `[retry]` (what `crate::idempotent` is built from).

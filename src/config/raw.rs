@@ -164,6 +164,8 @@ pub struct RawConfig {
     pub retry: RawRetry,
     /// `[pause]`.
     pub pause: RawPause,
+    /// `[forwarded]`.
+    pub forwarded: super::RawForwarded,
     /// A file holding the bearer token that the admin endpoints which change state (`POST
     /// /pause`, `POST /resume`) require; unset: only loopback peers may call them.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -416,6 +418,7 @@ impl Default for RawConfig {
             sessions: RawSessions::default(),
             retry: RawRetry::default(),
             pause: RawPause::default(),
+            forwarded: super::RawForwarded::default(),
             admin_token_file: None,
         }
     }

@@ -290,6 +290,7 @@ impl Config {
         }
         let retry = v.retry(&raw.retry);
         let pause = v.pause(&raw.pause);
+        let trusted_proxies = v.forwarded(&raw.forwarded);
         let admin_token = v.admin_token(raw.admin_token_file.as_deref());
         // hyper's HTTP/1 read buffer cannot be smaller than 8 KiB.
         if raw.limits.max_header_bytes < 8192 {
@@ -369,6 +370,7 @@ impl Config {
             retry: retry.expect(ok),
             pause: pause.expect(ok),
             admin_token: admin_token.expect(ok),
+            trusted_proxies: trusted_proxies.expect(ok),
         })
     }
 }

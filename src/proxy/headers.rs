@@ -113,6 +113,15 @@ fn append_list(headers: &mut HeaderMap, name: &'static HeaderName, value: Header
     }
 }
 
+/// Removes what a client said of where it came from (`X-Forwarded-For`, `-Proto`, `-Host` and
+/// `Forwarded`): from a peer that is not a trusted proxy, holdfast's own replace it.
+pub fn drop_forwarded(headers: &mut HeaderMap) {
+    for name in [&X_FORWARDED_FOR, &X_FORWARDED_PROTO, &X_FORWARDED_HOST] {
+        headers.remove(name);
+    }
+    headers.remove(http::header::FORWARDED);
+}
+
 /// Adds `X-Forwarded-For`, `-Proto` and `-Host` for the client at `peer`; `proto` is `http` or
 /// `https`, `host` the client's Host (or HTTP/2 `:authority`).
 pub fn add_forwarded(

@@ -111,6 +111,8 @@ pub struct Proxy {
     note_hosts: bool,
     /// `pause.max_secs`.
     pause_max: Duration,
+    /// Peers whose `X-Forwarded-*` are kept (`forwarded.trusted_proxies`).
+    trusted_proxies: crate::config::TrustedProxies,
     metrics: Arc<Metrics>,
 }
 
@@ -312,6 +314,7 @@ impl Proxy {
             in_flight: Arc::default(),
             note_hosts: cfg.host_header == HostHeader::Preserve,
             pause_max: cfg.pause.max,
+            trusted_proxies: cfg.trusted_proxies.clone(),
             metrics,
         }
     }

@@ -543,11 +543,21 @@ fn traefik_compose_routes_to_holdfast_which_reaches_the_backend_by_service_name(
     let env = check_compose_holdfast(rel, holdfast);
     assert_eq!(
         env.len(),
-        2,
-        "{rel}: the upstream and the topology are all the image needs: {env:?}"
+        3,
+        "{rel}: the upstream, the topology and whom to trust are all the image needs: {env:?}"
     );
     // holdfast reaches the server directly: no router's answer can come back to it.
     assert_eq!(env["HOLDFAST_ROUTES__BEHIND_ROUTER"], "false", "{rel}");
+    // Traefik, in front, is trusted: the server sees the real client in X-Forwarded-For. And
+    // only Traefik can be: holdfast publishes no port.
+    assert!(
+        env["HOLDFAST_FORWARDED__TRUSTED_PROXIES"].contains("172.16.0.0/12"),
+        "{rel}: Docker's networks are trusted"
+    );
+    assert!(
+        holdfast.get("ports").is_none(),
+        "{rel}: holdfast publishes no port"
+    );
     let (host, port) = host_port(&env["HOLDFAST_UPSTREAM"]);
     assert_eq!(host, "mcp", "{rel}: the backend's service name");
     assert!(

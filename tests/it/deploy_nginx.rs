@@ -426,6 +426,12 @@ fn the_nginx_site_is_configured_for_streams_and_keep_alive() {
         Some(false),
         "{UNIT_CONFIG}: no router sits between holdfast and the server"
     );
+    // nginx (on loopback) is the proxy in front whose X-Forwarded-* holdfast keeps.
+    assert_eq!(
+        holdfast.forwarded.trusted_proxies,
+        ["127.0.0.1", "::1"],
+        "{UNIT_CONFIG} must trust nginx's forwarded headers"
+    );
     let keepalive: usize = site.one("upstream", "keepalive").parse().unwrap();
     assert!(keepalive > 0);
     // nginx must drop an idle connection before holdfast closes it, or it may send a request on
@@ -467,9 +473,10 @@ fn the_nginx_site_is_configured_for_streams_and_keep_alive() {
 
     // The MCP server sees the client's Host, and who the client is.
     assert_eq!(site.header("Host").as_deref(), Some("$http_host"));
+    // The client's address, not appended to what the client claimed: nginx is the edge.
     assert_eq!(
         site.header("X-Forwarded-For").as_deref(),
-        Some("$proxy_add_x_forwarded_for")
+        Some("$remote_addr")
     );
     assert_eq!(site.header("X-Forwarded-Proto").as_deref(), Some("$scheme"));
     assert!(site.header("X-Forwarded-Host").is_some());
@@ -504,7 +511,10 @@ async fn open_stream(nginx: &Nginx) -> Response<hyper::body::Incoming> {
 #[tokio::test]
 async fn sse_events_cross_nginx_and_holdfast_one_at_a_time() {
     let (upstream, mut streams) = sse_upstream(&[]).await;
-    let holdfast = Holdfast::start_with(raw_config(&upstream.url())).await;
+    // As the recipe configures it: nginx on this host is trusted.
+    let mut raw = raw_config(&upstream.url());
+    raw.forwarded.trusted_proxies = vec!["127.0.0.1".into(), "::1".into()];
+    let holdfast = Holdfast::start_with(raw).await;
     let nginx = Nginx::start(holdfast.addr).await;
 
     let resp = open_stream(&nginx).await;
@@ -535,7 +545,10 @@ async fn sse_events_cross_nginx_and_holdfast_one_at_a_time() {
 #[tokio::test]
 async fn any_streamed_body_crosses_nginx_unbuffered() {
     let (upstream, mut streams) = sse_upstream(&[("content-type", "application/x-ndjson")]).await;
-    let holdfast = Holdfast::start_with(raw_config(&upstream.url())).await;
+    // As the recipe configures it: nginx on this host is trusted.
+    let mut raw = raw_config(&upstream.url());
+    raw.forwarded.trusted_proxies = vec!["127.0.0.1".into(), "::1".into()];
+    let holdfast = Holdfast::start_with(raw).await;
     let nginx = Nginx::start(holdfast.addr).await;
 
     let resp = open_stream(&nginx).await;

@@ -38,7 +38,10 @@ async fn headers_cross_as_a_proxy_should() {
         )
     })
     .await;
-    let hf = Holdfast::start(&up.url()).await;
+    // The test client stands for a proxy in front (nginx, a TLS terminator): trusted.
+    let mut raw = raw_config(&up.url());
+    raw.forwarded.trusted_proxies = vec!["127.0.0.0/8".into()];
+    let hf = Holdfast::start_with(raw).await;
     let req = ::http::Request::post(hf.url("/mcp"))
         .header("host", "mcp.example.com")
         .header("mcp-session-id", "abc")
@@ -100,6 +103,37 @@ async fn x_forwarded_headers_are_set_when_the_client_sent_none() {
     assert_eq!(seen.header("x-forwarded-for"), Some("127.0.0.1"));
     assert_eq!(seen.header("x-forwarded-proto"), Some("http"));
     assert_eq!(seen.header("x-forwarded-host"), Some("mcp.example.com"));
+}
+
+/// Issue 30: a client that reaches holdfast directly (not a trusted proxy) cannot claim another
+/// address, Host or scheme: what it says in `X-Forwarded-*` and `Forwarded` is replaced by
+/// holdfast's own. Before, holdfast appended to it, and the first entry, the one MCP servers read,
+/// was the client's claim.
+#[tokio::test]
+async fn an_untrusted_peers_forwarded_headers_are_replaced() {
+    let up = Upstream::start(echo).await;
+    for trusted in [vec![], vec!["10.0.0.0/8".to_string(), "::1".to_string()]] {
+        let mut raw = raw_config(&up.url());
+        raw.forwarded.trusted_proxies = trusted;
+        let hf = Holdfast::start_with(raw).await;
+        let req = ::http::Request::get(hf.url("/mcp"))
+            .header("host", "mcp.example.com")
+            .header("x-forwarded-for", "203.0.113.9")
+            .header("x-forwarded-for", "198.51.100.1")
+            .header("x-forwarded-proto", "https")
+            .header("x-forwarded-host", "admin.internal")
+            .header("forwarded", "for=203.0.113.9;proto=https")
+            .body(Full::default())
+            .unwrap();
+        assert_eq!(http::call(req).await.status, 200);
+    }
+    for seen in up.seen() {
+        assert_eq!(seen.header("x-forwarded-for"), Some("127.0.0.1"));
+        assert_eq!(seen.header("x-forwarded-proto"), Some("http"));
+        assert_eq!(seen.header("x-forwarded-host"), Some("mcp.example.com"));
+        assert_eq!(seen.header("forwarded"), None);
+    }
+    assert_eq!(up.seen().len(), 2);
 }
 
 #[tokio::test]
