@@ -246,7 +246,7 @@ fn run(cli: &ProxyArgs) -> ExitCode {
             return ExitCode::from(EXIT_CONFIG);
         }
     };
-    telemetry::init(config.log_format, &config.log_level);
+    telemetry::init(config.log_format, &config.log_level, config.log_level_said);
     let unknown = config::unknown_env();
     if !unknown.is_empty() {
         // Not fatal: a pod gets variables for every Service in its namespace, and one named

@@ -1,13 +1,24 @@
-//! Logging setup. `log_level` (`--log-level`) filters, `RUST_LOG` over it when set; the format
-//! is text or JSON.
+//! Logging setup. `log_level` (`--log-level`, the file's key, `HOLDFAST_LOG_LEVEL`) filters when
+//! it is said; `RUST_LOG` only over the default (a unit or an image that sets `RUST_LOG` must not
+//! make a file's `log_level` do nothing). The format is text or JSON.
 
 use tracing_subscriber::EnvFilter;
 
 use crate::config::LogFormat;
 
 /// Installs the global subscriber. Logs go to stderr; stdout stays free for command output.
-pub fn init(format: LogFormat, level: &str) {
-    init_with_default(format, level);
+/// `said`: `level` was configured, not defaulted, and decides whatever `RUST_LOG` says.
+pub fn init(format: LogFormat, level: &str, said: bool) {
+    if !said {
+        return init_with_default(format, level);
+    }
+    install(format, EnvFilter::new(level));
+    if std::env::var("RUST_LOG").is_ok_and(|v| !v.trim().is_empty()) {
+        tracing::info!(
+            log_level = level,
+            "RUST_LOG is set, and log_level, which is configured, decides instead"
+        );
+    }
 }
 
 /// Like [`init`], with `default` as the filter when `RUST_LOG` is not set. A `RUST_LOG` that
@@ -21,6 +32,18 @@ pub fn init_with_default(format: LogFormat, default: &str) {
         Some(Err(e)) => (EnvFilter::new(default), Some(e)),
         None => (EnvFilter::new(default), None),
     };
+    install(format, filter);
+    if let Some(error) = unparsed {
+        tracing::warn!(
+            rust_log = rust_log.as_deref().unwrap_or_default(),
+            %error,
+            using = default,
+            "RUST_LOG does not parse as a log filter; it is ignored"
+        );
+    }
+}
+
+fn install(format: LogFormat, filter: EnvFilter) {
     // Colours only for a person at a terminal, never into a log collector.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let builder = tracing_subscriber::fmt()
@@ -30,13 +53,5 @@ pub fn init_with_default(format: LogFormat, default: &str) {
     match format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().flatten_event(true).init(),
-    }
-    if let Some(error) = unparsed {
-        tracing::warn!(
-            rust_log = rust_log.as_deref().unwrap_or_default(),
-            %error,
-            using = default,
-            "RUST_LOG does not parse as a log filter; it is ignored"
-        );
     }
 }

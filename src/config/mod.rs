@@ -55,6 +55,9 @@ pub struct Config {
     pub log_format: LogFormat,
     /// What is logged (a `RUST_LOG`-style filter), unless `RUST_LOG` says otherwise.
     pub log_level: String,
+    /// Whether `log_level` was said (file, environment or flag), not the default: then it
+    /// decides over `RUST_LOG`.
+    pub log_level_said: bool,
     /// Whether to log one line per request.
     pub access_log: bool,
     /// Which Host header the upstream sees.

@@ -53,7 +53,10 @@ impl Config {
             }
         };
         match Config::from_raw(&raw, &origin) {
-            Ok(config) if problems.is_empty() => Ok(config),
+            Ok(mut config) if problems.is_empty() => {
+                config.log_level_said = origin("log_level") != ORIGIN_DEFAULT;
+                Ok(config)
+            }
             Ok(_) => Err(ConfigError { problems }),
             Err(e) => {
                 // A removed key falls back to its default, which may fail validation again
@@ -317,6 +320,8 @@ impl Config {
             retry_after: Duration::from_secs(raw.retry_after_secs),
             log_format: log_format.expect(ok),
             log_level: log_level.expect(ok),
+            // Known only to a figment: `from_figment` sets it.
+            log_level_said: false,
             access_log: raw.access_log,
             host_header: host_header.expect(ok),
             connect_timeout: connect_timeout.expect(ok),

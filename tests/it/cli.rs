@@ -215,7 +215,7 @@ fn an_upstream_url_with_an_impossible_port_or_no_host_is_refused_at_once() {
 }
 
 #[test]
-fn log_level_filters_and_rust_log_wins_unless_it_does_not_parse() {
+fn log_level_decides_when_said_and_rust_log_only_over_the_default() {
     // Refuses connections, and stays ours while the test runs.
     let port = Reserved::new();
     let refusing = port.url();
@@ -229,17 +229,33 @@ fn log_level_filters_and_rust_log_wins_unless_it_does_not_parse() {
         "{lines:?}"
     );
 
-    // RUST_LOG over the flag.
-    let mut cmd = serving(&refusing, &["--log-level", "info"]);
+    // RUST_LOG only where log_level is said nowhere.
+    let mut cmd = serving(&refusing, &[]);
     cmd.env("RUST_LOG", "warn");
     let lines = logged_until(cmd, "the upstream cannot be reached now");
     assert!(
         !lines.iter().any(|l| l.contains("holdfast proxying")),
         "{lines:?}"
     );
+    // Said (issue 30: a unit that sets RUST_LOG made the file's log_level do nothing), it
+    // decides, and says so.
+    for (flag, env) in [(Some("info"), None), (None, Some("info"))] {
+        let mut cmd = serving(&refusing, &flag.map_or(vec![], |f| vec!["--log-level", f]));
+        cmd.env("RUST_LOG", "warn");
+        if let Some(level) = env {
+            cmd.env("HOLDFAST_LOG_LEVEL", level);
+        }
+        let lines = logged_until(cmd, "holdfast proxying");
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.contains("log_level, which is configured, decides")),
+            "{lines:?}"
+        );
+    }
 
-    // A RUST_LOG that does not parse is said, and the flag's filter applies.
-    let mut cmd = serving(&refusing, &["--log-level", "info"]);
+    // A RUST_LOG that does not parse is said, and the default filter applies.
+    let mut cmd = serving(&refusing, &[]);
     cmd.env("RUST_LOG", "holdfast=[");
     let lines = logged_until(cmd, "holdfast proxying");
     let warning = lines

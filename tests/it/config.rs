@@ -179,7 +179,11 @@ fn sample_file_loads_and_equals_the_defaults() {
             drift.join("\n")
         );
 
-        // Then the validated result, which is what the proxy runs with.
+        // Then the validated result, which is what the proxy runs with. (But that the file says
+        // `log_level`, which then decides over RUST_LOG, where the defaults do not.)
+        let mut from_sample = from_sample;
+        assert!(from_sample.log_level_said && from_sample.log_level == "info");
+        from_sample.log_level_said = false;
         let from_defaults = loaded(Some("only-upstream.toml"), &RawFlags::default());
         assert_eq!(
             format!("{from_sample:#?}"),
