@@ -99,6 +99,8 @@ impl AsyncWrite for Io {
     }
 }
 
+impl super::read::sealed::Sealed for Io {}
+
 impl Readable for Io {
     fn poll_readable(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self {

@@ -19,12 +19,12 @@ use bytes::BytesMut;
 use tokio::io::{AsyncRead, ReadBuf};
 use tokio::net::TcpStream;
 
-mod sealed {
+pub(crate) mod sealed {
     /// Only this crate's connections are [`super::Readable`]: [`super::poll_read_buf`] trusts
-    /// their reads with a buffer's uninitialised room.
+    /// their reads with a buffer's uninitialised room. (Each connection type says so where it
+    /// is defined: `conn::Io` in conn.rs.)
     pub trait Sealed {}
     impl Sealed for tokio::net::TcpStream {}
-    impl Sealed for crate::http1::conn::Io {}
 }
 
 /// A connection whose readiness can be awaited without a buffer. Sealed: implemented by this
