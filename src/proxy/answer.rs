@@ -92,12 +92,14 @@ impl Proxy {
         )
     }
 
-    /// Passes an upstream response through: hop-by-hop headers removed, body streamed under the
+    /// Passes an upstream response through (`is_sse`: its `Content-Type` is an event stream, as
+    /// the caller found): hop-by-hop headers removed, body streamed under the
     /// idle timeout, SSE marked unbuffered and counted while it lives; a `tools/list` answer
     /// (`learn`: the Host of the server that answered it) read for tool annotations on its way.
     pub(super) fn pass(
         &self,
         head: &mut http::response::Parts,
+        is_sse: bool,
         peek: Peeked,
         learn: Option<Option<HeaderValue>>,
         flight: Option<Flight>,
@@ -108,7 +110,6 @@ impl Proxy {
             head.headers.remove(CONTENT_LENGTH);
         }
         headers::strip_hop_by_hop(&mut head.headers);
-        let is_sse = headers::is_event_stream(&head.headers);
         let prefix = peek.complete.or(peek.prefix);
         if let (true, Some(f)) = (is_sse, &flight) {
             f.streaming();

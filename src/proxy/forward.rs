@@ -250,17 +250,21 @@ impl Proxy {
     /// re-established and the request goes again.
     async fn application(&self, ex: &mut Exchange, answer: Answer, proves: bool) -> Next {
         let (mut head, mut peek) = answer;
+        // Looked up once: the watch for an unanswered stream, a legacy GET stream and the pass
+        // all ask it.
+        let is_sse = super::headers::is_event_stream(&head.headers);
         if !proves {
             let note = Note {
                 upstream_status: Some(head.status),
                 action: "passed",
             };
-            return Next::Answer((self.pass(&mut head, peek, None, ex.flight.take()), note));
+            let resp = self.pass(&mut head, is_sse, peek, None, ex.flight.take());
+            return Next::Answer((resp, note));
         }
         // A request's event stream: its first event decides before anything reaches the client
         // (src/proxy/unanswered.rs). Until then the server has not shown it is well.
         let mut watch = None;
-        if let Some(id) = self.awaits_answer(ex, &head) {
+        if let Some(id) = self.awaits_answer(ex, &head, is_sse) {
             let first = unanswered::first_event(&mut peek, unanswered::FIRST_EVENT_WAIT);
             match Box::pin(first).await {
                 First::Unanswered => return Box::pin(self.unanswered(ex, head.status)).await,
@@ -313,10 +317,8 @@ impl Proxy {
         };
         let learn = (head.status.is_success() && self.answers_tools_list(ex))
             .then(|| ex.target.headers.get(HOST).cloned());
-        let legacy_stream = ex.target.method == Method::GET
-            && head.status.is_success()
-            && super::headers::is_event_stream(&head.headers);
-        let mut resp = self.pass(&mut head, peek, learn, ex.flight.take());
+        let legacy_stream = ex.target.method == Method::GET && head.status.is_success() && is_sse;
+        let mut resp = self.pass(&mut head, is_sse, peek, learn, ex.flight.take());
         if let Some((reader, id)) = watch {
             resp = self.watch_unanswered(resp, reader, id);
         }
@@ -376,7 +378,8 @@ impl Proxy {
             upstream_status: Some(head.status),
             action: "router_passed",
         };
-        (self.pass(&mut head, peek, None, flight), note)
+        let is_sse = super::headers::is_event_stream(&head.headers);
+        (self.pass(&mut head, is_sse, peek, None, flight), note)
     }
 
     /// The 503 for a request that could not be sent (again): the outage's reason, if one is open.
@@ -479,16 +482,14 @@ impl Proxy {
     }
 
     /// The id of the JSON-RPC request whose answer the upstream's head announces as an event
-    /// stream: a POST of one request (its body kept whole), answered 2xx `text/event-stream`.
+    /// stream (`is_sse`): a POST of one request (its body kept whole), answered 2xx.
     fn awaits_answer(
         &self,
         ex: &Exchange,
         head: &http::response::Parts,
+        is_sse: bool,
     ) -> Option<serde_json::Value> {
-        if ex.target.method != Method::POST
-            || !head.status.is_success()
-            || !super::headers::is_event_stream(&head.headers)
-        {
+        if ex.target.method != Method::POST || !head.status.is_success() || !is_sse {
             return None;
         }
         ex.handle

@@ -109,21 +109,12 @@ pub fn holdfast_reads(pieces: &[&[u8]]) -> Reading {
         if let Some(why) = holdfast::proxy::refusal(&head.parts) {
             return end(messages, End::Refused(format!("proxy: {why}")));
         }
-        // The body.
-        let mut decoder = Decoder::new(head.framing);
-        let mut body = Vec::new();
-        loop {
-            match decoder.decode(&mut buf) {
-                Ok(Decoded::Data(data)) => body.extend_from_slice(&data),
-                Ok(Decoded::Trailers(_)) => {}
-                Ok(Decoded::End) => break,
-                Ok(Decoded::NeedMore) => match arriving.next() {
-                    Some(piece) => buf.extend_from_slice(piece),
-                    None => return end(messages, End::Incomplete),
-                },
-                Err(e) => return end(messages, End::Refused(format!("body: {e}"))),
-            }
-        }
+        // The body. A request's ends with its framing, never at the connection's end.
+        let body = match read_body(Decoder::new(head.framing), &mut buf, &mut arriving, false) {
+            Ok(body) => body,
+            Err(None) => return end(messages, End::Incomplete),
+            Err(Some(e)) => return end(messages, End::Refused(format!("body: {e}"))),
+        };
         let parts = &head.parts;
         messages.push(Message {
             method: parts.method.to_string(),
@@ -134,6 +125,33 @@ pub fn holdfast_reads(pieces: &[&[u8]]) -> Reading {
         });
         if !head.keep_alive {
             return end(messages, End::Clean);
+        }
+    }
+}
+
+/// Decodes a body off `buf`, topped up from `arriving`; trailers are read and dropped.
+/// `eof_ends`: the connection's end ends it (a response read to the close; the decoder says
+/// whether that is its end or a truncation). `Err(None)`: the bytes ran out inside it.
+fn read_body<'a>(
+    mut decoder: Decoder,
+    buf: &mut BytesMut,
+    arriving: &mut impl Iterator<Item = &'a &'a [u8]>,
+    eof_ends: bool,
+) -> Result<Vec<u8>, Option<holdfast::http1::Error>> {
+    let mut body = Vec::new();
+    loop {
+        match decoder.decode(buf).map_err(Some)? {
+            Decoded::Data(data) => body.extend_from_slice(&data),
+            Decoded::Trailers(_) => {}
+            Decoded::End => return Ok(body),
+            Decoded::NeedMore => match arriving.next() {
+                Some(piece) => buf.extend_from_slice(piece),
+                None if eof_ends => {
+                    decoder.eof().map_err(Some)?;
+                    return Ok(body);
+                }
+                None => return Err(None),
+            },
         }
     }
 }
@@ -316,23 +334,13 @@ pub fn holdfast_reads_response(pieces: &[&[u8]]) -> Answered {
     if head.parts.status == http::StatusCode::SWITCHING_PROTOCOLS {
         return Answered::Failed("proxy: an unsolicited 101".into());
     }
-    let mut decoder = Decoder::new(head.framing);
-    let mut body = Vec::new();
-    loop {
-        match decoder.decode(&mut buf) {
-            Ok(Decoded::Data(data)) => body.extend_from_slice(&data),
-            Ok(Decoded::Trailers(_)) => {}
-            Ok(Decoded::End) => break,
-            Ok(Decoded::NeedMore) => match arriving.next() {
-                Some(piece) => buf.extend_from_slice(piece),
-                None => match decoder.eof() {
-                    Ok(_) => break,
-                    Err(e) => return Answered::Failed(format!("body: {e}")),
-                },
-            },
-            Err(e) => return Answered::Failed(format!("body: {e}")),
+    let body = match read_body(Decoder::new(head.framing), &mut buf, &mut arriving, true) {
+        Ok(body) => body,
+        Err(e) => {
+            let why = e.map_or("incomplete".into(), |e| e.to_string());
+            return Answered::Failed(format!("body: {why}"));
         }
-    }
+    };
     Answered::Whole(Answer {
         status: head.parts.status.as_u16(),
         fields: fields_of(&head.parts.headers),

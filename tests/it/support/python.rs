@@ -14,7 +14,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::thread;
-use std::time::Duration;
 
 use super::files::repo_path;
 use super::process::{find_program, sigterm, Guard};
@@ -162,24 +161,15 @@ impl PyServer {
     /// Waits (at most [`LIMIT`]) for the process to exit after [`PyServer::sigterm`].
     pub async fn wait_exit(&mut self) {
         let mut child = self.child.take().expect("a running server");
-        let exited = tokio::task::spawn_blocking(move || {
-            let deadline = std::time::Instant::now() + LIMIT;
-            while std::time::Instant::now() < deadline {
-                if let Ok(Some(_)) = child.0.try_wait() {
-                    return true;
-                }
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            false
-        })
-        .await
-        .expect("the wait task");
+        // A blocking wait on its own thread: the exit itself is awaited, nothing polled.
+        let exited =
+            tokio::time::timeout(LIMIT, tokio::task::spawn_blocking(move || child.0.wait())).await;
         if let Some(rx) = self.lines.take() {
             self.seen.extend(rx.try_iter());
         }
         assert!(
-            exited,
-            "the Python SDK server did not exit within {LIMIT:?} of SIGTERM"
+            matches!(exited, Ok(Ok(Ok(_)))),
+            "the Python SDK server did not exit within {LIMIT:?} of SIGTERM: {exited:?}"
         );
     }
 
