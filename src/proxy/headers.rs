@@ -49,15 +49,50 @@ fn hop_by_hop_index(name: &HeaderName) -> Option<usize> {
     })
 }
 
+/// What a client says of where it came from: replaced, not appended to, when it is not a
+/// trusted proxy ([`strip_hop_by_hop_and_forwarded`]).
+static FORWARDED: [&HeaderName; 4] = [
+    &X_FORWARDED_FOR,
+    &X_FORWARDED_PROTO,
+    &X_FORWARDED_HOST,
+    &http::header::FORWARDED,
+];
+
+/// Where `name` is in [`FORWARDED`].
+fn forwarded_index(name: &HeaderName) -> Option<usize> {
+    Some(match name.as_str() {
+        "x-forwarded-for" => 0,
+        "x-forwarded-proto" => 1,
+        "x-forwarded-host" => 2,
+        "forwarded" => 3,
+        _ => return None,
+    })
+}
+
 /// Removes hop-by-hop headers, including those named in `Connection` (any case, any spacing,
 /// across repeated `Connection` headers).
 pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
-    // One pass over the names notes which of the fixed list are present: most requests carry
+    strip_hop_by_hop_and_forwarded(headers, false);
+}
+
+/// [`strip_hop_by_hop`], and with `forwarded` also `X-Forwarded-For`, `-Proto`, `-Host` and
+/// `Forwarded` (from a peer that is not a trusted proxy: holdfast's own replace them), found in
+/// the same pass over the names.
+pub fn strip_hop_by_hop_and_forwarded(headers: &mut HeaderMap, forwarded: bool) {
+    // One pass over the names notes which of the fixed lists are present: most requests carry
     // none, and most answers only `Connection`, so only those are looked up again to remove.
     let mut present = 0u16;
+    let mut claimed = 0u8;
     for name in headers.keys() {
         if let Some(i) = hop_by_hop_index(name) {
             present |= 1 << i;
+        } else if let (true, Some(i)) = (forwarded, forwarded_index(name)) {
+            claimed |= 1 << i;
+        }
+    }
+    for (i, name) in FORWARDED.iter().enumerate() {
+        if claimed & (1 << i) != 0 {
+            headers.remove(*name);
         }
     }
     if present == 0 {
@@ -110,34 +145,6 @@ fn append_list(headers: &mut HeaderMap, name: &'static HeaderName, value: Header
     joined.push(value.as_bytes());
     if let Ok(v) = HeaderValue::from_bytes(&joined.join(&b", "[..])) {
         entry.insert(v);
-    }
-}
-
-/// Removes what a client said of where it came from (`X-Forwarded-For`, `-Proto`, `-Host` and
-/// `Forwarded`): from a peer that is not a trusted proxy, holdfast's own replace it.
-pub fn drop_forwarded(headers: &mut HeaderMap) {
-    // One pass over the names (most clients send none of them), then a removal only of those
-    // present: four lookups per request would cost more than the pass.
-    let mut present = [false; 4];
-    for name in headers.keys() {
-        match name.as_str() {
-            "x-forwarded-for" => present[0] = true,
-            "x-forwarded-proto" => present[1] = true,
-            "x-forwarded-host" => present[2] = true,
-            "forwarded" => present[3] = true,
-            _ => {}
-        }
-    }
-    let names = [
-        &X_FORWARDED_FOR,
-        &X_FORWARDED_PROTO,
-        &X_FORWARDED_HOST,
-        &http::header::FORWARDED,
-    ];
-    for (name, present) in names.into_iter().zip(present) {
-        if present {
-            headers.remove(name);
-        }
     }
 }
 
@@ -216,6 +223,13 @@ mod tests {
         ] {
             let name = HeaderName::from_static(other);
             assert_eq!(hop_by_hop_index(&name), None, "{other}");
+        }
+        for (i, name) in FORWARDED.iter().enumerate() {
+            assert_eq!(forwarded_index(name), Some(i), "{name}");
+        }
+        for other in ["x-forwarded", "forwarded-for", "x-real-ip", "host"] {
+            let name = HeaderName::from_static(other);
+            assert_eq!(forwarded_index(&name), None, "{other}");
         }
     }
 

@@ -200,12 +200,10 @@ impl Proxy {
         let client_host = checked(&parts)?;
         let uri = self.upstream_uri(&parts.uri)?;
         let headers = &mut parts.headers;
-        headers::strip_hop_by_hop(headers);
         // A peer that is not a proxy in front could claim any client, Host or scheme: what it
         // says is replaced, not appended to (src/config/forwarded.rs).
-        if !self.trusted_proxies.trusts(peer.ip()) {
-            headers::drop_forwarded(headers);
-        }
+        let untrusted = !self.trusted_proxies.trusts(peer.ip());
+        headers::strip_hop_by_hop_and_forwarded(headers, untrusted);
         headers::add_forwarded(headers, peer.ip(), self.client_proto, client_host.clone());
         match (self.host_header, client_host.clone()) {
             (HostHeader::Preserve, Some(host)) => headers.insert(HOST, host),
