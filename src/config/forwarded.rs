@@ -80,11 +80,6 @@ impl TrustedProxies {
         let peer = peer.to_canonical();
         self.0.iter().any(|net| net.contains(peer))
     }
-
-    /// Whether no peer is trusted.
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
 }
 
 impl Validator<'_> {
