@@ -36,6 +36,7 @@ mod messages;
 mod pause;
 mod raw;
 mod retry;
+mod sessions;
 mod validate;
 
 pub use raw::*;
@@ -104,6 +105,7 @@ pub struct Config {
 
 pub use forwarded::{RawForwarded, TrustedProxies};
 pub use pause::{AdminToken, Pause};
+pub use sessions::{parse_session_keys, RawSessions, SessionKey, SessionKeys, Sessions};
 
 /// Validated `[retry]` (what `crate::idempotent` is built from).
 #[derive(Debug, Clone, Default)]
@@ -116,21 +118,6 @@ pub struct Retry {
     pub idempotent_tools: Vec<String>,
     /// Tools never called twice (they win over everything else).
     pub never_tools: Vec<String>,
-}
-
-/// Validated `[sessions]`.
-#[derive(Debug, Clone)]
-pub struct Sessions {
-    /// Re-establish a session the restarted server forgot.
-    pub resume: bool,
-    /// Most sessions tracked.
-    pub max_tracked: usize,
-    /// Largest `initialize` body recorded.
-    pub max_initialize_bytes: usize,
-    /// Most recorded bytes over all sessions.
-    pub max_recorded_bytes: usize,
-    /// Idle time after which a session is forgotten.
-    pub idle_timeout: Duration,
 }
 
 /// Validated `[tls]`: the listener's certificate, as loaded, and where to reload it from.

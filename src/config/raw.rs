@@ -114,6 +114,9 @@ pub mod defaults {
     /// A session without a request for this long is forgotten: a day, so an IDE left open
     /// overnight keeps its session.
     pub const SESSIONS_IDLE_TIMEOUT_SECS: f64 = 86_400.0;
+    /// A session token older than this is not used to re-establish its session: a week, so a
+    /// session outlives a weekend but a leaked id does not open a session for ever.
+    pub const SESSIONS_TOKEN_MAX_AGE_SECS: f64 = 7.0 * 86_400.0;
     /// Send a request that may have reached the application once more after an ambiguous
     /// failure, when repeating it is safe (read-only methods, idempotent tools).
     pub const RETRY_ENABLED: bool = true;
@@ -159,7 +162,7 @@ pub struct RawConfig {
     /// TLS on the proxy listener.
     pub tls: RawTls,
     /// Session continuity.
-    pub sessions: RawSessions,
+    pub sessions: super::RawSessions,
     /// `[retry]`.
     pub retry: RawRetry,
     /// `[pause]`.
@@ -210,34 +213,6 @@ impl Default for RawRetry {
             learn_annotations: defaults::RETRY_LEARN_ANNOTATIONS,
             idempotent_tools: Vec::new(),
             never_tools: Vec::new(),
-        }
-    }
-}
-
-/// `[sessions]`: carrying MCP sessions across backend restarts.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct RawSessions {
-    /// Re-establish a session the restarted server forgot.
-    pub resume: bool,
-    /// Most sessions tracked.
-    pub max_tracked: usize,
-    /// Largest `initialize` body recorded.
-    pub max_initialize_bytes: usize,
-    /// Most recorded bytes over all sessions.
-    pub max_recorded_bytes: usize,
-    /// Idle time after which a session is forgotten.
-    pub idle_timeout_secs: f64,
-}
-
-impl Default for RawSessions {
-    fn default() -> Self {
-        Self {
-            resume: defaults::SESSIONS_RESUME,
-            max_tracked: defaults::SESSIONS_MAX_TRACKED,
-            max_initialize_bytes: defaults::SESSIONS_MAX_INITIALIZE_BYTES,
-            max_recorded_bytes: defaults::SESSIONS_MAX_RECORDED_BYTES,
-            idle_timeout_secs: defaults::SESSIONS_IDLE_TIMEOUT_SECS,
         }
     }
 }
@@ -415,7 +390,7 @@ impl Default for RawConfig {
             shutdown: RawShutdown::default(),
             hold: RawHold::default(),
             tls: RawTls::default(),
-            sessions: RawSessions::default(),
+            sessions: super::RawSessions::default(),
             retry: RawRetry::default(),
             pause: RawPause::default(),
             forwarded: super::RawForwarded::default(),

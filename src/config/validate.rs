@@ -274,23 +274,7 @@ impl Config {
                 }
             }
         }
-        let sessions_idle = v.secs("sessions.idle_timeout_secs", raw.sessions.idle_timeout_secs);
-        let se = &raw.sessions;
-        if se.max_tracked == 0 {
-            v.fail::<()>("sessions.max_tracked", "must be at least 1".into());
-        }
-        if se.max_initialize_bytes == 0 {
-            v.fail::<()>("sessions.max_initialize_bytes", "must be at least 1".into());
-        }
-        if se.max_recorded_bytes < se.max_initialize_bytes {
-            v.fail::<()>(
-                "sessions.max_recorded_bytes",
-                format!(
-                    "must not be below sessions.max_initialize_bytes ({}): no session could ever be tracked",
-                    se.max_initialize_bytes
-                ),
-            );
-        }
+        let sessions = v.sessions(&raw.sessions);
         let retry = v.retry(&raw.retry);
         let pause = v.pause(&raw.pause);
         let trusted_proxies = v.forwarded(&raw.forwarded);
@@ -365,13 +349,7 @@ impl Config {
             },
             tls,
             upstream_tls,
-            sessions: Sessions {
-                resume: se.resume,
-                max_tracked: se.max_tracked,
-                max_initialize_bytes: se.max_initialize_bytes,
-                max_recorded_bytes: se.max_recorded_bytes,
-                idle_timeout: sessions_idle.expect(ok),
-            },
+            sessions: sessions.expect(ok),
             retry: retry.expect(ok),
             pause: pause.expect(ok),
             admin_token: admin_token.expect(ok),

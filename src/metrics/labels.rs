@@ -88,6 +88,46 @@ impl From<ResumeOutcome> for ResumeLabel {
     }
 }
 
+/// Label set of `holdfast_session_reestablished_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReestablishLabel {
+    /// Why the upstream did not know the session.
+    pub cause: ReestablishCause,
+}
+
+/// Bounded causes of a re-establishment.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)]
+pub enum ReestablishCause {
+    /// This holdfast saw the session start, or already re-established it: the backend
+    /// restarted since.
+    backend_restart,
+    /// Opened from its token here and not yet re-established here: the session started at
+    /// another replica, or before this holdfast (and its backend) restarted.
+    unknown_to_this_replica,
+}
+
+/// Label set of `holdfast_session_tokens_refused_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TokenLabel {
+    /// Why the token was not used.
+    pub reason: TokenReason,
+}
+
+/// Bounded reasons a session token was not used.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)]
+pub enum TokenReason {
+    /// Not the shape of a token (cut short, altered characters, too long).
+    malformed,
+    /// No key opens it (a key rotated away, another deployment's key, or altered).
+    unopened,
+    /// Its session was ended with DELETE.
+    ended,
+    /// Older than `sessions.token_max_age_secs`: its session is not re-established.
+    expired,
+}
+
 /// Label set of `holdfast_holds_total`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct HoldLabel {

@@ -84,6 +84,11 @@ pub struct Metrics {
     /// `holdfast_session_resumes_total{outcome}`: the application's session 404s, by what
     /// holdfast made of them.
     pub session_resumes: Family<ResumeLabel, Counter>,
+    /// `holdfast_session_reestablished_total{cause}`: sessions re-established upstream, by why
+    /// the upstream did not know them.
+    pub session_reestablished: Family<ReestablishLabel, Counter>,
+    /// `holdfast_session_tokens_refused_total{reason}`: session tokens not used, by why.
+    pub session_tokens_refused: Family<TokenLabel, Counter>,
     /// `holdfast_safe_retries_total{kind}`: requests sent once more after an ambiguous failure,
     /// because running them twice is safe.
     pub safe_retries: Family<RetryLabel, Counter>,
@@ -118,6 +123,8 @@ impl Metrics {
             replays: Counter::default(),
             sessions_tracked: Gauge::default(),
             session_resumes: Family::default(),
+            session_reestablished: Family::default(),
+            session_tokens_refused: Family::default(),
             safe_retries: Family::default(),
             upstream_closed: ClosedCounters::default(),
             paused: Gauge::default(),
@@ -165,6 +172,22 @@ impl Metrics {
             ResumeOutcome::not_tracked,
         ] {
             let _ = m.session_resumes.get_or_create(&outcome.into());
+        }
+        for cause in [
+            ReestablishCause::backend_restart,
+            ReestablishCause::unknown_to_this_replica,
+        ] {
+            let _ = m
+                .session_reestablished
+                .get_or_create(&ReestablishLabel { cause });
+        }
+        for reason in [
+            TokenReason::malformed,
+            TokenReason::unopened,
+            TokenReason::ended,
+            TokenReason::expired,
+        ] {
+            let _ = m.session_tokens_refused.get_or_create(&TokenLabel { reason });
         }
         for kind in [
             SafeKind::ReadOnlyMethod,
@@ -275,6 +298,16 @@ impl Metrics {
             "session_resumes",
             "The application's 404s to requests on a session, by what holdfast made of them",
             m.session_resumes.clone(),
+        );
+        r.register(
+            "session_reestablished",
+            "MCP sessions re-established upstream, by why the upstream did not know them",
+            m.session_reestablished.clone(),
+        );
+        r.register(
+            "session_tokens_refused",
+            "Session tokens not used (passed through as opaque ids or not re-established), by why",
+            m.session_tokens_refused.clone(),
         );
         r.register(
             "paused",

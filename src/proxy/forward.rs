@@ -555,10 +555,17 @@ impl Proxy {
             return None;
         }
         let id = target.headers.get(session::MCP_SESSION_ID)?;
-        let session = self.sessions.lookup(id)?;
-        Some(Carried {
-            sent: id.clone(),
-            session,
-        })
+        match self.sessions.lookup(id) {
+            Ok(session) => Some(Carried {
+                sent: id.clone(),
+                session,
+            }),
+            Err(session::Miss::Unknown) => None,
+            Err(session::Miss::Refused(why)) => {
+                // Passed through as an opaque id: the server's own, or one it will answer 404.
+                self.count_token_refused(why);
+                None
+            }
+        }
     }
 }

@@ -439,6 +439,12 @@ impl Proxy {
         self.metrics.pauses.get_or_create(&outcome.into()).inc();
     }
 
+    /// The keys session tokens are sealed with (for their reloader), when sessions are
+    /// carried at all.
+    pub fn session_keys(&self) -> Option<Arc<crate::session::Keys>> {
+        self.sessions.enabled().then(|| self.sessions.keys())
+    }
+
     /// Sessions tracked now (for tests and the demo).
     pub fn sessions_tracked(&self) -> usize {
         self.sessions.len()

@@ -24,10 +24,10 @@ use tokio::time::Instant;
 use super::answer::Peeked;
 use super::{Carried, Proxy, Target};
 use crate::classify::{Missing, Verdict};
-use crate::metrics::ResumeOutcome;
+use crate::metrics::{ReestablishCause, ReestablishLabel, ResumeOutcome};
 use crate::replay::BodyHandle;
 use crate::session::rpc::{self, Reply, StateChange};
-use crate::session::{LAST_EVENT_ID, MCP_PROTOCOL_VERSION, MCP_SESSION_ID};
+use crate::session::{Origin, TokenRefusal, LAST_EVENT_ID, MCP_PROTOCOL_VERSION, MCP_SESSION_ID};
 
 /// Most re-establishments one request may cause. A server that forgets the session again right
 /// after it was re-established (a restart loop) gets its 404 passed through after the second.
@@ -93,6 +93,14 @@ impl Proxy {
         // Only the session's own endpoint answers for the session: a 404 for another path is
         // that path's (and the check below, sent to this path, would prove nothing).
         if !carried.session.is_endpoint(&target.uri) {
+            return Gone::Pass;
+        }
+        if carried.session.is_too_old(self.sessions.token_max_age()) {
+            self.count_token_refused(TokenRefusal::Expired);
+            tracing::info!(
+                "the server forgot an MCP session whose token is older than \
+                 sessions.token_max_age_secs: not re-established, its 404 passes"
+            );
             return Gone::Pass;
         }
         if *resumes >= MAX_RESUMES {
@@ -227,8 +235,19 @@ impl Proxy {
                 ),
             }
         }
+        // Before `resumed`: a session opened from its token and re-established for the first
+        // time here started elsewhere (or before this holdfast's restart).
+        let cause = if session.origin() == Origin::Token && !session.is_mapped() {
+            ReestablishCause::unknown_to_this_replica
+        } else {
+            ReestablishCause::backend_restart
+        };
         session.resumed(upstream_id);
         self.count_resume(ResumeOutcome::resumed);
+        self.metrics
+            .session_reestablished
+            .get_or_create(&ReestablishLabel { cause })
+            .inc();
         tracing::info!(
             state = plan.state.len(),
             "re-established an MCP session the server had forgotten"

@@ -7,7 +7,8 @@ use http::Method;
 
 use super::{Carried, Proxy, Target, BODY_ID_WAIT};
 use crate::replay::BodyHandle;
-use crate::session::{self, Recorded};
+use crate::metrics::{TokenLabel, TokenReason};
+use crate::session::{self, Recorded, TokenRefusal};
 
 impl Proxy {
     /// Session bookkeeping on an application answer that is passed through: record a new
@@ -26,15 +27,21 @@ impl Proxy {
             let opened = target.method == Method::POST
                 && head.status.is_success()
                 && !target.headers.contains_key(session::MCP_SESSION_ID);
-            if let (true, Some(id)) = (opened, head.headers.get(session::MCP_SESSION_ID)) {
-                Box::pin(self.record_session(target, id.clone(), handle)).await;
+            let upstream_id = head.headers.get(session::MCP_SESSION_ID).cloned();
+            if let (true, Some(id)) = (opened, upstream_id) {
+                Box::pin(self.record_session(target, head, id, handle)).await;
             }
             return;
         };
         c.session.rewrite_response(&mut head.headers, &c.sent);
         if target.method == Method::DELETE {
-            // The client ended the session; later requests on its id get the server's answer.
-            self.sessions.forget(c.session.client_id());
+            // The client ended the session (or the server had already forgotten it): later
+            // requests on its id go unchanged and get the server's 404, here and, for the
+            // tokens this holdfast saw ended, after a restart of the backend too. A 405 (the
+            // server does not let clients end sessions) or a failure leaves it going.
+            if head.status.is_success() || head.status == http::StatusCode::NOT_FOUND {
+                self.sessions.end(c.session.client_id());
+            }
             return;
         }
         if !head.status.is_success() {
@@ -51,8 +58,29 @@ impl Proxy {
         }
     }
 
-    /// Tracks the session an `initialize` just opened, if the request was one.
-    async fn record_session(&self, target: &Target, id: http::HeaderValue, handle: &BodyHandle) {
+    /// Counts a session token that was not used.
+    pub(super) fn count_token_refused(&self, why: TokenRefusal) {
+        let reason = match why {
+            TokenRefusal::Malformed => TokenReason::malformed,
+            TokenRefusal::Unopened => TokenReason::unopened,
+            TokenRefusal::Ended => TokenReason::ended,
+            TokenRefusal::Expired => TokenReason::expired,
+        };
+        self.metrics
+            .session_tokens_refused
+            .get_or_create(&TokenLabel { reason })
+            .inc();
+    }
+
+    /// Tracks the session an `initialize` just opened, if the request was one, and hands its
+    /// client the session's token in place of the upstream's id.
+    async fn record_session(
+        &self,
+        target: &Target,
+        head: &mut http::response::Parts,
+        upstream_id: http::HeaderValue,
+        handle: &BodyHandle,
+    ) {
         let Some(body) = handle.read_whole(BODY_ID_WAIT).await else {
             tracing::debug!("a session opened, but its request body was not kept: not tracked");
             return;
@@ -63,12 +91,16 @@ impl Proxy {
         let version = init
             .protocol_version
             .and_then(|v| http::HeaderValue::from_str(&v).ok());
-        if self.sessions.record(id, body, target.uri.clone(), version) == Recorded::TooLarge {
-            tracing::info!(
+        match self.sessions.record(upstream_id, body, &target.uri, version) {
+            // The client holds the token from now on; the upstream never sees it.
+            Recorded::Tracked(client_id) => {
+                head.headers.insert(session::MCP_SESSION_ID, client_id);
+            }
+            Recorded::TooLarge => tracing::info!(
                 limit = self.sessions.max_initialize_bytes(),
                 "an initialize body is larger than sessions.max_initialize_bytes: its session \
                  is not tracked and will not survive a backend restart"
-            );
+            ),
         }
     }
 }

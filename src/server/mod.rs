@@ -138,6 +138,17 @@ pub async fn run(
         }
     }
     let proxy = Arc::new(Proxy::new(&config, metrics));
+    // The session keys' reloader, stopped with `run` like the certificate's.
+    let key_reloader = proxy.session_keys().and_then(|keys| {
+        if !keys.from_file() {
+            tracing::info!(
+                "sessions.key_file is not set: session ids are sealed with a key of this process \
+                 only, so sessions survive the backend's restarts but not holdfast's own, nor a \
+                 move to another replica"
+            );
+        }
+        crate::session::spawn_key_reloader(keys).map(AbortOnDrop)
+    });
     let ready = Arc::new(Readiness::default());
 
     let admin_addr = admin_listener.local_addr()?;
@@ -165,6 +176,7 @@ pub async fn run(
 
     // The certificate reloader stops here (or on any early return): its guard is in `tls`.
     drop(tls);
+    drop(key_reloader);
     let _ = admin_stop_tx.send(());
     let _ = admin_task.await;
     tracing::info!("holdfast stopped");

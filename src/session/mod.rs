@@ -8,6 +8,10 @@
 //! - **Record** ([`Sessions::record`]): every `initialize` answered with an `Mcp-Session-Id`, its
 //!   body kept verbatim, and on each session what later requests set (`logging/setLevel`,
 //!   `resources/subscribe` and `resources/unsubscribe`) and the `MCP-Protocol-Version` sent.
+//! - **Seal** ([`token`]): the client is handed a token instead of the upstream's id, sealed with
+//!   `sessions.key_file`'s key, that carries the initialize, the protocol version and the
+//!   upstream id. Any holdfast with the key opens it ([`Sessions::lookup`]): after its own
+//!   restart, or at another replica, the session goes on from the token alone.
 //! - **Detect** (in [`crate::proxy`]): the application's own 404 to a request carrying a tracked
 //!   session id (not a DELETE) means the server no longer knows the session, and did not execute
 //!   the request.
@@ -18,10 +22,15 @@
 //!
 //! This module keeps the records and reads JSON-RPC; the proxy does the sending.
 
+mod entry;
+mod keys;
 pub mod rpc;
 mod store;
+pub mod token;
 
-pub use store::{Plan, Recorded, Session, Sessions};
+pub use entry::{Origin, Plan, Session};
+pub use keys::{spawn_key_reloader, Keys, KEY_RELOAD_EVERY};
+pub use store::{Miss, Recorded, Sessions, TokenRefusal};
 
 use http::HeaderName;
 

@@ -1,0 +1,232 @@
+//! `[sessions]`: carrying MCP sessions across restarts, of the backend and of holdfast itself.
+//!
+//! The keys that seal session tokens (`sessions.key_file`) are read here, during validation, so
+//! `check-config` reports a key file that does not load and the proxy starts with what was
+//! checked. [`parse_session_keys`] is also what the running proxy re-reads the file with.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::defaults;
+use super::validate::Validator;
+
+/// `[sessions]` as written.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawSessions {
+    /// Re-establish a session the restarted server forgot.
+    pub resume: bool,
+    /// Most sessions tracked.
+    pub max_tracked: usize,
+    /// Largest `initialize` body recorded.
+    pub max_initialize_bytes: usize,
+    /// Most recorded bytes over all sessions.
+    pub max_recorded_bytes: usize,
+    /// Idle time after which a session is forgotten.
+    pub idle_timeout_secs: f64,
+    /// The keys that seal session tokens: one per line, 64 hex characters (32 bytes).
+    pub key_file: Option<PathBuf>,
+    /// Oldest session token used to re-establish its session.
+    pub token_max_age_secs: f64,
+}
+
+impl Default for RawSessions {
+    fn default() -> Self {
+        Self {
+            resume: defaults::SESSIONS_RESUME,
+            max_tracked: defaults::SESSIONS_MAX_TRACKED,
+            max_initialize_bytes: defaults::SESSIONS_MAX_INITIALIZE_BYTES,
+            max_recorded_bytes: defaults::SESSIONS_MAX_RECORDED_BYTES,
+            idle_timeout_secs: defaults::SESSIONS_IDLE_TIMEOUT_SECS,
+            key_file: None,
+            token_max_age_secs: defaults::SESSIONS_TOKEN_MAX_AGE_SECS,
+        }
+    }
+}
+
+/// Validated `[sessions]`.
+#[derive(Debug, Clone)]
+pub struct Sessions {
+    /// Re-establish a session the restarted server forgot.
+    pub resume: bool,
+    /// Most sessions tracked.
+    pub max_tracked: usize,
+    /// Largest `initialize` body recorded.
+    pub max_initialize_bytes: usize,
+    /// Most recorded bytes over all sessions.
+    pub max_recorded_bytes: usize,
+    /// Idle time after which a session is forgotten.
+    pub idle_timeout: Duration,
+    /// The keys read from `key_file` (none without one: a random key per process).
+    pub keys: SessionKeys,
+    /// Oldest session token used to re-establish its session.
+    pub token_max_age: Duration,
+}
+
+/// One key: 32 bytes. Its `Debug` never shows it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct SessionKey(pub [u8; 32]);
+
+impl fmt::Debug for SessionKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("SessionKey(..)")
+    }
+}
+
+/// `sessions.key_file` and the keys read from it: the first seals, every one opens.
+#[derive(Debug, Clone, Default)]
+pub struct SessionKeys {
+    /// Where they were read from, and are re-read from when the file changes.
+    pub file: Option<PathBuf>,
+    /// The keys, in the file's order; empty without a file.
+    pub keys: Vec<SessionKey>,
+}
+
+/// Most keys in one file: rotation needs two or three; more is a mistake (and every key is
+/// tried on a token from another holdfast).
+const MAX_KEYS: usize = 16;
+
+/// Reads a key file's text: one key per line as 64 hexadecimal characters (`openssl rand -hex
+/// 32`); blank lines and lines starting with `#` are skipped. At least one key.
+pub fn parse_session_keys(text: &str) -> Result<Vec<SessionKey>, String> {
+    let mut keys = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let key = hex32(line).ok_or_else(|| {
+            format!(
+                "line {}: expected 64 hexadecimal characters (32 bytes, as `openssl rand -hex \
+                 32` prints), got {} characters",
+                n + 1,
+                line.len()
+            )
+        })?;
+        if key.iter().all(|&b| b == key[0]) {
+            return Err(format!(
+                "line {}: every byte is the same: not a random key",
+                n + 1
+            ));
+        }
+        keys.push(SessionKey(key));
+    }
+    if keys.is_empty() {
+        return Err("no key in the file (one per line, 64 hexadecimal characters)".into());
+    }
+    if keys.len() > MAX_KEYS {
+        return Err(format!(
+            "{} keys; at most {MAX_KEYS} (the first seals, the rest are kept for rotation)",
+            keys.len()
+        ));
+    }
+    Ok(keys)
+}
+
+fn hex32(text: &str) -> Option<[u8; 32]> {
+    let bytes = text.as_bytes();
+    if bytes.len() != 64 {
+        return None;
+    }
+    let digit = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
+    let mut key = [0u8; 32];
+    for (i, pair) in bytes.chunks_exact(2).enumerate() {
+        key[i] = digit(pair[0])? << 4 | digit(pair[1])?;
+    }
+    Some(key)
+}
+
+/// Reads and parses `path`.
+pub(crate) fn read_session_keys(path: &Path) -> Result<Vec<SessionKey>, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    parse_session_keys(&text).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+impl Validator<'_> {
+    /// Checks `[sessions]` and reads its key file; `None` when a problem was recorded.
+    pub(super) fn sessions(&mut self, raw: &RawSessions) -> Option<Sessions> {
+        let idle = self.secs("sessions.idle_timeout_secs", raw.idle_timeout_secs);
+        let max_age = self.secs("sessions.token_max_age_secs", raw.token_max_age_secs);
+        let mut ok = idle.is_some() && max_age.is_some();
+        if raw.max_tracked == 0 {
+            ok = false;
+            self.fail::<()>("sessions.max_tracked", "must be at least 1".into());
+        }
+        if raw.max_initialize_bytes == 0 {
+            ok = false;
+            self.fail::<()>("sessions.max_initialize_bytes", "must be at least 1".into());
+        }
+        if raw.max_recorded_bytes < raw.max_initialize_bytes {
+            ok = false;
+            self.fail::<()>(
+                "sessions.max_recorded_bytes",
+                format!(
+                    "must not be below sessions.max_initialize_bytes ({}): no session could \
+                     ever be tracked",
+                    raw.max_initialize_bytes
+                ),
+            );
+        }
+        let keys = match &raw.key_file {
+            None => SessionKeys::default(),
+            Some(path) => match read_session_keys(path) {
+                Ok(keys) => SessionKeys {
+                    file: Some(path.clone()),
+                    keys,
+                },
+                Err(e) => {
+                    ok = false;
+                    self.fail::<()>("sessions.key_file", e);
+                    SessionKeys::default()
+                }
+            },
+        };
+        ok.then(|| Sessions {
+            resume: raw.resume,
+            max_tracked: raw.max_tracked,
+            max_initialize_bytes: raw.max_initialize_bytes,
+            max_recorded_bytes: raw.max_recorded_bytes,
+            idle_timeout: idle.expect("checked"),
+            keys,
+            token_max_age: max_age.expect("checked"),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const A: &str = "00112233445566778899aabbccddeeff00112233445566778899AABBCCDDEEFF";
+
+    #[test]
+    fn keys_one_per_line_with_comments_and_blank_lines() {
+        let text = format!("# rotated 2026-12-01\n{A}\n\n  {}  \n", "f".repeat(63) + "e");
+        let keys = parse_session_keys(&text).unwrap();
+        assert_eq!(keys.len(), 2);
+        assert_eq!(keys[0].0[0], 0x00);
+        assert_eq!(keys[0].0[1], 0x11);
+        assert_eq!(keys[0].0[31], 0xff);
+        assert_eq!(format!("{:?}", keys[0]), "SessionKey(..)");
+    }
+
+    #[test]
+    fn what_is_not_a_key_is_refused_with_its_line() {
+        for (text, says) in [
+            ("", "no key"),
+            ("# only a comment\n", "no key"),
+            (&A[..63], "line 1: expected 64"),
+            (&format!("{A}\n{A}0"), "line 2: expected 64"),
+            (&format!("{}g", &A[..63]), "line 1: expected 64"),
+            (&"0".repeat(64), "line 1: every byte is the same"),
+            (&format!("{A}\n").repeat(17), "17 keys"),
+        ] {
+            let err = parse_session_keys(text).unwrap_err();
+            assert!(err.contains(says), "{text:?}: {err}");
+        }
+    }
+}

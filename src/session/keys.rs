@@ -1,0 +1,151 @@
+//! The keyring session tokens are sealed and opened with, and the task that re-reads
+//! `sessions.key_file` when it changes (a rotated Kubernetes Secret, a new first line).
+
+use std::path::PathBuf;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use tokio::task::JoinHandle;
+
+use super::token::Keyring;
+use crate::config::{parse_session_keys, SessionKeys};
+
+/// How often the key file is read to see whether it changed: cheap (one small file), and a
+/// mounted Secret takes up to a minute or so to change anyway.
+pub const KEY_RELOAD_EVERY: Duration = Duration::from_secs(5);
+
+/// The current keyring, swapped whole when the key file changes.
+pub struct Keys {
+    ring: RwLock<Arc<Keyring>>,
+    file: Option<PathBuf>,
+}
+
+impl Keys {
+    /// The keys read at validation; a random one without a key file.
+    pub fn new(cfg: &SessionKeys) -> Keys {
+        let ring = match cfg.file {
+            Some(_) => Keyring::new(&cfg.keys),
+            None => Keyring::random(),
+        };
+        Keys {
+            ring: RwLock::new(Arc::new(ring)),
+            file: cfg.file.clone(),
+        }
+    }
+
+    /// The keyring now.
+    pub fn current(&self) -> Arc<Keyring> {
+        self.ring.read().expect("keys lock").clone()
+    }
+
+    /// Whether the keys came from `sessions.key_file` (else they die with the process).
+    pub fn from_file(&self) -> bool {
+        self.file.is_some()
+    }
+
+    /// Replaces the keys with those in `text` (a key file's content); the number of keys, or
+    /// why `text` holds none (the keys stay as they were).
+    pub fn reload(&self, text: &str) -> Result<usize, String> {
+        let keys = parse_session_keys(text)?;
+        *self.ring.write().expect("keys lock") = Arc::new(Keyring::new(&keys));
+        Ok(keys.len())
+    }
+}
+
+/// Polls `sessions.key_file` every [`KEY_RELOAD_EVERY`] and swaps changed, valid keys in, as
+/// the TLS reloader does certificates. `None` without a key file.
+pub fn spawn_key_reloader(keys: Arc<Keys>) -> Option<JoinHandle<()>> {
+    let file = keys.file.clone()?;
+    Some(tokio::spawn(async move {
+        // The content last tried: an unchanged file is not parsed again, and a bad one is
+        // reported once, not on every poll. Empty at first: the first read is compared with
+        // nothing and applied (the same keys validation read, unless the file changed since).
+        let mut tried = String::new();
+        let mut ticks = tokio::time::interval(KEY_RELOAD_EVERY);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticks.tick().await;
+            let text = match tokio::fs::read_to_string(&file).await {
+                Ok(text) => text,
+                Err(e) => {
+                    let said = format!("unreadable: {e}");
+                    if tried != said {
+                        tracing::error!(
+                            file = %file.display(),
+                            error = %e,
+                            "cannot read sessions.key_file; keeping the session keys in use"
+                        );
+                        tried = said;
+                    }
+                    continue;
+                }
+            };
+            if text == tried {
+                continue;
+            }
+            let first = tried.is_empty();
+            match keys.reload(&text) {
+                Ok(n) if !first => tracing::info!(
+                    file = %file.display(),
+                    keys = n,
+                    "session keys reloaded: new sessions are sealed with the first, every one opens"
+                ),
+                Ok(_) => {}
+                Err(e) => tracing::error!(
+                    file = %file.display(),
+                    error = %e,
+                    "the changed sessions.key_file does not load; keeping the session keys in use"
+                ),
+            }
+            tried = text;
+        }
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::SessionKey;
+    use crate::session::token::{Contents, Refused};
+
+    fn contents() -> Contents {
+        Contents {
+            issued: 1,
+            upstream_id: http::HeaderValue::from_static("u-1"),
+            protocol_version: None,
+            endpoint: "/mcp".into(),
+            initialize: bytes::Bytes::from_static(b"{}"),
+        }
+    }
+
+    #[test]
+    fn a_reload_swaps_the_keys_and_a_bad_file_keeps_them() {
+        let first = "1".repeat(63) + "2";
+        let keys = Keys::new(&SessionKeys {
+            file: Some("/nonexistent".into()),
+            keys: crate::config::parse_session_keys(&first).unwrap(),
+        });
+        let old = keys.current().seal(&contents()).unwrap();
+        let second = "3".repeat(63) + "4";
+        assert_eq!(keys.reload(&format!("{second}\n{first}\n")), Ok(2));
+        let new = keys.current().seal(&contents()).unwrap();
+        assert!(keys.current().open(old.as_bytes()).is_ok(), "the old key opens");
+        assert!(keys.reload("not a key").is_err());
+        assert!(keys.current().open(new.as_bytes()).is_ok(), "kept after a bad file");
+        assert_eq!(keys.reload(&second), Ok(1));
+        assert_eq!(keys.current().open(old.as_bytes()), Err(Refused::Unopened));
+        // Debug of the config never shows a key.
+        let key = SessionKey([7; 32]);
+        assert!(!format!("{key:?}").contains('7'));
+    }
+
+    #[test]
+    fn without_a_file_a_random_key_per_process() {
+        let a = Keys::new(&SessionKeys::default());
+        let b = Keys::new(&SessionKeys::default());
+        assert!(!a.from_file());
+        let token = a.current().seal(&contents()).unwrap();
+        assert!(a.current().open(token.as_bytes()).is_ok());
+        assert_eq!(b.current().open(token.as_bytes()), Err(Refused::Unopened));
+    }
+}

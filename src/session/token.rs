@@ -1,0 +1,278 @@
+//! Self-describing session ids: what re-establishing a session needs, sealed into the id the
+//! client holds, so that any holdfast with the key can carry the session, in any pod, after any
+//! restart of its own.
+//!
+//! A token is `hf1.` and the URL-safe base64 (no padding) of a 12-byte random nonce and the
+//! ChaCha20-Poly1305 sealing of:
+//!
+//! | bytes | what |
+//! |---|---|
+//! | 1 | flags: bit 0 set when the rest is deflated |
+//! | 8 | issue time, seconds since the Unix epoch, big-endian |
+//! | rest | three length-prefixed (u16, big-endian) fields: the upstream session id, the `MCP-Protocol-Version` (empty: none), the endpoint path; then the `initialize` body as the client sent it |
+//!
+//! Everything in it is visible ASCII (`A-Za-z0-9-_.`), as the transport requires of session ids.
+//! Only a holder of a key can make or read one; a token that does not open is somebody else's id
+//! and passes unchanged. Knowing a token gives nothing the session id did not give already: it
+//! *is* the session id.
+
+use bytes::Bytes;
+use http::HeaderValue;
+use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, CHACHA20_POLY1305, NONCE_LEN};
+use ring::rand::{SecureRandom, SystemRandom};
+
+use crate::config::SessionKey;
+
+/// What every token starts with; nothing else is tried as one.
+pub const PREFIX: &str = "hf1.";
+
+/// Longest token handed out or opened: it rides on every request of the session, so it must fit
+/// a request head with room to spare (holdfast's smallest `limits.max_header_bytes` is 8 KiB;
+/// nginx's default `large_client_header_buffers` line is 8 KiB too).
+pub const MAX_TOKEN_LEN: usize = 3072;
+
+/// Bound on an opened token's inflated contents (what a token of [`MAX_TOKEN_LEN`] can hold at
+/// deflate's best ratio is far above any real `initialize`).
+const MAX_PLAIN: usize = 64 * 1024;
+
+/// Bound to what the sealing is of: a token cannot be read as anything else holdfast seals.
+const AAD: &[u8] = b"holdfast session token v1";
+
+const DEFLATED: u8 = 1;
+
+/// What a token carries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Contents {
+    /// When it was sealed, seconds since the Unix epoch.
+    pub issued: u64,
+    /// The session id the upstream gave at `initialize`.
+    pub upstream_id: HeaderValue,
+    /// The protocol version the session was opened with.
+    pub protocol_version: Option<HeaderValue>,
+    /// The endpoint path the session was opened on.
+    pub endpoint: String,
+    /// The `initialize` request body as the client sent it.
+    pub initialize: Bytes,
+}
+
+/// Why a token did not open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refused {
+    /// Not one of holdfast's (no [`PREFIX`]): the server's own id. Not counted.
+    NotAToken,
+    /// The prefix, but not the shape of a token (length, alphabet, fields).
+    Malformed,
+    /// No key opens it: sealed with a key rotated away or another deployment's, or altered.
+    Unopened,
+}
+
+/// The keys that seal and open tokens: the first seals, every one opens.
+pub struct Keyring {
+    keys: Vec<LessSafeKey>,
+    rng: SystemRandom,
+}
+
+impl Keyring {
+    /// From `keys` (at least one, as validated).
+    pub fn new(keys: &[SessionKey]) -> Keyring {
+        assert!(!keys.is_empty(), "a keyring needs a key");
+        Keyring {
+            keys: keys.iter().map(|k| less_safe(&k.0)).collect(),
+            rng: SystemRandom::new(),
+        }
+    }
+
+    /// One random key, for a holdfast without `sessions.key_file`: its tokens open only in
+    /// this process.
+    pub fn random() -> Keyring {
+        let rng = SystemRandom::new();
+        let mut key = [0u8; 32];
+        rng.fill(&mut key).expect("the system's random source");
+        Keyring {
+            keys: vec![less_safe(&key)],
+            rng,
+        }
+    }
+
+    /// How many keys open tokens.
+    pub fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    /// Whether there is no key (never: [`Keyring::new`] needs one).
+    pub fn is_empty(&self) -> bool {
+        self.keys.is_empty()
+    }
+
+    /// Seals `contents` with the first key; `None` when the token would be longer than
+    /// [`MAX_TOKEN_LEN`].
+    pub fn seal(&self, contents: &Contents) -> Option<String> {
+        let fields = encode_fields(contents)?;
+        let packed = miniz_oxide::deflate::compress_to_vec(&fields, 6);
+        let (flags, body) = if packed.len() < fields.len() {
+            (DEFLATED, packed)
+        } else {
+            (0, fields)
+        };
+        // Checked before sealing: base64 makes 4 characters of every 3 bytes.
+        let sealed_len = NONCE_LEN + 9 + body.len() + CHACHA20_POLY1305.tag_len();
+        if PREFIX.len() + (sealed_len * 4).div_ceil(3) > MAX_TOKEN_LEN {
+            return None;
+        }
+        let mut nonce = [0u8; NONCE_LEN];
+        self.rng.fill(&mut nonce).expect("the system's random source");
+        let mut plain = Vec::with_capacity(sealed_len);
+        plain.push(flags);
+        plain.extend_from_slice(&contents.issued.to_be_bytes());
+        plain.extend_from_slice(&body);
+        self.keys[0]
+            .seal_in_place_append_tag(Nonce::assume_unique_for_key(nonce), Aad::from(AAD), &mut plain)
+            .expect("a sealing within ChaCha20-Poly1305's bounds");
+        let mut raw = nonce.to_vec();
+        raw.extend_from_slice(&plain);
+        Some(format!("{PREFIX}{}", base64url_encode(&raw)))
+    }
+
+    /// Opens `token` with any key.
+    pub fn open(&self, token: &[u8]) -> Result<Contents, Refused> {
+        let Some(encoded) = token.strip_prefix(PREFIX.as_bytes()) else {
+            return Err(Refused::NotAToken);
+        };
+        if token.len() > MAX_TOKEN_LEN {
+            return Err(Refused::Malformed);
+        }
+        let raw = base64url_decode(encoded).ok_or(Refused::Malformed)?;
+        if raw.len() < NONCE_LEN + 9 + CHACHA20_POLY1305.tag_len() {
+            return Err(Refused::Malformed);
+        }
+        let (nonce, sealed) = raw.split_at(NONCE_LEN);
+        let nonce: [u8; NONCE_LEN] = nonce.try_into().expect("split at its length");
+        let plain = self
+            .keys
+            .iter()
+            .find_map(|key| {
+                let mut buf = sealed.to_vec();
+                let nonce = Nonce::assume_unique_for_key(nonce);
+                let len = key.open_in_place(nonce, Aad::from(AAD), &mut buf).ok()?.len();
+                buf.truncate(len);
+                Some(buf)
+            })
+            .ok_or(Refused::Unopened)?;
+        // Authentic from here: sealed by a holdfast with the key. Still read defensively.
+        let (&flags, rest) = plain.split_first().ok_or(Refused::Malformed)?;
+        let (issued, body) = rest.split_at_checked(8).ok_or(Refused::Malformed)?;
+        let issued = u64::from_be_bytes(issued.try_into().expect("eight bytes"));
+        let fields = if flags & DEFLATED != 0 {
+            miniz_oxide::inflate::decompress_to_vec_with_limit(body, MAX_PLAIN)
+                .map_err(|_| Refused::Malformed)?
+        } else {
+            body.to_vec()
+        };
+        decode_fields(issued, &fields).ok_or(Refused::Malformed)
+    }
+}
+
+/// The random nonce a token was sealed with: what tells one token from every other, without
+/// opening it (the tombstone of an ended session keeps only this).
+pub fn nonce(token: &[u8]) -> Option<[u8; NONCE_LEN]> {
+    // 12 bytes are exactly 16 base64 characters.
+    let encoded = token.strip_prefix(PREFIX.as_bytes())?.get(..16)?;
+    base64url_decode(encoded)?.try_into().ok()
+}
+
+fn less_safe(key: &[u8; 32]) -> LessSafeKey {
+    LessSafeKey::new(UnboundKey::new(&CHACHA20_POLY1305, key).expect("a 32-byte key"))
+}
+
+fn encode_fields(c: &Contents) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(64 + c.initialize.len());
+    let empty = HeaderValue::from_static("");
+    let version = c.protocol_version.as_ref().unwrap_or(&empty);
+    for field in [c.upstream_id.as_bytes(), version.as_bytes(), c.endpoint.as_bytes()] {
+        out.extend_from_slice(&u16::try_from(field.len()).ok()?.to_be_bytes());
+        out.extend_from_slice(field);
+    }
+    out.extend_from_slice(&c.initialize);
+    Some(out)
+}
+
+fn decode_fields(issued: u64, mut rest: &[u8]) -> Option<Contents> {
+    let mut field = || {
+        let (len, tail) = rest.split_at_checked(2)?;
+        let len = usize::from(u16::from_be_bytes([len[0], len[1]]));
+        let (value, tail) = tail.split_at_checked(len)?;
+        rest = tail;
+        Some(value)
+    };
+    let upstream_id = HeaderValue::from_bytes(field()?).ok()?;
+    let version = field()?;
+    let protocol_version = match version {
+        [] => None,
+        v => Some(HeaderValue::from_bytes(v).ok()?),
+    };
+    let endpoint = std::str::from_utf8(field()?).ok()?.to_owned();
+    if upstream_id.is_empty() || !endpoint.starts_with('/') {
+        return None;
+    }
+    Some(Contents {
+        issued,
+        upstream_id,
+        protocol_version,
+        endpoint,
+        initialize: Bytes::copy_from_slice(rest),
+    })
+}
+
+const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+
+/// URL-safe base64 without padding (RFC 4648 §5).
+fn base64url_encode(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity((bytes.len() * 4).div_ceil(3));
+    for chunk in bytes.chunks(3) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |n, (i, &b)| n | u32::from(b) << (16 - 8 * i));
+        for i in 0..=chunk.len() {
+            out.push(ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char);
+        }
+    }
+    out
+}
+
+/// The inverse of [`base64url_encode`]; `None` for a character outside the alphabet, a length
+/// no encoding has, or set bits past the last byte (one encoding per byte string).
+fn base64url_decode(text: &[u8]) -> Option<Vec<u8>> {
+    if text.len() % 4 == 1 {
+        return None;
+    }
+    let value = |c: u8| -> Option<u32> {
+        Some(match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'-' => 62,
+            b'_' => 63,
+            _ => return None,
+        } as u32)
+    };
+    let mut out = Vec::with_capacity(text.len() * 3 / 4);
+    for chunk in text.chunks(4) {
+        let mut n = 0u32;
+        for (i, &c) in chunk.iter().enumerate() {
+            n |= value(c)? << (18 - 6 * i);
+        }
+        let bytes = chunk.len() - 1;
+        // The bits below the last whole byte must be zero.
+        if n & ((1 << (24 - 8 * bytes)) - 1) != 0 {
+            return None;
+        }
+        for i in 0..bytes {
+            out.push((n >> (16 - 8 * i)) as u8);
+        }
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests;
