@@ -193,6 +193,14 @@ async fn a_call_on_the_old_id_runs_once_and_the_client_keeps_its_id_until_delete
     assert_eq!(holdfast.metric(&resumes("not_tracked")).await, 1.0);
 
     let id = open_session(&holdfast).await;
+    // The client holds holdfast's token; the server knows its own id.
+    let upstream_id = server
+        .seen()
+        .iter()
+        .find_map(|r| r.assigned_session.clone())
+        .expect("the server's session id");
+    assert!(id.starts_with("hf1."), "{id}");
+    assert_ne!(id, upstream_id);
     let first = send(&holdfast, "POST", Some(&id), &count_call(2)).await;
     assert_eq!(result_text(&first), "1");
 
@@ -208,7 +216,9 @@ async fn a_call_on_the_old_id_runs_once_and_the_client_keeps_its_id_until_delete
     let restart = seen
         .iter()
         .position(|r| {
-            tool_call(r) && r.status == StatusCode::NOT_FOUND && r.session_id() == Some(&id)
+            tool_call(r)
+                && r.status == StatusCode::NOT_FOUND
+                && r.session_id() == Some(&upstream_id)
         })
         .expect("the 404");
     let after: Vec<_> = seen[restart..].iter().collect();
@@ -227,9 +237,10 @@ async fn a_call_on_the_old_id_runs_once_and_the_client_keeps_its_id_until_delete
             ("tools/call".to_owned(), 200),
         ]
     );
-    assert_eq!(after[1].session_id(), Some(id.as_str()));
+    assert_eq!(after[1].session_id(), Some(upstream_id.as_str()));
     let renewed = after[2].assigned_session.clone().expect("new session");
-    assert_ne!(renewed, id);
+    assert_ne!(renewed, upstream_id);
+    assert_eq!(again.header("mcp-session-id"), None, "the server named no session");
     // Whatever the answer names, it is never the new upstream id.
     assert_ne!(again.header("mcp-session-id"), Some(renewed.as_str()));
     assert_eq!(after[2].session_id(), None);
@@ -484,7 +495,7 @@ async fn a_server_that_keeps_forgetting_gets_two_re_establishments_then_its_404_
     .await;
     let holdfast = Holdfast::start(&upstream.url()).await;
     let id = open_session(&holdfast).await;
-    assert_eq!(id, "s-1");
+    assert!(id.starts_with("hf1."), "the client holds a token, not s-1: {id}");
 
     let answer = send(&holdfast, "POST", Some(&id), &count_call(1)).await;
     assert_eq!(answer.status_line, "HTTP/1.1 404 Not Found");
@@ -513,9 +524,11 @@ async fn answers_name_the_clients_session_id_never_the_new_one() {
     let server = ForgetfulServer::start().await;
     let holdfast = Holdfast::start(&server.upstream.url()).await;
     let id = open_session(&holdfast).await;
-    assert_eq!(id, "s-1");
+    assert!(id.starts_with("hf1."), "the client holds a token, not s-1: {id}");
     let first = send(&holdfast, "POST", Some(&id), &count_call(1)).await;
-    assert_eq!(first.header("mcp-session-id"), Some("s-1"));
+    assert_eq!(first.header("mcp-session-id"), Some(id.as_str()));
+    let sent = server.upstream.seen();
+    assert_eq!(sent.last().unwrap().header("mcp-session-id"), Some("s-1"));
 
     server.forget();
     let again = send(&holdfast, "POST", Some(&id), &count_call(2)).await;
@@ -526,7 +539,7 @@ async fn answers_name_the_clients_session_id_never_the_new_one() {
     assert_eq!(sent.last().unwrap().header("mcp-session-id"), Some("s-2"));
     assert_eq!(
         again.header("mcp-session-id"),
-        Some("s-1"),
+        Some(id.as_str()),
         "the server named s-2; the client sees its own id"
     );
     assert_eq!(server.executed(), 2);
@@ -538,9 +551,13 @@ async fn answers_name_the_clients_session_id_never_the_new_one() {
         .expect("holdfast's initialize");
     assert_eq!(initialize.header("accept-encoding"), Some("identity"));
 
-    // The DELETE goes to s-2, and its answer names s-2: the client sees s-1.
+    // The DELETE goes to s-2, and its answer names s-2: the client sees its own id.
     let delete = send(&holdfast, "DELETE", Some(&id), "").await;
-    assert_eq!(delete.header("mcp-session-id"), Some("s-1"), "{delete:?}");
+    assert_eq!(
+        delete.header("mcp-session-id"),
+        Some(id.as_str()),
+        "{delete:?}"
+    );
     let deleted = server.upstream.seen();
     assert_eq!(
         deleted.last().unwrap().header("mcp-session-id"),
