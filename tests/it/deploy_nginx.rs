@@ -14,15 +14,14 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use http::{Request, Response};
 use http_body_util::Full;
-use tokio::net::{TcpSocket, TcpStream};
+use tokio::net::TcpSocket;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -31,6 +30,7 @@ use crate::support::files::{read_repo, repo_path, TempDir};
 use crate::support::http::{echo, host_of, post_json, send, Reserved, Upstream};
 use crate::support::process::{holdfast, require_program};
 use crate::support::proxy::{metric_value, raw_config, requests_with_status, Holdfast};
+use crate::support::nginx::Nginx;
 use crate::support::within;
 
 /// The shipped nginx site file.
@@ -46,7 +46,6 @@ const SITE_HOLDFAST: &str = "127.0.0.1:8080";
 
 /// How long nginx gets to start listening: it starts in milliseconds, but a loaded two-core
 /// machine must not fail a test that would pass. (nginx itself retries a busy port for 2.5 s.)
-const NGINX_START: Duration = Duration::from_secs(20);
 
 // ------------------------------------------------------------------------------------------
 // nginx's configuration language, as far as these tests read it
@@ -198,6 +197,12 @@ impl Site {
 }
 
 /// The shipped site file with nginx on `listen` and holdfast at `holdfast`: the only change.
+/// nginx with the shipped site in front of holdfast at `holdfast`.
+async fn start_nginx(holdfast: SocketAddr) -> Nginx {
+    let shipped = read_repo(NGINX_SITE);
+    Nginx::start(|listen| site_for_test(&shipped, listen, holdfast)).await
+}
+
 fn site_for_test(shipped: &str, listen: SocketAddr, holdfast: SocketAddr) -> String {
     let server_line = format!("server {SITE_HOLDFAST};");
     assert_eq!(
@@ -233,145 +238,6 @@ fn site_for_test(shipped: &str, listen: SocketAddr, holdfast: SocketAddr) -> Str
 // A real nginx
 // ------------------------------------------------------------------------------------------
 
-/// nginx in the foreground, with the shipped site in front of a holdfast; killed when dropped.
-struct Nginx {
-    child: Child,
-    addr: SocketAddr,
-    dir: TempDir,
-}
-
-/// Why an nginx did not come up.
-enum StartError {
-    /// Another process took the free port between the test finding it and nginx binding it.
-    PortTaken(String),
-    /// Anything else: the log says what.
-    Failed(String),
-}
-
-impl Nginx {
-    /// Starts nginx with the shipped site in front of holdfast at `holdfast`, on a free port.
-    async fn start(holdfast: SocketAddr) -> Nginx {
-        let nginx = require_program("nginx", "apt-get update && apt-get install -y nginx");
-        // The port is free when chosen, not reserved: if something takes it before nginx binds
-        // it, choose another.
-        let mut last = String::new();
-        for _ in 0..3 {
-            match Nginx::try_start(&nginx, holdfast).await {
-                Ok(running) => return running,
-                Err(StartError::PortTaken(log)) => last = log,
-                Err(StartError::Failed(log)) => {
-                    panic!("nginx did not start with {NGINX_SITE}:\n{log}")
-                }
-            }
-        }
-        panic!("nginx found its port taken three times:\n{last}")
-    }
-
-    async fn try_start(nginx: &Path, holdfast: SocketAddr) -> Result<Nginx, StartError> {
-        let dir = TempDir::new("nginx");
-        let listen = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("find a free port");
-        let site = site_for_test(&read_repo(NGINX_SITE), listen, holdfast);
-        let site_path = dir.write("holdfast.conf", &site);
-        let tmp = dir.path().display().to_string();
-        let wrapper = format!(
-            "# Written by tests/it/deploy_nginx.rs: what a host's nginx.conf provides.\n\
-             daemon off;\n\
-             master_process off;\n\
-             worker_processes 1;\n\
-             pid {tmp}/nginx.pid;\n\
-             error_log {tmp}/error.log info;\n\
-             events {{ worker_connections 256; }}\n\
-             http {{\n\
-             \x20   access_log {tmp}/access.log;\n\
-             \x20   client_body_temp_path {tmp}/client_body;\n\
-             \x20   proxy_temp_path {tmp}/proxy;\n\
-             \x20   fastcgi_temp_path {tmp}/fastcgi;\n\
-             \x20   uwsgi_temp_path {tmp}/uwsgi;\n\
-             \x20   scgi_temp_path {tmp}/scgi;\n\
-             \x20   # A host's main configuration may compress everything (Debian's turns gzip on);\n\
-             \x20   # the site must keep streams uncompressed by itself.\n\
-             \x20   gzip on;\n\
-             \x20   gzip_min_length 1;\n\
-             \x20   gzip_types text/event-stream application/json application/x-ndjson;\n\
-             \x20   include {site};\n\
-             }}\n",
-            site = site_path.display(),
-        );
-        let conf = dir.write("nginx.conf", &wrapper);
-        let output = std::fs::File::create(dir.path().join("nginx.out")).expect("nginx.out");
-        let child = Command::new(nginx)
-            .arg("-p")
-            .arg(dir.path())
-            .arg("-e")
-            .arg(dir.path().join("error.log"))
-            .arg("-c")
-            .arg(&conf)
-            .stdin(Stdio::null())
-            .stdout(output.try_clone().expect("nginx.out"))
-            .stderr(output)
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot run {}: {e}", nginx.display()));
-        let mut running = Nginx {
-            child,
-            addr: listen,
-            dir,
-        };
-        running.ready().await?;
-        Ok(running)
-    }
-
-    /// Waits until nginx accepts connections. nginx announces nothing the test could await, so
-    /// this polls a TCP connect, with a deadline, and stops early if nginx exits.
-    async fn ready(&mut self) -> Result<(), StartError> {
-        let deadline = Instant::now() + NGINX_START;
-        loop {
-            if let Some(status) = self.child.try_wait().expect("poll nginx") {
-                let log = format!("nginx exited with {status}\n{}", self.log());
-                return Err(if log.contains("Address already in use") {
-                    StartError::PortTaken(log)
-                } else {
-                    StartError::Failed(log)
-                });
-            }
-            if TcpStream::connect(self.addr).await.is_ok() {
-                return Ok(());
-            }
-            if Instant::now() > deadline {
-                return Err(StartError::Failed(format!(
-                    "nginx did not listen on {} within {NGINX_START:?}\n{}",
-                    self.addr,
-                    self.log()
-                )));
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    }
-
-    /// `http://<nginx>` + `path`.
-    fn url(&self, path: &str) -> String {
-        format!("http://{}{}", self.addr, path)
-    }
-
-    /// nginx's output and error log, for failure messages.
-    fn log(&self) -> String {
-        let read = |name: &str| std::fs::read_to_string(self.dir.path().join(name));
-        format!(
-            "--- nginx output ---\n{}\n--- error.log ---\n{}",
-            read("nginx.out").unwrap_or_default(),
-            read("error.log").unwrap_or_default()
-        )
-    }
-}
-
-impl Drop for Nginx {
-    fn drop(&mut self) {
-        // One process (`master_process off`), so killing it leaves nothing behind.
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 // ------------------------------------------------------------------------------------------
 // nginx: the shipped site, read
@@ -515,7 +381,7 @@ async fn sse_events_cross_nginx_and_holdfast_one_at_a_time() {
     let mut raw = raw_config(&upstream.url());
     raw.forwarded.trusted_proxies = vec!["127.0.0.1".into(), "::1".into()];
     let holdfast = Holdfast::start_with(raw).await;
-    let nginx = Nginx::start(holdfast.addr).await;
+    let nginx = start_nginx(holdfast.addr).await;
 
     let resp = open_stream(&nginx).await;
     assert_eq!(resp.headers()["content-type"], "text/event-stream");
@@ -549,7 +415,7 @@ async fn any_streamed_body_crosses_nginx_unbuffered() {
     let mut raw = raw_config(&upstream.url());
     raw.forwarded.trusted_proxies = vec!["127.0.0.1".into(), "::1".into()];
     let holdfast = Holdfast::start_with(raw).await;
-    let nginx = Nginx::start(holdfast.addr).await;
+    let nginx = start_nginx(holdfast.addr).await;
 
     let resp = open_stream(&nginx).await;
     assert_eq!(resp.headers()["content-type"], "application/x-ndjson");
@@ -674,7 +540,7 @@ async fn the_client_behind_nginx_sees_only_200s_while_the_backend_restarts() {
     let first = Upstream::serve(socket.listen(1024).unwrap(), echo);
     // Default settings: holding is on.
     let holdfast = Holdfast::start(&format!("http://{addr}")).await;
-    let nginx = Nginx::start(holdfast.addr).await;
+    let nginx = start_nginx(holdfast.addr).await;
 
     let mut client = ClientLoop::start(nginx.url("/mcp"));
     client.until(5).await;

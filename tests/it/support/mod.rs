@@ -5,6 +5,7 @@ pub mod forgetful;
 pub mod http;
 pub mod jail;
 pub mod mcp;
+pub mod nginx;
 pub mod node;
 pub mod process;
 pub mod proxy;

@@ -1,0 +1,157 @@
+//! nginx in the foreground with a site the test writes; killed when dropped.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use tokio::net::TcpStream;
+
+use super::files::TempDir;
+use super::process::require_program;
+
+/// How long nginx may take to listen.
+const NGINX_START: Duration = Duration::from_secs(20);
+
+/// A running nginx.
+pub struct Nginx {
+    child: Child,
+    /// Where it listens.
+    pub addr: SocketAddr,
+    dir: TempDir,
+}
+
+/// Why an nginx did not come up.
+enum StartError {
+    /// Another process took the free port between the test finding it and nginx binding it.
+    PortTaken(String),
+    /// Anything else: the log says what.
+    Failed(String),
+}
+
+impl Nginx {
+    /// Starts nginx on a free port with the site `site(listen)` returns (a `server` block and
+    /// whatever it needs, included in an `http` block).
+    pub async fn start(site: impl Fn(SocketAddr) -> String) -> Nginx {
+        let nginx = require_program("nginx", "apt-get update && apt-get install -y nginx");
+        // The port is free when chosen, not reserved: if something takes it before nginx binds
+        // it, choose another.
+        let mut last = String::new();
+        for _ in 0..3 {
+            match Nginx::try_start(&nginx, &site).await {
+                Ok(running) => return running,
+                Err(StartError::PortTaken(log)) => last = log,
+                Err(StartError::Failed(log)) => panic!("nginx did not start:\n{log}"),
+            }
+        }
+        panic!("nginx found its port taken three times:\n{last}")
+    }
+
+    async fn try_start(
+        nginx: &Path,
+        site: &impl Fn(SocketAddr) -> String,
+    ) -> Result<Nginx, StartError> {
+        let dir = TempDir::new("nginx");
+        let listen = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("find a free port");
+        let site_path = dir.write("site.conf", &site(listen));
+        let tmp = dir.path().display().to_string();
+        let wrapper = format!(
+            "# Written by tests/it/support/nginx.rs: what a host's nginx.conf provides.\n\
+             daemon off;\n\
+             master_process off;\n\
+             worker_processes 1;\n\
+             pid {tmp}/nginx.pid;\n\
+             error_log {tmp}/error.log info;\n\
+             events {{ worker_connections 256; }}\n\
+             http {{\n\
+             \x20   access_log {tmp}/access.log;\n\
+             \x20   client_body_temp_path {tmp}/client_body;\n\
+             \x20   proxy_temp_path {tmp}/proxy;\n\
+             \x20   fastcgi_temp_path {tmp}/fastcgi;\n\
+             \x20   uwsgi_temp_path {tmp}/uwsgi;\n\
+             \x20   scgi_temp_path {tmp}/scgi;\n\
+             \x20   # A host's main configuration may compress everything (Debian's turns gzip on);\n\
+             \x20   # the site must keep streams uncompressed by itself.\n\
+             \x20   gzip on;\n\
+             \x20   gzip_min_length 1;\n\
+             \x20   gzip_types text/event-stream application/json application/x-ndjson;\n\
+             \x20   include {site};\n\
+             }}\n",
+            site = site_path.display(),
+        );
+        let conf = dir.write("nginx.conf", &wrapper);
+        let output = std::fs::File::create(dir.path().join("nginx.out")).expect("nginx.out");
+        let child = Command::new(nginx)
+            .arg("-p")
+            .arg(dir.path())
+            .arg("-e")
+            .arg(dir.path().join("error.log"))
+            .arg("-c")
+            .arg(&conf)
+            .stdin(Stdio::null())
+            .stdout(output.try_clone().expect("nginx.out"))
+            .stderr(output)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot run {}: {e}", nginx.display()));
+        let mut running = Nginx {
+            child,
+            addr: listen,
+            dir,
+        };
+        running.ready().await?;
+        Ok(running)
+    }
+
+    /// Waits until nginx accepts connections. nginx announces nothing the test could await, so
+    /// this polls a TCP connect, with a deadline, and stops early if nginx exits.
+    async fn ready(&mut self) -> Result<(), StartError> {
+        let deadline = Instant::now() + NGINX_START;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("poll nginx") {
+                let log = format!("nginx exited with {status}\n{}", self.log());
+                return Err(if log.contains("Address already in use") {
+                    StartError::PortTaken(log)
+                } else {
+                    StartError::Failed(log)
+                });
+            }
+            if TcpStream::connect(self.addr).await.is_ok() {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(StartError::Failed(format!(
+                    "nginx did not listen on {} within {NGINX_START:?}\n{}",
+                    self.addr,
+                    self.log()
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// `http://<nginx>` + `path`.
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.addr, path)
+    }
+
+    /// nginx's output, error and access logs, for failure messages.
+    pub fn log(&self) -> String {
+        let read = |name: &str| std::fs::read_to_string(self.dir.path().join(name));
+        format!(
+            "--- nginx output ---\n{}\n--- error.log ---\n{}\n--- access.log ---\n{}",
+            read("nginx.out").unwrap_or_default(),
+            read("error.log").unwrap_or_default(),
+            read("access.log").unwrap_or_default()
+        )
+    }
+}
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        // One process (`master_process off`), so killing it leaves nothing behind.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
