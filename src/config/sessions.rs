@@ -205,7 +205,10 @@ mod tests {
 
     #[test]
     fn keys_one_per_line_with_comments_and_blank_lines() {
-        let text = format!("# rotated 2026-12-01\n{A}\n\n  {}  \n", "f".repeat(63) + "e");
+        let text = format!(
+            "# rotated 2026-12-01\n{A}\n\n  {}  \n",
+            "f".repeat(63) + "e"
+        );
         let keys = parse_session_keys(&text).unwrap();
         assert_eq!(keys.len(), 2);
         assert_eq!(keys[0].0[0], 0x00);

@@ -187,7 +187,9 @@ impl Metrics {
             TokenReason::ended,
             TokenReason::expired,
         ] {
-            let _ = m.session_tokens_refused.get_or_create(&TokenLabel { reason });
+            let _ = m
+                .session_tokens_refused
+                .get_or_create(&TokenLabel { reason });
         }
         for kind in [
             SafeKind::ReadOnlyMethod,

@@ -80,8 +80,10 @@ impl Proxy {
         handle: &BodyHandle,
         resumes: &mut u32,
     ) -> Gone {
-        // A DELETE's 404 is the answer the client asked for: the session is over either way.
-        if target.method == Method::DELETE || !self.sessions.enabled() {
+        // A DELETE is re-established too: the client holds a live session, and its end should
+        // be the server's answer, not a 404 the SDK clients report as a failed close (the
+        // TypeScript SDK's `terminateSession` throws on it). Once ended, the id opens no more.
+        if !self.sessions.enabled() {
             return Gone::Pass;
         }
         let Some(carried) = carried else {

@@ -6,8 +6,8 @@
 use http::Method;
 
 use super::{Carried, Proxy, Target, BODY_ID_WAIT};
-use crate::replay::BodyHandle;
 use crate::metrics::{TokenLabel, TokenReason};
+use crate::replay::BodyHandle;
 use crate::session::{self, Recorded, TokenRefusal};
 
 impl Proxy {
@@ -91,7 +91,10 @@ impl Proxy {
         let version = init
             .protocol_version
             .and_then(|v| http::HeaderValue::from_str(&v).ok());
-        match self.sessions.record(upstream_id, body, &target.uri, version) {
+        match self
+            .sessions
+            .record(upstream_id, body, &target.uri, version)
+        {
             // The client holds the token from now on; the upstream never sees it.
             Recorded::Tracked(client_id) => {
                 head.headers.insert(session::MCP_SESSION_ID, client_id);

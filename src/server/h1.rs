@@ -88,7 +88,16 @@ pub struct Connection {
     limits: Limits,
     /// The connection's first bytes have yet to show whether it is HTTP/2.
     may_be_http2: bool,
+    /// A request has begun on it: idle now, it is a keep-alive connection, which a drain
+    /// closes at once.
+    served: bool,
 }
+
+/// How long a connection that has not sent its first request yet when a drain begins still
+/// gets for it. Its client chose this holdfast before it could know of the drain, and has
+/// usually sent the request already: closed unread, that request would fail in a way no client
+/// or proxy in front retries for a POST. (A kept-alive connection's client knows the race.)
+const FRESH_DRAIN_GRACE: Duration = Duration::from_secs(1);
 
 /// The proxy's answer to a request, to come.
 type Handling<'a> = Pin<Box<dyn std::future::Future<Output = Response<ProxyBody>> + Send + 'a>>;
@@ -135,6 +144,7 @@ impl Connection {
             drain,
             limits,
             may_be_http2,
+            served: false,
         }
     }
 
@@ -144,6 +154,7 @@ impl Connection {
         loop {
             let keep = match self.next_head().await {
                 Ok((head, receiving)) => {
+                    self.served = true;
                     let begun = self.begin(head);
                     // The request is busy now: the head's own mark goes without the connection
                     // ever looking idle between them.
@@ -179,6 +190,8 @@ impl Connection {
         // When this head's first byte arrived.
         let mut started: Option<Instant> = None;
         let mut receiving = None;
+        // A new connection's last moment for its first request, once a drain began.
+        let mut fresh_until: Option<Instant> = None;
         loop {
             {
                 let mut st = self.shared.lock();
@@ -213,10 +226,15 @@ impl Connection {
                 }
             }
             let idle = started.is_none();
-            if idle && *self.drain.borrow() {
+            let draining = *self.drain.borrow();
+            if idle && draining && self.served {
                 return Err(Stop::Close);
             }
-            let deadline = started.unwrap_or(since) + self.limits.header_read_timeout;
+            let mut deadline = started.unwrap_or(since) + self.limits.header_read_timeout;
+            if idle && draining {
+                let until = *fresh_until.get_or_insert_with(|| Instant::now() + FRESH_DRAIN_GRACE);
+                deadline = deadline.min(until);
+            }
             let shared = &self.shared;
             let read = std::future::poll_fn(|cx| {
                 let mut st = shared.lock();
@@ -241,7 +259,13 @@ impl Connection {
                         return Err(Stop::Close);
                     }
                 }
-                Ok(()) = self.drain.changed(), if idle => return Err(Stop::Close),
+                // A kept-alive connection closes; a new one gets FRESH_DRAIN_GRACE (the next
+                // turn of the loop).
+                Ok(()) = self.drain.changed(), if idle => {
+                    if self.served {
+                        return Err(Stop::Close);
+                    }
+                }
             }
         }
     }

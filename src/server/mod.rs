@@ -283,24 +283,8 @@ async fn serve_proxy(
     let permits = Arc::new(Semaphore::new(config.max_connections));
     let idle = Idle::new();
     tokio::pin!(shutdown);
-
-    loop {
-        let (stream, peer) = tokio::select! {
-            accepted = listener::accept(&listener, "proxy") => accepted,
-            () = &mut shutdown => break,
-        };
-        let permit = match permits.clone().try_acquire_owned() {
-            Ok(permit) => permit,
-            Err(_) => {
-                idle.make_room();
-                let permit = tokio::select! {
-                    permit = permits.clone().acquire_owned() => permit.expect("semaphore never closed"),
-                    () = &mut shutdown => break,
-                };
-                idle.room_made();
-                permit
-            }
-        };
+    // One accepted connection's task.
+    let spawn = |connections: &mut JoinSet<()>, stream: tokio::net::TcpStream, peer, permit| {
         let registered = Arc::new(idle.register());
         let _ = stream.set_nodelay(true);
         let (served, tls) = (served.clone(), tls.clone());
@@ -325,10 +309,44 @@ async fn serve_proxy(
             }
             drop(permit);
         });
+    };
+
+    loop {
+        let (stream, peer) = tokio::select! {
+            accepted = listener::accept(&listener, "proxy") => accepted,
+            () = &mut shutdown => break,
+        };
+        let permit = match permits.clone().try_acquire_owned() {
+            Ok(permit) => permit,
+            Err(_) => {
+                idle.make_room();
+                let permit = tokio::select! {
+                    permit = permits.clone().acquire_owned() => permit.expect("semaphore never closed"),
+                    () = &mut shutdown => break,
+                };
+                idle.room_made();
+                permit
+            }
+        };
+        spawn(&mut connections, stream, peer, permit);
         // Reap finished connection tasks so the set does not grow.
         while connections.try_join_next().is_some() {}
     }
 
+    // Connections the kernel completed before accepting stopped: their clients have likely
+    // sent a request already, and closing the listener over them would reset them (a request
+    // lost that nothing retries). Each is served like any other (and the drain gives a new
+    // connection a moment for its first request: h1.rs, FRESH_DRAIN_GRACE).
+    {
+        // Polled once each, never awaited: what is queued now, and nothing more.
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        while let std::task::Poll::Ready(Ok((stream, peer))) = listener.poll_accept(&mut cx) {
+            let Ok(permit) = permits.clone().try_acquire_owned() else {
+                break;
+            };
+            spawn(&mut connections, stream, peer, permit);
+        }
+    }
     // Not ready from the moment accepting stops, so load balancers move away during the drain.
     ready.set(false);
     // Held requests would wait for an upstream that may never come back before the drain ends:

@@ -129,9 +129,15 @@ mod tests {
         let second = "3".repeat(63) + "4";
         assert_eq!(keys.reload(&format!("{second}\n{first}\n")), Ok(2));
         let new = keys.current().seal(&contents()).unwrap();
-        assert!(keys.current().open(old.as_bytes()).is_ok(), "the old key opens");
+        assert!(
+            keys.current().open(old.as_bytes()).is_ok(),
+            "the old key opens"
+        );
         assert!(keys.reload("not a key").is_err());
-        assert!(keys.current().open(new.as_bytes()).is_ok(), "kept after a bad file");
+        assert!(
+            keys.current().open(new.as_bytes()).is_ok(),
+            "kept after a bad file"
+        );
         assert_eq!(keys.reload(&second), Ok(1));
         assert_eq!(keys.current().open(old.as_bytes()), Err(Refused::Unopened));
         // Debug of the config never shows a key.

@@ -244,7 +244,9 @@ impl Sessions {
         let session = Arc::new(Session::new(opened, now_ms, self.recorded.clone()));
         let client_id = session.client_id().clone();
         // A session with this id already (a server reusing ids): the new one replaces it.
-        inner.by_client_id.insert(client_id.clone(), session.clone());
+        inner
+            .by_client_id
+            .insert(client_id.clone(), session.clone());
         self.make_room(inner, &client_id);
         self.tracked.set(inner.by_client_id.len() as i64);
         session

@@ -120,13 +120,19 @@ impl Keyring {
             return None;
         }
         let mut nonce = [0u8; NONCE_LEN];
-        self.rng.fill(&mut nonce).expect("the system's random source");
+        self.rng
+            .fill(&mut nonce)
+            .expect("the system's random source");
         let mut plain = Vec::with_capacity(sealed_len);
         plain.push(flags);
         plain.extend_from_slice(&contents.issued.to_be_bytes());
         plain.extend_from_slice(&body);
         self.keys[0]
-            .seal_in_place_append_tag(Nonce::assume_unique_for_key(nonce), Aad::from(AAD), &mut plain)
+            .seal_in_place_append_tag(
+                Nonce::assume_unique_for_key(nonce),
+                Aad::from(AAD),
+                &mut plain,
+            )
             .expect("a sealing within ChaCha20-Poly1305's bounds");
         let mut raw = nonce.to_vec();
         raw.extend_from_slice(&plain);
@@ -153,7 +159,10 @@ impl Keyring {
             .find_map(|key| {
                 let mut buf = sealed.to_vec();
                 let nonce = Nonce::assume_unique_for_key(nonce);
-                let len = key.open_in_place(nonce, Aad::from(AAD), &mut buf).ok()?.len();
+                let len = key
+                    .open_in_place(nonce, Aad::from(AAD), &mut buf)
+                    .ok()?
+                    .len();
                 buf.truncate(len);
                 Some(buf)
             })
@@ -188,7 +197,11 @@ fn encode_fields(c: &Contents) -> Option<Vec<u8>> {
     let mut out = Vec::with_capacity(64 + c.initialize.len());
     let empty = HeaderValue::from_static("");
     let version = c.protocol_version.as_ref().unwrap_or(&empty);
-    for field in [c.upstream_id.as_bytes(), version.as_bytes(), c.endpoint.as_bytes()] {
+    for field in [
+        c.upstream_id.as_bytes(),
+        version.as_bytes(),
+        c.endpoint.as_bytes(),
+    ] {
         out.extend_from_slice(&u16::try_from(field.len()).ok()?.to_be_bytes());
         out.extend_from_slice(field);
     }

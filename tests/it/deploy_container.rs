@@ -868,9 +868,17 @@ fn configmap_is_accepted_by_check_config(file: &str) {
 
     // As in the pod: the image's ENV, plus HOLDFAST_CONFIG.
     let stages = stages();
+    // The session keys come from the Secret, mounted where the ConfigMap says
+    // ([`session_keys_come_from_the_recipes_secret`]); here a real key stands in for its
+    // placeholder.
+    let keys = dir.write(
+        "session-keys",
+        &format!("{}\n", "0123456789abcdef".repeat(4)),
+    );
     let mut cmd = holdfast(&["check-config"]);
     cmd.envs(env_of(stages.last().unwrap()))
-        .env("HOLDFAST_CONFIG", &path);
+        .env("HOLDFAST_CONFIG", &path)
+        .env("HOLDFAST_SESSIONS__KEY_FILE", &keys);
     let out = finish(cmd, "holdfast check-config");
     assert!(
         out.status.success(),
@@ -891,6 +899,55 @@ fn configmap_is_accepted_by_check_config(file: &str) {
         Some(false),
         "{file}"
     );
+}
+
+/// Every replica of both recipes reads the same session keys: the ConfigMap's
+/// `sessions.key_file` is the `session-keys` entry of a Secret the recipe ships, mounted into
+/// holdfast; its placeholder is refused until a real key replaces it.
+#[test]
+fn session_keys_come_from_the_recipes_secret() {
+    for file in [K8S, GATEWAY] {
+        let docs = yaml_docs(file);
+        let config: toml::Value = toml::from_str(&configmap_toml(&docs)).unwrap();
+        let key_file = config["sessions"]["key_file"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{file}: sessions.key_file"));
+        let deployment = kind(&docs, "Deployment");
+        let pod = &deployment["spec"]["template"]["spec"];
+        let holdfast = pod["initContainers"]
+            .as_array()
+            .into_iter()
+            .chain(pod["containers"].as_array())
+            .flatten()
+            .find(|c| c["name"] == "holdfast")
+            .expect("the holdfast container");
+        let mount = holdfast["volumeMounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| {
+                key_file.strip_prefix(m["mountPath"].as_str().unwrap()) == Some("/session-keys")
+            })
+            .unwrap_or_else(|| panic!("{file}: {key_file} is session-keys in a mounted volume"));
+        let volume = pod["volumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["name"] == mount["name"])
+            .expect("the mounted volume");
+        let secret = kind(&docs, "Secret");
+        assert_eq!(
+            volume["secret"]["secretName"], secret["metadata"]["name"],
+            "{file}"
+        );
+        let placeholder = secret["stringData"]["session-keys"].as_str().unwrap();
+        let refused = holdfast::config::parse_session_keys(placeholder).unwrap_err();
+        assert!(refused.contains("line 1"), "{file}: {refused}");
+        assert!(
+            deployment["spec"]["replicas"].as_u64().unwrap() >= 2,
+            "{file}: several replicas"
+        );
+    }
 }
 
 #[test]
@@ -970,15 +1027,8 @@ fn kubernetes_gateway_runs_hardened_replicas_in_front_of_the_mcp_service() {
     assert_eq!(&service["spec"]["selector"], labels);
     let target = &service["spec"]["ports"][0]["targetPort"];
     assert_eq!(resolve_port(container, target), 8080);
-    // A session sticks to the replica that can re-establish it, for as long as it is tracked.
-    assert_eq!(service["spec"]["sessionAffinity"], "ClientIP");
-    let sticky = service["spec"]["sessionAffinityConfig"]["clientIP"]["timeoutSeconds"]
-        .as_f64()
-        .unwrap();
-    assert!(
-        sticky >= holdfast::config::defaults::SESSIONS_IDLE_TIMEOUT_SECS,
-        "affinity ({sticky} s) outlasts the session idle timeout"
-    );
+    // Any replica carries any session (a shared key): no affinity.
+    assert!(service["spec"]["sessionAffinity"].is_null());
     let budget = kind(&docs, "PodDisruptionBudget");
     assert_eq!(&budget["spec"]["selector"]["matchLabels"], labels);
 }

@@ -28,9 +28,9 @@ use tokio::task::JoinHandle;
 use crate::sse::{event, push, sse_upstream, Events};
 use crate::support::files::{read_repo, repo_path, TempDir};
 use crate::support::http::{echo, host_of, post_json, send, Reserved, Upstream};
+use crate::support::nginx::Nginx;
 use crate::support::process::{holdfast, require_program};
 use crate::support::proxy::{metric_value, raw_config, requests_with_status, Holdfast};
-use crate::support::nginx::Nginx;
 use crate::support::within;
 
 /// The shipped nginx site file.
@@ -237,7 +237,6 @@ fn site_for_test(shipped: &str, listen: SocketAddr, holdfast: SocketAddr) -> Str
 // ------------------------------------------------------------------------------------------
 // A real nginx
 // ------------------------------------------------------------------------------------------
-
 
 // ------------------------------------------------------------------------------------------
 // nginx: the shipped site, read

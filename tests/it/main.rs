@@ -27,6 +27,8 @@ mod retry;
 mod rmcp_smoke;
 mod rows;
 mod session;
+mod session_replicas;
+mod session_tokens;
 mod session_ts;
 mod shutdown;
 mod smuggling;

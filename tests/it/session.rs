@@ -55,7 +55,12 @@ fn request(method: &str, host: &str, session: Option<&str>, body: &str) -> Vec<u
 }
 
 /// Sends one request to holdfast and reads the answer off the socket.
-async fn send(holdfast: &Holdfast, method: &str, session: Option<&str>, body: &str) -> RawResponse {
+pub(crate) async fn send(
+    holdfast: &Holdfast,
+    method: &str,
+    session: Option<&str>,
+    body: &str,
+) -> RawResponse {
     let host = holdfast.addr.to_string();
     within(raw_http(
         holdfast.addr,
@@ -79,7 +84,7 @@ fn initialize_body(client_name: &str) -> String {
 
 /// Opens a session through holdfast as a client does: initialize, then initialized. Returns the
 /// session id the client was given.
-async fn open_session(holdfast: &Holdfast) -> String {
+pub(crate) async fn open_session(holdfast: &Holdfast) -> String {
     let init = send(holdfast, "POST", None, &initialize_body("raw")).await;
     assert_eq!(init.status_line, "HTTP/1.1 200 OK", "{init:?}");
     let id = init
@@ -92,7 +97,7 @@ async fn open_session(holdfast: &Holdfast) -> String {
     id
 }
 
-fn count_call(id: u64) -> String {
+pub(crate) fn count_call(id: u64) -> String {
     format!(
         r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"count","arguments":{{}}}}}}"#
     )
@@ -100,7 +105,7 @@ fn count_call(id: u64) -> String {
 
 /// The text of the first content item of the JSON-RPC result in a raw body: JSON, or SSE (the
 /// `data:` of an event, chunked on the wire).
-fn result_text(raw: &RawResponse) -> String {
+pub(crate) fn result_text(raw: &RawResponse) -> String {
     let body = String::from_utf8_lossy(&raw.body);
     let message: serde_json::Value = body
         .lines()
@@ -240,7 +245,11 @@ async fn a_call_on_the_old_id_runs_once_and_the_client_keeps_its_id_until_delete
     assert_eq!(after[1].session_id(), Some(upstream_id.as_str()));
     let renewed = after[2].assigned_session.clone().expect("new session");
     assert_ne!(renewed, upstream_id);
-    assert_eq!(again.header("mcp-session-id"), None, "the server named no session");
+    assert_eq!(
+        again.header("mcp-session-id"),
+        None,
+        "the server named no session"
+    );
     // Whatever the answer names, it is never the new upstream id.
     assert_ne!(again.header("mcp-session-id"), Some(renewed.as_str()));
     assert_eq!(after[2].session_id(), None);
@@ -495,7 +504,10 @@ async fn a_server_that_keeps_forgetting_gets_two_re_establishments_then_its_404_
     .await;
     let holdfast = Holdfast::start(&upstream.url()).await;
     let id = open_session(&holdfast).await;
-    assert!(id.starts_with("hf1."), "the client holds a token, not s-1: {id}");
+    assert!(
+        id.starts_with("hf1."),
+        "the client holds a token, not s-1: {id}"
+    );
 
     let answer = send(&holdfast, "POST", Some(&id), &count_call(1)).await;
     assert_eq!(answer.status_line, "HTTP/1.1 404 Not Found");
@@ -524,7 +536,10 @@ async fn answers_name_the_clients_session_id_never_the_new_one() {
     let server = ForgetfulServer::start().await;
     let holdfast = Holdfast::start(&server.upstream.url()).await;
     let id = open_session(&holdfast).await;
-    assert!(id.starts_with("hf1."), "the client holds a token, not s-1: {id}");
+    assert!(
+        id.starts_with("hf1."),
+        "the client holds a token, not s-1: {id}"
+    );
     let first = send(&holdfast, "POST", Some(&id), &count_call(1)).await;
     assert_eq!(first.header("mcp-session-id"), Some(id.as_str()));
     let sent = server.upstream.seen();

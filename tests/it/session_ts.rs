@@ -27,26 +27,6 @@ async fn ts_server(dir: &TempDir) -> TsServer {
     TsServer::start(0, &ledger, &levels).await
 }
 
-/// Calls `count` `n` times, asserting each returns the next value after `from` on the session
-/// the client started with.
-async fn count_calls(client: &mut TsClient, session: &str, from: u64, n: u64) {
-    for expected in from + 1..=from + n {
-        let value = client.count().await;
-        assert_eq!(
-            value,
-            Ok(expected),
-            "call {expected}; client trace:\n{}",
-            client.trace()
-        );
-        assert_eq!(
-            client.session_id(),
-            Some(session),
-            "the client's session id changed; trace:\n{}",
-            client.trace()
-        );
-    }
-}
-
 /// The session id the client was given at `initialize`.
 fn initial_session(client: &TsClient) -> String {
     client
@@ -62,9 +42,9 @@ async fn ts_client_keeps_its_session_across_an_rmcp_server_restart() {
     let mut client = TsClient::start(&holdfast.url("/mcp")).await;
     let session = initial_session(&client);
 
-    count_calls(&mut client, &session, 0, 3).await;
+    client.count_from(&session, 0, 3).await;
     within(server.restart()).await;
-    count_calls(&mut client, &session, 3, 3).await;
+    client.count_from(&session, 3, 3).await;
 
     assert_eq!(server.calls(), 6, "each call ran exactly once");
     assert_eq!(holdfast.metric(&resumes("resumed")).await, 1.0);
@@ -80,13 +60,13 @@ async fn ts_client_keeps_its_session_across_a_ts_server_restart() {
     let mut client = TsClient::start(&holdfast.url("/mcp")).await;
     let session = initial_session(&client);
 
-    count_calls(&mut client, &session, 0, 3).await;
+    client.count_from(&session, 0, 3).await;
     assert_eq!(
         client.call("echo", json!({ "text": "before" })).await,
         Ok("before".to_owned())
     );
     server.restart().await;
-    count_calls(&mut client, &session, 3, 3).await;
+    client.count_from(&session, 3, 3).await;
     assert_eq!(
         client.call("echo", json!({ "text": "after" })).await,
         Ok("after".to_owned())
@@ -114,7 +94,7 @@ async fn thirty_calls_with_a_restart_and_a_call_held_through_it_all_succeed() {
     let mut client = TsClient::start(&holdfast.url("/mcp")).await;
     let session = initial_session(&client);
 
-    count_calls(&mut client, &session, 0, HELD - 1).await;
+    client.count_from(&session, 0, HELD - 1).await;
     server.stop().await;
     client.send(json!({ "op": "call", "tool": "count" }));
     // The call meets a refused connection and waits in the hold. It is the first request held:
@@ -131,7 +111,7 @@ async fn thirty_calls_with_a_restart_and_a_call_held_through_it_all_succeed() {
         client.trace()
     );
     assert_eq!(client.session_id(), Some(session.as_str()));
-    count_calls(&mut client, &session, HELD, CALLS - HELD).await;
+    client.count_from(&session, HELD, CALLS - HELD).await;
 
     assert_eq!(
         server.ledger_lines(),
@@ -151,13 +131,13 @@ async fn a_log_level_set_before_a_restart_is_set_again_after_it() {
     let session = initial_session(&client);
 
     client.set_level("debug").await.expect("setLevel");
-    count_calls(&mut client, &session, 0, 1).await;
+    client.count_from(&session, 0, 1).await;
     assert_eq!(server.levels(), ["setLevel debug"]);
 
     server.restart().await;
     // The first call after the restart finds the session forgotten; re-establishing it sets the
     // level again before the call runs.
-    count_calls(&mut client, &session, 1, 1).await;
+    client.count_from(&session, 1, 1).await;
     assert_eq!(
         server.levels(),
         ["setLevel debug", "setLevel debug"],
@@ -176,7 +156,7 @@ async fn without_holdfast_the_ts_client_loses_its_session_for_good() {
     let mut server = ts_server(&dir).await;
     let mut client = TsClient::start(&server.url()).await;
     let session = initial_session(&client);
-    count_calls(&mut client, &session, 0, 1).await;
+    client.count_from(&session, 0, 1).await;
 
     server.restart().await;
     for _ in 0..2 {

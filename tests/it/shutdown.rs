@@ -223,6 +223,52 @@ async fn new_connections_are_refused_once_shutdown_begins() {
     within(holdfast.wait()).await;
 }
 
+/// A connection whose client chose holdfast before the drain began, and sends its request only
+/// as it begins (a balancer that has not yet seen readiness turn false), is served, and then
+/// closed: closed unread, its request would fail in a way nobody retries for a POST.
+#[tokio::test]
+async fn a_connection_opened_before_the_drain_gets_its_first_request_answered() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let mut held = HeldUpstream::start().await;
+    let mut raw = raw_config(&held.upstream.url());
+    raw.shutdown.drain_timeout_secs = 10.0;
+    let mut holdfast = Holdfast::start_with(raw).await;
+    // The in-flight request keeps the drain going while the test looks.
+    let request = in_flight(&holdfast, &mut held).await;
+    let mut early = TcpStream::connect(holdfast.addr).await.unwrap();
+
+    holdfast.begin_shutdown();
+    // The listener closes and the drain begins in one step: once a new connection is
+    // refused, the early one is draining.
+    within(async {
+        while TcpStream::connect(holdfast.addr).await.is_ok() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    let host = holdfast.addr.to_string();
+    early
+        .write_all(
+            format!("POST /fast HTTP/1.1\r\nhost: {host}\r\ncontent-length: 2\r\n\r\n{{}}")
+                .as_bytes(),
+        )
+        .await
+        .unwrap();
+    let mut answer = Vec::new();
+    within(early.read_to_end(&mut answer)).await.unwrap();
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 200 "), "{answer:?}");
+    assert!(
+        answer.to_ascii_lowercase().contains("connection: close"),
+        "{answer:?}"
+    );
+
+    held.release();
+    assert_eq!(within(request).await.unwrap().status, 200);
+    within(holdfast.wait()).await;
+}
+
 /// A stream that outlives the drain is cut when the drain timeout expires, and holdfast exits.
 async fn a_stream_is_cut_after_the_drain_timeout(client: Client) {
     const DRAIN: Duration = Duration::from_secs(1);

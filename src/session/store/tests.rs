@@ -193,7 +193,10 @@ async fn the_client_holds_a_token_and_another_replica_opens_it() {
     assert!(opened.is_endpoint(&Uri::from_static("/mcp")));
     assert!(!opened.is_endpoint(&Uri::from_static("/other")));
     let plan = opened.plan();
-    assert_eq!(plan.initialize, init, "the initialize as the client sent it");
+    assert_eq!(
+        plan.initialize, init,
+        "the initialize as the client sent it"
+    );
     assert_eq!(plan.protocol_version, version);
     // Requests go upstream with the upstream's id.
     let mut headers = HeaderMap::new();
@@ -303,7 +306,10 @@ async fn an_initialize_too_large_for_a_token_keeps_the_servers_id() {
     headers.insert(MCP_SESSION_ID, upstream(3));
     session.apply(&mut headers, false);
     assert_eq!(headers.get(MCP_SESSION_ID), Some(&upstream(3)));
-    assert!(!session.is_too_old(Duration::from_secs(1)), "no token, no age");
+    assert!(
+        !session.is_too_old(Duration::from_secs(1)),
+        "no token, no age"
+    );
 }
 
 #[tokio::test]

@@ -26,7 +26,9 @@ fn a_sealed_token_opens_to_what_was_sealed_and_is_visible_ascii() {
     let c = contents(INITIALIZE);
     let token = ring.seal(&c).unwrap();
     assert!(token.starts_with(PREFIX));
-    assert!(token.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b)));
+    assert!(token
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b)));
     assert!(HeaderValue::from_str(&token).is_ok());
     assert_eq!(ring.open(token.as_bytes()), Ok(c.clone()));
     // No version: an empty field, read back as none.
@@ -36,7 +38,10 @@ fn a_sealed_token_opens_to_what_was_sealed_and_is_visible_ascii() {
     };
     assert_eq!(ring.open(ring.seal(&plain).unwrap().as_bytes()), Ok(plain));
     // Two sealings of the same contents differ (a fresh nonce each).
-    assert_ne!(ring.seal(&contents(INITIALIZE)), ring.seal(&contents(INITIALIZE)));
+    assert_ne!(
+        ring.seal(&contents(INITIALIZE)),
+        ring.seal(&contents(INITIALIZE))
+    );
 }
 
 #[test]
@@ -47,9 +52,14 @@ fn a_large_initialize_is_deflated_and_one_too_large_is_not_sealed() {
         r#"{{"method":"initialize","params":{{"capabilities":{{"x":"{}"}}}},"id":0}}"#,
         "ab".repeat(4000)
     );
-    let token = ring.seal(&contents(big.as_bytes())).expect("deflated, it fits");
+    let token = ring
+        .seal(&contents(big.as_bytes()))
+        .expect("deflated, it fits");
     assert!(token.len() <= MAX_TOKEN_LEN);
-    assert_eq!(ring.open(token.as_bytes()).unwrap().initialize, big.as_bytes());
+    assert_eq!(
+        ring.open(token.as_bytes()).unwrap().initialize,
+        big.as_bytes()
+    );
     // Random bytes do not deflate: past the bound, no token.
     let mut noise = vec![0u8; 4000];
     SystemRandom::new().fill(&mut noise).unwrap();
@@ -61,9 +71,16 @@ fn rotation_every_key_opens_the_first_seals() {
     let old = Keyring::new(&[key(1)]);
     let sealed_old = old.seal(&contents(INITIALIZE)).unwrap();
     let rotated = Keyring::new(&[key(2), key(1)]);
-    assert!(rotated.open(sealed_old.as_bytes()).is_ok(), "the old key still opens");
+    assert!(
+        rotated.open(sealed_old.as_bytes()).is_ok(),
+        "the old key still opens"
+    );
     let sealed_new = rotated.seal(&contents(INITIALIZE)).unwrap();
-    assert_eq!(old.open(sealed_new.as_bytes()), Err(Refused::Unopened), "sealed with the new key");
+    assert_eq!(
+        old.open(sealed_new.as_bytes()),
+        Err(Refused::Unopened),
+        "sealed with the new key"
+    );
     let retired = Keyring::new(&[key(2)]);
     assert_eq!(retired.open(sealed_old.as_bytes()), Err(Refused::Unopened));
     assert!(retired.open(sealed_new.as_bytes()).is_ok());
@@ -74,10 +91,16 @@ fn what_is_not_a_whole_token_of_ours_does_not_open() {
     let ring = Keyring::new(&[key(1)]);
     let token = ring.seal(&contents(INITIALIZE)).unwrap();
     let t = token.as_bytes();
-    assert_eq!(ring.open(b"0b6f1c2e-7a1d-4f7e-9a53-1f0e1b2c3d4e"), Err(Refused::NotAToken));
+    assert_eq!(
+        ring.open(b"0b6f1c2e-7a1d-4f7e-9a53-1f0e1b2c3d4e"),
+        Err(Refused::NotAToken)
+    );
     assert_eq!(ring.open(b""), Err(Refused::NotAToken));
     assert_eq!(ring.open(PREFIX.as_bytes()), Err(Refused::Malformed));
-    assert_eq!(ring.open(format!("{token}*").as_bytes()), Err(Refused::Malformed));
+    assert_eq!(
+        ring.open(format!("{token}*").as_bytes()),
+        Err(Refused::Malformed)
+    );
     let oversized = format!("{token}{}", "A".repeat(MAX_TOKEN_LEN));
     assert_eq!(ring.open(oversized.as_bytes()), Err(Refused::Malformed));
     // Every truncation and every single changed character fails, none panics.
@@ -89,7 +112,11 @@ fn what_is_not_a_whole_token_of_ours_does_not_open() {
         bad[i] = if bad[i] == b'A' { b'B' } else { b'A' };
         assert!(ring.open(&bad).is_err(), "changed at {i}");
     }
-    assert_eq!(Keyring::random().open(t), Err(Refused::Unopened), "another key");
+    assert_eq!(
+        Keyring::random().open(t),
+        Err(Refused::Unopened),
+        "another key"
+    );
 }
 
 #[test]

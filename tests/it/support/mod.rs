@@ -7,6 +7,7 @@ pub mod jail;
 pub mod mcp;
 pub mod nginx;
 pub mod node;
+pub mod pod;
 pub mod process;
 pub mod proxy;
 pub mod python;

@@ -182,6 +182,27 @@ impl TsClient {
         TsClient::spawn(&["--legacy", url]).await
     }
 
+    /// [`TsClient::start`], or the SDK's message when the client could not connect.
+    pub async fn try_start(url: &str) -> Result<TsClient, String> {
+        let mut script = Script::spawn(
+            format!("the TypeScript SDK client ({url})"),
+            "client.mjs",
+            &[url],
+            Stdio::piped(),
+        );
+        let stdin = script.child.0.stdin.take().expect("piped stdin");
+        let ready = script.next_event("the ready line").await;
+        match ready["event"].as_str() {
+            Some("ready") => Ok(TsClient {
+                session_id: ready["sessionId"].as_str().map(str::to_owned),
+                script,
+                stdin,
+            }),
+            Some("failed") => Err(format!("{}; trace:\n{}", ready["error"], script.trace())),
+            _ => panic!("unexpected line {ready}"),
+        }
+    }
+
     async fn spawn(args: &[&str]) -> TsClient {
         let url = args.last().expect("a URL");
         let mut script = Script::spawn(
@@ -244,6 +265,26 @@ impl TsClient {
         Ok(text
             .parse()
             .unwrap_or_else(|_| panic!("count returned {text:?}")))
+    }
+
+    /// Calls `count` `n` times, asserting each returns the next value after `from` (each call
+    /// ran once, in order) on the session the client started with (`session`).
+    pub async fn count_from(&mut self, session: &str, from: u64, n: u64) {
+        for expected in from + 1..=from + n {
+            let value = self.count().await;
+            assert_eq!(
+                value,
+                Ok(expected),
+                "call {expected}; client trace:\n{}",
+                self.trace()
+            );
+            assert_eq!(
+                self.session_id(),
+                Some(session),
+                "the client's session id changed; trace:\n{}",
+                self.trace()
+            );
+        }
     }
 
     /// Sends `logging/setLevel` with `level`.
