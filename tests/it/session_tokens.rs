@@ -28,19 +28,21 @@ async fn tokens_that_do_not_open_pass_unchanged_and_re_establish_nothing() {
     let altered = String::from_utf8(altered).unwrap();
     let oversized = format!("{token}{}", "A".repeat(4000));
     let cut = token[..token.len() - 7].to_owned();
+    // A cut token reads as malformed or as unopened, depending on where the cut falls in the
+    // base64; the others are one or the other.
     let cases = [
-        (cut.as_str(), "malformed"),
-        (oversized.as_str(), "malformed"),
-        ("hf1.!not~base64", "malformed"),
-        (altered.as_str(), "unopened"),
-        (foreign.as_str(), "unopened"),
+        cut.as_str(),
+        oversized.as_str(),
+        "hf1.!not~base64",
+        altered.as_str(),
+        foreign.as_str(),
     ];
     let initializes_before = server
         .seen()
         .iter()
         .filter(|r| r.rpc_method.as_deref() == Some("initialize"))
         .count();
-    for (n, (id, _)) in cases.iter().enumerate() {
+    for (n, id) in cases.iter().enumerate() {
         let answer = send(&holdfast, "POST", Some(id), &count_call(n as u64)).await;
         assert_eq!(
             answer.status_line, "HTTP/1.1 404 Not Found",
@@ -67,14 +69,15 @@ async fn tokens_that_do_not_open_pass_unchanged_and_re_establish_nothing() {
         initializes_after, initializes_before,
         "no initialize from a token that did not open"
     );
-    for reason in ["malformed", "unopened"] {
-        let expected = cases.iter().filter(|(_, r)| *r == reason).count();
-        assert_eq!(
-            holdfast.metric(&refused(reason)).await,
-            expected as f64,
-            "{reason}"
-        );
-    }
+    let (malformed, unopened) = (
+        holdfast.metric(&refused("malformed")).await,
+        holdfast.metric(&refused("unopened")).await,
+    );
+    assert!(
+        malformed >= 2.0 && unopened >= 2.0,
+        "{malformed} {unopened}"
+    );
+    assert_eq!(malformed + unopened, cases.len() as f64);
     assert_eq!(server.calls(), 0);
 
     // The real token still works, on the same holdfast.
