@@ -15,12 +15,16 @@
 //! run: straight to the backend every call after the first restart fails; through holdfast the
 //! one session lives through every restart.
 //!
-//! A last phase ([`planned`]) shows a planned recreation with `holdfast pause`: a slow call in
+//! A phase ([`planned`]) shows a planned recreation with `holdfast pause`: a slow call in
 //! flight completes, the calls made while the backend is recreated wait, and each runs once.
+//! The last ([`replaced`]) replaces holdfast together with its backend, as a rollout replaces a
+//! pod: the client's session lives on through a holdfast that never saw it.
 
 mod planned;
+pub mod replaced;
 
 pub use planned::{Planned, DURING};
+pub use replaced::Replaced;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
@@ -70,6 +74,8 @@ pub struct Tally {
     pub restarts: u64,
     /// The planned recreation with `holdfast pause`.
     pub planned: planned::Planned,
+    /// The pod replacement.
+    pub replaced: replaced::Replaced,
 }
 
 /// The backend's phase in its recreation cycle.
@@ -216,6 +222,7 @@ pub async fn run(opts: DemoOptions) -> std::io::Result<Tally> {
         planned::run(&backend, &mut serving, backend_addr, proxy_addr, admin_addr).await?;
     let resumed = scrape(admin_addr).await.resumed as u64;
     holdfast.shutdown().await?;
+    let replaced = replaced::run(&backend, &mut serving, backend_addr).await?;
     if let Some(task) = serving.take() {
         task.abort();
     }
@@ -230,6 +237,7 @@ pub async fn run(opts: DemoOptions) -> std::io::Result<Tally> {
         resumed,
         restarts: restarts + planned.restarts,
         planned,
+        replaced,
     };
     println!("\nsummary after {:.0} s:", opts.duration.as_secs_f64());
     println!(
@@ -263,7 +271,11 @@ pub async fn run(opts: DemoOptions) -> std::io::Result<Tally> {
         planned::DURING,
         planned.held_failed
     );
-    let answered = tally.direct_ok + tally.holdfast_ok + planned.ok();
+    println!(
+        "  pod replacement (holdfast and its backend): {} calls ok, {} failed",
+        replaced.ok, replaced.failed
+    );
+    let answered = tally.direct_ok + tally.holdfast_ok + planned.ok() + replaced.ok;
     println!(
         "  the backend executed {} tool calls: {}",
         tally.executed,
@@ -553,6 +565,8 @@ struct Scraped {
     held: f64,
     released: f64,
     resumed: f64,
+    /// Sessions re-established that this holdfast opened from their token.
+    reestablished_elsewhere: f64,
 }
 
 /// Reads holdfast's own numbers from its admin port.
@@ -583,6 +597,10 @@ async fn scrape(admin: SocketAddr) -> Scraped {
             s.released = value;
         } else if series == "holdfast_session_resumes_total{outcome=\"resumed\"}" {
             s.resumed = value;
+        } else if series
+            == "holdfast_session_reestablished_total{cause=\"unknown_to_this_replica\"}"
+        {
+            s.reestablished_elsewhere = value;
         }
     }
     s

@@ -140,7 +140,7 @@ pub async fn run(
     let proxy = Arc::new(Proxy::new(&config, metrics));
     // The session keys' reloader, stopped with `run` like the certificate's.
     let key_reloader = proxy.session_keys().and_then(|keys| {
-        if !keys.from_file() {
+        if !keys.configured() {
             tracing::info!(
                 "sessions.key_file is not set: session ids are sealed with a key of this process \
                  only, so sessions survive the backend's restarts but not holdfast's own, nor a \

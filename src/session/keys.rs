@@ -18,18 +18,23 @@ pub const KEY_RELOAD_EVERY: Duration = Duration::from_secs(5);
 pub struct Keys {
     ring: RwLock<Arc<Keyring>>,
     file: Option<PathBuf>,
+    /// The keys were configured (else a random one of this process).
+    configured: bool,
 }
 
 impl Keys {
-    /// The keys read at validation; a random one without a key file.
+    /// The keys read at validation (or given by the demo); a random one without any.
     pub fn new(cfg: &SessionKeys) -> Keys {
-        let ring = match cfg.file {
-            Some(_) => Keyring::new(&cfg.keys),
-            None => Keyring::random(),
+        let configured = !cfg.keys.is_empty();
+        let ring = if configured {
+            Keyring::new(&cfg.keys)
+        } else {
+            Keyring::random()
         };
         Keys {
             ring: RwLock::new(Arc::new(ring)),
             file: cfg.file.clone(),
+            configured,
         }
     }
 
@@ -38,9 +43,9 @@ impl Keys {
         self.ring.read().expect("keys lock").clone()
     }
 
-    /// Whether the keys came from `sessions.key_file` (else they die with the process).
-    pub fn from_file(&self) -> bool {
-        self.file.is_some()
+    /// Whether the keys were configured (else they die with the process).
+    pub fn configured(&self) -> bool {
+        self.configured
     }
 
     /// Replaces the keys with those in `text` (a key file's content); the number of keys, or
@@ -149,7 +154,7 @@ mod tests {
     fn without_a_file_a_random_key_per_process() {
         let a = Keys::new(&SessionKeys::default());
         let b = Keys::new(&SessionKeys::default());
-        assert!(!a.from_file());
+        assert!(!a.configured());
         let token = a.current().seal(&contents()).unwrap();
         assert!(a.current().open(token.as_bytes()).is_ok());
         assert_eq!(b.current().open(token.as_bytes()), Err(Refused::Unopened));

@@ -41,9 +41,19 @@ async fn the_demo_shows_failures_direct_and_none_through_holdfast() {
         "{planned:?}"
     );
     assert_eq!(planned.restarts, 1, "{planned:?}");
+    // The pod replacement: every call before and after it succeeded, the new holdfast having
+    // re-established a session it never saw.
+    let replaced = tally.replaced;
+    assert_eq!(
+        (replaced.ok, replaced.failed),
+        (2 * holdfast::demo::replaced::CALLS, 0),
+        "{replaced:?}"
+    );
+    assert!(replaced.reestablished, "{replaced:?}");
+    assert_eq!(replaced.restarts, 1, "{replaced:?}");
     assert_eq!(
         tally.executed,
-        tally.direct_ok + tally.holdfast_ok + planned.ok(),
+        tally.direct_ok + tally.holdfast_ok + planned.ok() + replaced.ok,
         "every successful call ran once and no failed one ran: {tally:?}"
     );
 }
@@ -62,6 +72,10 @@ fn the_demo_binary_runs_and_summarises() {
         stdout.contains(
             "planned recreation with `holdfast pause`: the slow call in flight completed"
         ),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("pod replacement (holdfast and its backend): 6 calls ok, 0 failed"),
         "{stdout}"
     );
     assert!(
