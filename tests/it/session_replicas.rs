@@ -269,19 +269,19 @@ async fn after_a_key_rotation_old_sessions_keep_working_until_their_key_is_remov
     old.count_from(&old_session, 2, 1).await;
     new.count_from(&new_session, 3, 1).await;
 
-    // A removed: its sessions no longer open (after the next restart of the backend too, they
-    // would be the server's 404); B's still do.
+    // A removed: its sessions no longer open (their ids pass as opaque ones, which the new
+    // server does not know); B's still do.
     write(&files.keys, &[KEY_B]);
     pod.wait_for_line("session keys reloaded").await;
     pod.replace().await;
     new.count_from(&new_session, 4, 1).await;
     let error = old.count().await.expect_err("sealed with a removed key");
     assert!(error.contains("Session not found"), "{error}");
-    assert_eq!(
-        pod.metric("holdfast_session_tokens_refused_total{reason=\"unopened\"}")
-            .await,
-        1.0
-    );
+    // The call, and the old client's GET stream if it reconnected meanwhile.
+    let unopened = pod
+        .metric("holdfast_session_tokens_refused_total{reason=\"unopened\"}")
+        .await;
+    assert!(unopened >= 1.0, "{unopened}");
     assert_eq!(files.ledger_lines(), 5);
 }
 
