@@ -44,9 +44,6 @@ const UNIT_CONFIG_PATH: &str = "/etc/holdfast/holdfast.toml";
 /// holdfast's address in the shipped nginx site file.
 const SITE_HOLDFAST: &str = "127.0.0.1:8080";
 
-/// How long nginx gets to start listening: it starts in milliseconds, but a loaded two-core
-/// machine must not fail a test that would pass. (nginx itself retries a busy port for 2.5 s.)
-
 // ------------------------------------------------------------------------------------------
 // nginx's configuration language, as far as these tests read it
 // ------------------------------------------------------------------------------------------

@@ -10,7 +10,8 @@ use tokio::net::TcpStream;
 use super::files::TempDir;
 use super::process::require_program;
 
-/// How long nginx may take to listen.
+/// How long nginx gets to start listening: it starts in milliseconds, but a loaded two-core
+/// machine must not fail a test that would pass. (nginx itself retries a busy port for 2.5 s.)
 const NGINX_START: Duration = Duration::from_secs(20);
 
 /// A running nginx.
