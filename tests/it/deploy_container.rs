@@ -799,20 +799,8 @@ fn kubernetes_deployment_runs_holdfast_as_a_hardened_native_sidecar() {
         })
         .collect();
     let config_path = env["HOLDFAST_CONFIG"];
-    let mount = sidecar["volumeMounts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|m| {
-            config_path.strip_prefix(m["mountPath"].as_str().unwrap()) == Some("/holdfast.toml")
-        })
+    let volume = volume_holding(pod, sidecar, config_path, "holdfast.toml")
         .expect("HOLDFAST_CONFIG is holdfast.toml in a mounted volume");
-    let volume = pod["volumes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|v| v["name"] == mount["name"])
-        .expect("the mounted volume");
     assert_eq!(
         volume["configMap"]["name"],
         kind(&docs, "ConfigMap")["metadata"]["name"]
@@ -901,6 +889,26 @@ fn configmap_is_accepted_by_check_config(file: &str) {
     );
 }
 
+/// The volume of `pod` that `container` mounts so that `path` is its entry `entry`.
+fn volume_holding<'a>(
+    pod: &'a Value,
+    container: &Value,
+    path: &str,
+    entry: &str,
+) -> Option<&'a Value> {
+    let mount = container["volumeMounts"].as_array()?.iter().find(|m| {
+        m["mountPath"]
+            .as_str()
+            .and_then(|dir| path.strip_prefix(dir))
+            .and_then(|rest| rest.strip_prefix('/'))
+            == Some(entry)
+    })?;
+    pod["volumes"]
+        .as_array()?
+        .iter()
+        .find(|v| v["name"] == mount["name"])
+}
+
 /// Every replica of both recipes reads the same session keys: the ConfigMap's
 /// `sessions.key_file` is the `session-keys` entry of a Secret the recipe ships, mounted into
 /// holdfast; its placeholder is refused until a real key replaces it.
@@ -921,20 +929,8 @@ fn session_keys_come_from_the_recipes_secret() {
             .flatten()
             .find(|c| c["name"] == "holdfast")
             .expect("the holdfast container");
-        let mount = holdfast["volumeMounts"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|m| {
-                key_file.strip_prefix(m["mountPath"].as_str().unwrap()) == Some("/session-keys")
-            })
+        let volume = volume_holding(pod, holdfast, key_file, "session-keys")
             .unwrap_or_else(|| panic!("{file}: {key_file} is session-keys in a mounted volume"));
-        let volume = pod["volumes"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|v| v["name"] == mount["name"])
-            .expect("the mounted volume");
         let secret = kind(&docs, "Secret");
         assert_eq!(
             volume["secret"]["secretName"], secret["metadata"]["name"],

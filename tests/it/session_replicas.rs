@@ -190,44 +190,40 @@ async fn each_pod_replaced_in_turn_during_the_calls_loses_no_call() {
     client.close().await.expect("DELETE the session");
 }
 
-#[tokio::test]
-async fn holdfast_restarted_alone_mid_session_loses_no_call() {
+/// Five calls, a restart of holdfast (and of its server with `with_server`), five more calls on
+/// the same session; how many times the new holdfast re-established the session it opened from
+/// the client's token.
+async fn restart_mid_session(with_server: bool) -> f64 {
     let files = Files::new(&[KEY_A]);
     let mut pod = files.pod(true).await;
     let mut client = TsClient::start(&pod.url("/mcp")).await;
     let session = token_of(&client);
 
     client.count_from(&session, 0, 5).await;
-    pod.stop_holdfast().await;
-    pod.start_holdfast().await;
+    if with_server {
+        pod.replace().await;
+    } else {
+        pod.stop_holdfast().await;
+        pod.start_holdfast().await;
+    }
     client.count_from(&session, 5, 5).await;
     assert_eq!(files.ledger_lines(), 10);
+    assert_eq!(pod.metric(&reestablished("backend_restart")).await, 0.0);
+    let opened = pod.metric(&reestablished("unknown_to_this_replica")).await;
+    client.close().await.expect("DELETE the session");
+    opened
+}
+
+#[tokio::test]
+async fn holdfast_restarted_alone_mid_session_loses_no_call() {
     // The server still knows the session: the new holdfast opened the token and sent the
     // server's own id, nothing re-established.
-    assert_eq!(
-        pod.metric(&reestablished("unknown_to_this_replica")).await,
-        0.0
-    );
-    assert_eq!(pod.metric(&reestablished("backend_restart")).await, 0.0);
-    client.close().await.expect("DELETE the session");
+    assert_eq!(restart_mid_session(false).await, 0.0);
 }
 
 #[tokio::test]
 async fn holdfast_and_its_server_restarted_together_lose_no_call() {
-    let files = Files::new(&[KEY_A]);
-    let mut pod = files.pod(true).await;
-    let mut client = TsClient::start(&pod.url("/mcp")).await;
-    let session = token_of(&client);
-
-    client.count_from(&session, 0, 5).await;
-    pod.replace().await;
-    client.count_from(&session, 5, 5).await;
-    assert_eq!(files.ledger_lines(), 10);
-    assert_eq!(
-        pod.metric(&reestablished("unknown_to_this_replica")).await,
-        1.0
-    );
-    client.close().await.expect("DELETE the session");
+    assert_eq!(restart_mid_session(true).await, 1.0);
 }
 
 /// The control for the two above: with no key file, holdfast's key dies with it, the new one
