@@ -31,6 +31,8 @@ pub struct RawSessions {
     pub key_file: Option<PathBuf>,
     /// Oldest session token used to re-establish its session.
     pub token_max_age_secs: f64,
+    /// A Redis or Valkey server every replica shares (`redis://host:port/db`).
+    pub store: Option<String>,
 }
 
 impl Default for RawSessions {
@@ -43,6 +45,7 @@ impl Default for RawSessions {
             idle_timeout_secs: defaults::SESSIONS_IDLE_TIMEOUT_SECS,
             key_file: None,
             token_max_age_secs: defaults::SESSIONS_TOKEN_MAX_AGE_SECS,
+            store: None,
         }
     }
 }
@@ -64,6 +67,8 @@ pub struct Sessions {
     pub keys: SessionKeys,
     /// Oldest session token used to re-establish its session.
     pub token_max_age: Duration,
+    /// The shared store's URL (`redis://...`).
+    pub store: Option<String>,
 }
 
 /// One key: 32 bytes. Its `Debug` never shows it.
@@ -146,6 +151,23 @@ pub(crate) fn read_session_keys(path: &Path) -> Result<Vec<SessionKey>, String> 
     parse_session_keys(&text).map_err(|e| format!("{}: {e}", path.display()))
 }
 
+/// A store URL holdfast can use: `redis://` (or `valkey://`), a host, an optional port and
+/// database number. The connection is made on first use, not here.
+fn check_store_url(url: &str) -> Result<(), String> {
+    let rest = url
+        .strip_prefix("redis://")
+        .or_else(|| url.strip_prefix("valkey://"))
+        .ok_or_else(|| {
+            format!(
+                "expected a URL such as redis://valkey:6379/0 (redis:// or valkey://), got `{url}`"
+            )
+        })?;
+    if rest.is_empty() || rest.starts_with('/') {
+        return Err(format!("no host in `{url}`"));
+    }
+    Ok(())
+}
+
 impl Validator<'_> {
     /// Checks `[sessions]` and reads its key file; `None` when a problem was recorded.
     pub(super) fn sessions(&mut self, raw: &RawSessions) -> Option<Sessions> {
@@ -185,6 +207,20 @@ impl Validator<'_> {
                 }
             },
         };
+        if let Some(url) = &raw.store {
+            if let Err(e) = check_store_url(url) {
+                ok = false;
+                self.fail::<()>("sessions.store", e);
+            } else if raw.key_file.is_none() {
+                ok = false;
+                self.fail::<()>(
+                    "sessions.store",
+                    "needs sessions.key_file: without a key every replica shares, no other \
+                     holdfast opens this one's session ids, and there is nothing to share"
+                        .into(),
+                );
+            }
+        }
         ok.then(|| Sessions {
             resume: raw.resume,
             max_tracked: raw.max_tracked,
@@ -193,6 +229,7 @@ impl Validator<'_> {
             idle_timeout: idle.expect("checked"),
             keys,
             token_max_age: max_age.expect("checked"),
+            store: raw.store.clone(),
         })
     }
 }

@@ -89,6 +89,8 @@ pub struct Metrics {
     pub session_reestablished: Family<ReestablishLabel, Counter>,
     /// `holdfast_session_tokens_refused_total{reason}`: session tokens not used, by why.
     pub session_tokens_refused: Family<TokenLabel, Counter>,
+    /// `holdfast_session_store_errors_total`: commands to `sessions.store` that failed.
+    pub session_store_errors: Counter,
     /// `holdfast_safe_retries_total{kind}`: requests sent once more after an ambiguous failure,
     /// because running them twice is safe.
     pub safe_retries: Family<RetryLabel, Counter>,
@@ -125,6 +127,7 @@ impl Metrics {
             session_resumes: Family::default(),
             session_reestablished: Family::default(),
             session_tokens_refused: Family::default(),
+            session_store_errors: Counter::default(),
             safe_retries: Family::default(),
             upstream_closed: ClosedCounters::default(),
             paused: Gauge::default(),
@@ -310,6 +313,11 @@ impl Metrics {
             "session_tokens_refused",
             "Session tokens not used (passed through as opaque ids or not re-established), by why",
             m.session_tokens_refused.clone(),
+        );
+        r.register(
+            "session_store_errors",
+            "Commands to the shared session store (sessions.store) that failed",
+            m.session_store_errors.clone(),
         );
         r.register(
             "paused",

@@ -62,6 +62,8 @@ enum Resume {
     Missing(Missing),
     /// The server would not re-establish it; why, for the log.
     Failed(String),
+    /// Its client ended it, at another replica (the shared store says so).
+    Ended,
 }
 
 /// An answer to a request holdfast sent on its own.
@@ -131,6 +133,10 @@ impl Proxy {
                 Gone::Pass
             }
             Resume::Missing(missing) => Gone::Missing(missing),
+            Resume::Ended => {
+                tracing::debug!("the session was ended at another replica: its 404 passes");
+                Gone::Pass
+            }
             Resume::Failed(why) => {
                 self.count_resume(ResumeOutcome::failed);
                 tracing::warn!(
@@ -166,7 +172,11 @@ impl Proxy {
         if session.upstream_id() != carried.sent {
             return Resume::DoneByAnother;
         }
-        let plan = session.plan();
+        let mut plan = session.plan();
+        if self.shared_plan(session, &mut plan).await.is_err() {
+            self.count_token_refused(TokenRefusal::Ended);
+            return Resume::Ended;
+        }
         // Sent where the current request went (the same endpoint: `session_gone` checked), so no
         // query string of the initialize (a token, say) is ever replayed.
         let own = |headers: HeaderMap| Target {

@@ -8,7 +8,8 @@ use http::Method;
 use super::{Carried, Proxy, Target, BODY_ID_WAIT};
 use crate::metrics::{TokenLabel, TokenReason};
 use crate::replay::BodyHandle;
-use crate::session::{self, Recorded, TokenRefusal};
+use crate::session::shared::StoreError;
+use crate::session::{self, Plan, Recorded, Session, TokenRefusal};
 
 impl Proxy {
     /// Session bookkeeping on an application answer that is passed through: record a new
@@ -41,6 +42,7 @@ impl Proxy {
             // server does not let clients end sessions) or a failure leaves it going.
             if head.status.is_success() || head.status == http::StatusCode::NOT_FOUND {
                 self.sessions.end(c.session.client_id());
+                self.share_end(&c.session).await;
             }
             return;
         }
@@ -54,8 +56,60 @@ impl Proxy {
             let changes = handle.with_complete_body(session::rpc::state_changes);
             if let Some(changes) = changes.filter(|c| !c.is_empty()) {
                 self.sessions.note_state(&c.session, changes);
+                self.share_state(&c.session).await;
             }
         }
+    }
+
+    /// Shares what a request set on `session` with every replica (`sessions.store`).
+    async fn share_state(&self, session: &Session) {
+        let (Some(store), Some(nonce)) = (self.sessions.shared(), session.nonce()) else {
+            return;
+        };
+        if let Err(e) = store.save(&nonce, &session.shared_state()).await {
+            self.store_failed(&e);
+        }
+    }
+
+    /// Tells every replica that `session` was ended (`sessions.store`).
+    async fn share_end(&self, session: &Session) {
+        let (Some(store), Some(nonce)) = (self.sessions.shared(), session.nonce()) else {
+            return;
+        };
+        if let Err(e) = store.end(&nonce).await {
+            self.store_failed(&e);
+        }
+    }
+
+    /// What the other replicas know of `session` (`sessions.store`), for its re-establishment:
+    /// the state they recorded replaces this holdfast's in `plan`. `Err` when its client ended
+    /// it (at any replica).
+    pub(super) async fn shared_plan(&self, session: &Session, plan: &mut Plan) -> Result<(), ()> {
+        let (Some(store), Some(nonce)) = (self.sessions.shared(), session.nonce()) else {
+            return Ok(());
+        };
+        match store.load(&nonce).await {
+            Ok(shared) if shared.ended => Err(()),
+            Ok(shared) => {
+                if let Some(state) = shared.state {
+                    plan.state = state.changes();
+                }
+                Ok(())
+            }
+            // The local record, then: the session goes on with what this holdfast saw.
+            Err(e) => {
+                self.store_failed(&e);
+                Ok(())
+            }
+        }
+    }
+
+    fn store_failed(&self, error: &StoreError) {
+        self.metrics.session_store_errors.inc();
+        tracing::warn!(
+            error = %error,
+            "sessions.store failed; this holdfast's own record of the session is used"
+        );
     }
 
     /// Counts a session token that was not used.

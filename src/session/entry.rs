@@ -188,6 +188,21 @@ impl Session {
         self.lock().drop_last_event_id = false;
     }
 
+    /// The nonce of the session's token, which names it in the shared store (`None` without a
+    /// token).
+    pub fn nonce(&self) -> Option<[u8; 12]> {
+        super::token::nonce(self.client_id.as_bytes())
+    }
+
+    /// The state to share with other replicas ([`super::shared`]).
+    pub fn shared_state(&self) -> super::shared::SharedState {
+        let state = self.lock();
+        super::shared::SharedState {
+            level: state.log_level.clone(),
+            subscriptions: state.subscriptions.iter().cloned().collect(),
+        }
+    }
+
     /// What to send to re-establish this session.
     pub fn plan(&self) -> Plan {
         let state = self.lock();

@@ -25,6 +25,7 @@
 mod entry;
 mod keys;
 pub mod rpc;
+pub mod shared;
 mod store;
 pub mod token;
 

@@ -23,6 +23,7 @@ use tokio::time::Instant;
 use super::entry::{unix_now, Opened, Origin, Session};
 use super::keys::Keys;
 use super::rpc::StateChange;
+use super::shared::SharedStore;
 use super::token::{self, Contents, Refused};
 use crate::config;
 
@@ -36,6 +37,8 @@ const MAX_SUBSCRIPTIONS: usize = 256;
 pub struct Sessions {
     settings: config::Sessions,
     keys: Arc<Keys>,
+    /// `sessions.store`, when set.
+    shared: Option<SharedStore>,
     inner: Mutex<Inner>,
     /// Recorded bytes over all sessions (initialize bodies and subscription URIs).
     recorded: Arc<AtomicUsize>,
@@ -92,10 +95,18 @@ impl Sessions {
     /// An empty store; `tracked` is the `holdfast_sessions_tracked` gauge.
     pub fn new(settings: config::Sessions, tracked: Gauge) -> Sessions {
         let keys = Arc::new(Keys::new(&settings.keys));
+        let shared = settings.store.as_deref().and_then(|url| {
+            let store = SharedStore::new(url, settings.idle_timeout, settings.token_max_age);
+            // Validation checked the URL; a store that cannot be made is logged, not fatal.
+            store
+                .map_err(|e| tracing::error!(error = %e, "sessions.store is not used"))
+                .ok()
+        });
         let now = Instant::now();
         Sessions {
             settings,
             keys,
+            shared,
             inner: Mutex::new(Inner {
                 by_client_id: HashMap::new(),
                 last_sweep: now,
@@ -117,6 +128,11 @@ impl Sessions {
     /// The keys tokens are sealed with (for the reloader).
     pub fn keys(&self) -> Arc<Keys> {
         self.keys.clone()
+    }
+
+    /// The shared store (`sessions.store`), when set.
+    pub fn shared(&self) -> Option<&SharedStore> {
+        self.shared.as_ref()
     }
 
     /// Most bytes of an `initialize` body that is still tracked.

@@ -1096,3 +1096,58 @@ fn every_missing_tls_file_is_named_in_one_round() {
         assert!(p.message.contains("cannot read"), "{key}: {err}");
     }
 }
+
+#[test]
+fn session_keys_and_the_shared_store_are_checked() {
+    let dir = crate::support::files::TempDir::new("session-keys");
+    let mut raw = raw_with_upstream("http://b:1");
+    raw.sessions.key_file = Some(dir.path().join("absent"));
+    let err = validate(&raw).unwrap_err();
+    assert!(
+        problem(&err, "sessions.key_file")
+            .message
+            .contains("cannot read"),
+        "{err}"
+    );
+    raw.sessions.key_file = Some(dir.write("keys", "not a key\n"));
+    let err = validate(&raw).unwrap_err();
+    assert!(
+        problem(&err, "sessions.key_file")
+            .message
+            .contains("line 1: expected 64 hexadecimal"),
+        "{err}"
+    );
+    let keys = dir.write("good", &format!("{}\n", "0123456789abcdef".repeat(4)));
+    raw.sessions.key_file = Some(keys.clone());
+    let config = validate(&raw).expect("a real key");
+    assert_eq!(config.sessions.keys.keys.len(), 1);
+    assert!(
+        !format!("{config:?}").contains("0123456789abcdef"),
+        "no key in Debug output"
+    );
+
+    // The store: a redis:// or valkey:// URL with a host, and only with a shared key.
+    for (url, says) in [
+        ("http://cache:6379", "redis:// or valkey://"),
+        ("rediss://cache:6379", "redis:// or valkey://"),
+        ("redis://", "no host"),
+        ("redis:///0", "no host"),
+    ] {
+        raw.sessions.store = Some(url.into());
+        let err = validate(&raw).unwrap_err();
+        assert!(
+            problem(&err, "sessions.store").message.contains(says),
+            "{url}: {err}"
+        );
+    }
+    raw.sessions.store = Some("valkey://cache:6379/2".into());
+    assert!(validate(&raw).is_ok());
+    raw.sessions.key_file = None;
+    let err = validate(&raw).unwrap_err();
+    assert!(
+        problem(&err, "sessions.store")
+            .message
+            .contains("needs sessions.key_file"),
+        "{err}"
+    );
+}

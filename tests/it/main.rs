@@ -28,6 +28,7 @@ mod rmcp_smoke;
 mod rows;
 mod session;
 mod session_replicas;
+mod session_store;
 mod session_tokens;
 mod session_ts;
 mod shutdown;

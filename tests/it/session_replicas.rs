@@ -17,7 +17,7 @@ use crate::support::node::TsClient;
 use crate::support::pod::Pod;
 
 /// Two keys as `openssl rand -hex 32` prints them.
-const KEY_A: &str = "5f0e9c1d7b3a4e2f8c6d0b1a9e7f3c5d2b4a6e8f0c1d3b5a7e9f2c4d6b8a0e1f";
+pub(crate) const KEY_A: &str = "5f0e9c1d7b3a4e2f8c6d0b1a9e7f3c5d2b4a6e8f0c1d3b5a7e9f2c4d6b8a0e1f";
 const KEY_B: &str = "a3c5e7f9b1d3f5a7c9e1b3d5f7a9c1e3b5d7f9a1c3e5b7d9f1a3c5e7b9d1f3a5";
 
 /// `holdfast_session_reestablished_total{cause}`.
@@ -26,27 +26,45 @@ fn reestablished(cause: &str) -> String {
 }
 
 /// A shared ledger and levels file, and a key file with `keys` (one per line).
-struct Files {
+pub(crate) struct Files {
     dir: TempDir,
     keys: PathBuf,
 }
 
 impl Files {
-    fn new(keys: &[&str]) -> Files {
+    pub(crate) fn new(keys: &[&str]) -> Files {
         let dir = TempDir::new("session-replicas");
         let keys = dir.write("session-keys", &format!("{}\n", keys.join("\n")));
         Files { dir, keys }
     }
 
     async fn pod(&self, shared_key: bool) -> Pod {
+        let keys = shared_key.then_some(self.keys.as_path());
+        self.pod_with(keys, Vec::new()).await
+    }
+
+    /// A pod sealing with `keys`, with more environment for holdfast.
+    pub(crate) async fn pod_with(&self, keys: Option<&Path>, env: Vec<(String, String)>) -> Pod {
         let (ledger, levels) = (
             self.dir.path().join("ledger"),
             self.dir.path().join("levels"),
         );
-        Pod::start(&ledger, &levels, shared_key.then_some(self.keys.as_path())).await
+        Pod::start_with(&ledger, &levels, keys, env).await
     }
 
-    fn ledger_lines(&self) -> usize {
+    /// The key file every pod of [`Files::pod`] shares.
+    pub(crate) fn keys(&self) -> &Path {
+        &self.keys
+    }
+
+    /// Every `logging/setLevel` any pod's server received, in order.
+    pub(crate) fn levels(&self) -> Vec<String> {
+        std::fs::read_to_string(self.dir.path().join("levels"))
+            .map(|text| text.lines().map(str::to_owned).collect())
+            .unwrap_or_default()
+    }
+
+    pub(crate) fn ledger_lines(&self) -> usize {
         std::fs::read_to_string(self.dir.path().join("ledger"))
             .map_or(0, |text| text.lines().count())
     }
@@ -54,7 +72,7 @@ impl Files {
 
 /// An nginx site balancing round-robin over `pods`, no affinity, a new upstream connection per
 /// request; a pod that refuses is skipped (`proxy_next_upstream error`, nginx's default).
-fn round_robin(pods: [SocketAddr; 2]) -> impl Fn(SocketAddr) -> String {
+pub(crate) fn round_robin(pods: [SocketAddr; 2]) -> impl Fn(SocketAddr) -> String {
     move |listen| {
         format!(
             "upstream pods {{ server {}; server {}; }}\n\
@@ -76,7 +94,7 @@ fn round_robin(pods: [SocketAddr; 2]) -> impl Fn(SocketAddr) -> String {
 }
 
 /// The session id the client was given, which must be holdfast's token.
-fn token_of(client: &TsClient) -> String {
+pub(crate) fn token_of(client: &TsClient) -> String {
     let id = client
         .session_id()
         .expect("a stateful server gives a session id");

@@ -13,6 +13,7 @@ fn settings() -> config::Sessions {
         idle_timeout: Duration::from_secs(60),
         keys: keys(&[1]),
         token_max_age: Duration::from_secs(3600),
+        store: None,
     }
 }
 

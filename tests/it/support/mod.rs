@@ -11,6 +11,7 @@ pub mod pod;
 pub mod process;
 pub mod proxy;
 pub mod python;
+pub mod redis;
 pub mod router;
 
 use std::future::Future;

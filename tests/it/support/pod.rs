@@ -23,9 +23,16 @@ pub struct Pod {
     /// holdfast's admin listener (a new port at each start).
     admin: SocketAddr,
     keys: Option<PathBuf>,
+    /// More environment for holdfast (`HOLDFAST_*`), at every start.
+    env: Vec<(String, String)>,
 }
 
-fn command(upstream: SocketAddr, listen: &str, keys: Option<&Path>) -> Command {
+fn command(
+    upstream: SocketAddr,
+    listen: &str,
+    keys: Option<&Path>,
+    env: &[(String, String)],
+) -> Command {
     let upstream = format!("http://{upstream}");
     let mut cmd = holdfast(&[
         "--upstream",
@@ -43,6 +50,7 @@ fn command(upstream: SocketAddr, listen: &str, keys: Option<&Path>) -> Command {
     if let Some(keys) = keys {
         cmd.env("HOLDFAST_SESSIONS__KEY_FILE", keys);
     }
+    cmd.envs(env.iter().map(|(k, v)| (k, v)));
     cmd
 }
 
@@ -58,10 +66,16 @@ async fn started(mut running: Running) -> (Running, (SocketAddr, SocketAddr)) {
 
 impl Pod {
     /// Starts a server recording into `ledger` and `levels` and a holdfast in front of it,
-    /// sealing session tokens with `keys` (a random key of its own without).
-    pub async fn start(ledger: &Path, levels: &Path, keys: Option<&Path>) -> Pod {
+    /// sealing session tokens with `keys` (a random key of its own without), with more
+    /// environment for holdfast (`HOLDFAST_*`).
+    pub async fn start_with(
+        ledger: &Path,
+        levels: &Path,
+        keys: Option<&Path>,
+        env: Vec<(String, String)>,
+    ) -> Pod {
         let server = TsServer::start(0, ledger, levels).await;
-        let running = Running::start(&mut command(server.addr(), "127.0.0.1:0", keys));
+        let running = Running::start(&mut command(server.addr(), "127.0.0.1:0", keys, &env));
         let (running, (listen, admin)) = started(running).await;
         Pod {
             server,
@@ -69,6 +83,7 @@ impl Pod {
             listen,
             admin,
             keys: keys.map(Path::to_owned),
+            env,
         }
     }
 
@@ -103,6 +118,7 @@ impl Pod {
             self.server.addr(),
             &listen,
             self.keys.as_deref(),
+            &self.env,
         ));
         let (running, (listen, admin)) = started(running).await;
         assert_eq!(listen, self.listen);

@@ -1,0 +1,98 @@
+//! The shared session store (`sessions.store`, a real `redis-server`): what a session set after
+//! its initialize reaches every replica's re-establishment, and a session ended at one replica
+//! is not re-established at another.
+//!
+//! Two pods (the real holdfast in front of the TypeScript SDK's stateful server) behind nginx
+//! round-robin, as in `session_replicas.rs`; the servers of both pods append every
+//! `logging/setLevel` they receive to one file.
+
+use crate::session_replicas::{round_robin, token_of, Files, KEY_A};
+use crate::support::mcp::raw_http;
+use crate::support::nginx::Nginx;
+use crate::support::node::TsClient;
+use crate::support::redis::Redis;
+
+/// The client sets a log level (at whichever pod), makes calls at both, both servers restart,
+/// and more calls make each pod re-establish the session with its new server. Returns every
+/// `setLevel` the servers received.
+async fn levels_through_restarts(store: Option<&Redis>) -> Vec<String> {
+    let files = Files::new(&[KEY_A]);
+    let env: Vec<(String, String)> = store
+        .map(|r| vec![("HOLDFAST_SESSIONS__STORE".to_owned(), r.url())])
+        .unwrap_or_default();
+    let mut a = files.pod_with(Some(files.keys()), env.clone()).await;
+    let mut b = files.pod_with(Some(files.keys()), env).await;
+    let nginx = Nginx::start(round_robin([a.addr(), b.addr()])).await;
+    let mut client = TsClient::start(&nginx.url("/mcp")).await;
+    let session = token_of(&client);
+
+    client.set_level("debug").await.expect("setLevel");
+    client.count_from(&session, 0, 4).await;
+    a.server.restart().await;
+    b.server.restart().await;
+    client.count_from(&session, 4, 4).await;
+    assert_eq!(files.ledger_lines(), 8);
+    let errors = a.metric("holdfast_session_store_errors_total").await
+        + b.metric("holdfast_session_store_errors_total").await;
+    assert_eq!(errors, 0.0);
+    client.close().await.expect("DELETE the session");
+    files.levels()
+}
+
+#[tokio::test]
+async fn with_the_store_every_replica_sets_the_level_again() {
+    let redis = Redis::start().await;
+    let levels = levels_through_restarts(Some(&redis)).await;
+    // The client's own, and one per pod's re-establishment after its server restarted.
+    assert_eq!(levels, ["setLevel debug"; 3]);
+}
+
+/// The control: each pod re-applies only what it saw itself, so the pod that did not see the
+/// setLevel re-establishes the session without it.
+#[tokio::test]
+async fn without_the_store_only_the_replica_that_saw_the_level_sets_it_again() {
+    let levels = levels_through_restarts(None).await;
+    assert_eq!(levels, ["setLevel debug"; 2]);
+}
+
+#[tokio::test]
+async fn a_session_ended_at_one_replica_is_not_re_established_at_another() {
+    let redis = Redis::start().await;
+    let files = Files::new(&[KEY_A]);
+    let env = vec![("HOLDFAST_SESSIONS__STORE".to_owned(), redis.url())];
+    let mut a = files.pod_with(Some(files.keys()), env.clone()).await;
+    let mut b = files.pod_with(Some(files.keys()), env).await;
+    // The client talks to pod a only; pod b never saw the session.
+    let client = TsClient::start(&a.url("/mcp")).await;
+    let session = token_of(&client);
+    client.close().await.expect("DELETE the session");
+
+    // Both servers restart; a request on the ended session at either pod gets the server's 404
+    // and re-establishes nothing (b learns the end from the store).
+    a.server.restart().await;
+    b.server.restart().await;
+    for pod in [&a, &b] {
+        let call = r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"count","arguments":{}}}"#;
+        let request = format!(
+            "POST /mcp HTTP/1.1\r\nhost: {}\r\naccept: application/json, text/event-stream\r\n\
+             content-type: application/json\r\nmcp-session-id: {session}\r\n\
+             mcp-protocol-version: 2025-06-18\r\ncontent-length: {}\r\n\r\n{call}",
+            pod.addr(),
+            call.len()
+        );
+        let answer = raw_http(pod.addr(), request.as_bytes())
+            .await
+            .expect("an answer");
+        assert_eq!(answer.status_line, "HTTP/1.1 404 Not Found", "{answer:?}");
+        let ended = pod
+            .metric("holdfast_session_tokens_refused_total{reason=\"ended\"}")
+            .await;
+        assert_eq!(ended, 1.0);
+    }
+    assert_eq!(files.ledger_lines(), 0, "nothing ran");
+    assert_eq!(
+        b.metric("holdfast_session_reestablished_total{cause=\"unknown_to_this_replica\"}")
+            .await,
+        0.0
+    );
+}
