@@ -72,10 +72,11 @@ impl Files {
 
 /// An nginx site balancing round-robin over `pods`, no affinity, a new upstream connection per
 /// request; a pod that refuses is skipped (`proxy_next_upstream error`, nginx's default).
-pub(crate) fn round_robin(pods: [SocketAddr; 2]) -> impl Fn(SocketAddr) -> String {
+pub(crate) fn round_robin(pods: &[SocketAddr]) -> impl Fn(SocketAddr) -> String {
+    let servers: String = pods.iter().map(|p| format!("server {p}; ")).collect();
     move |listen| {
         format!(
-            "upstream pods {{ server {}; server {}; }}\n\
+            "upstream pods {{ {servers}}}\n\
              server {{\n\
              \x20   listen {listen};\n\
              \x20   location / {{\n\
@@ -87,8 +88,7 @@ pub(crate) fn round_robin(pods: [SocketAddr; 2]) -> impl Fn(SocketAddr) -> Strin
              \x20       proxy_read_timeout 1h;\n\
              \x20       gzip off;\n\
              \x20   }}\n\
-             }}\n",
-            pods[0], pods[1]
+             }}\n"
         )
     }
 }
@@ -118,7 +118,7 @@ async fn total(pods: &[&Pod], series: &str) -> f64 {
 async fn round_robin_over_two_pods_thirty_calls_each_run_once() {
     let files = Files::new(&[KEY_A]);
     let (a, b) = (files.pod(true).await, files.pod(true).await);
-    let nginx = Nginx::start(round_robin([a.addr(), b.addr()])).await;
+    let nginx = Nginx::start(round_robin(&[a.addr(), b.addr()])).await;
     let mut client = TsClient::start(&nginx.url("/mcp")).await;
     let session = token_of(&client);
 
@@ -146,7 +146,7 @@ async fn round_robin_over_two_pods_thirty_calls_each_run_once() {
 async fn without_a_shared_key_the_client_cannot_even_connect() {
     let files = Files::new(&[KEY_A]);
     let (a, b) = (files.pod(false).await, files.pod(false).await);
-    let nginx = Nginx::start(round_robin([a.addr(), b.addr()])).await;
+    let nginx = Nginx::start(round_robin(&[a.addr(), b.addr()])).await;
     let failed = TsClient::try_start(&nginx.url("/mcp"))
         .await
         .err()
@@ -170,7 +170,7 @@ async fn each_pod_replaced_in_turn_during_the_calls_loses_no_call() {
     const CALLS: u64 = 30;
     let files = Files::new(&[KEY_A]);
     let (mut a, mut b) = (files.pod(true).await, files.pod(true).await);
-    let nginx = Nginx::start(round_robin([a.addr(), b.addr()])).await;
+    let nginx = Nginx::start_reloadable(round_robin(&[a.addr(), b.addr()])).await;
     let mut client = TsClient::start(&nginx.url("/mcp")).await;
     let session = token_of(&client);
 
@@ -191,11 +191,20 @@ async fn each_pod_replaced_in_turn_during_the_calls_loses_no_call() {
             progress_tx.send_replace(n);
         }
     };
+    // As in a rollout: the pod leaves the balancer (a Service's endpoints; here nginx reloads
+    // without it), then both its processes get SIGTERM, then the new pod joins. (A balancer that
+    // still sends to a pod whose listener closes can meet a reset on a connection the kernel
+    // completed a moment before: Kubernetes' preStop sleep is there for that.)
+    let (a_addr, b_addr) = (a.addr(), b.addr());
     let replacements = async {
         progress.wait_for(|n| *n >= 5).await.unwrap();
+        nginx.reload(round_robin(&[b_addr])).await;
         a.replace().await;
+        nginx.reload(round_robin(&[a_addr, b_addr])).await;
         progress.wait_for(|n| *n >= 15).await.unwrap();
+        nginx.reload(round_robin(&[a_addr])).await;
         b.replace().await;
+        nginx.reload(round_robin(&[a_addr, b_addr])).await;
     };
     tokio::join!(calls, replacements);
 
@@ -205,7 +214,14 @@ async fn each_pod_replaced_in_turn_during_the_calls_loses_no_call() {
         "each call ran exactly once; nginx:\n{}",
         nginx.log()
     );
-    client.close().await.expect("DELETE the session");
+    if let Err(e) = client.close().await {
+        panic!(
+            "DELETE the session: {e}\nnginx:\n{}\npod a:\n{}\npod b:\n{}",
+            nginx.log(),
+            a.log(),
+            b.log()
+        );
+    }
 }
 
 /// Five calls, a restart of holdfast (and of its server with `with_server`), five more calls on

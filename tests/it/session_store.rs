@@ -22,7 +22,7 @@ async fn levels_through_restarts(store: Option<&Redis>) -> Vec<String> {
         .unwrap_or_default();
     let mut a = files.pod_with(Some(files.keys()), env.clone()).await;
     let mut b = files.pod_with(Some(files.keys()), env).await;
-    let nginx = Nginx::start(round_robin([a.addr(), b.addr()])).await;
+    let nginx = Nginx::start(round_robin(&[a.addr(), b.addr()])).await;
     let mut client = TsClient::start(&nginx.url("/mcp")).await;
     let session = token_of(&client);
 

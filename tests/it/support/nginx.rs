@@ -20,6 +20,9 @@ pub struct Nginx {
     /// Where it listens.
     pub addr: SocketAddr,
     dir: TempDir,
+    /// A master process with a worker, so that [`Nginx::reload`] works (nginx's single-process
+    /// mode does not reload cleanly).
+    master: bool,
 }
 
 /// Why an nginx did not come up.
@@ -34,12 +37,21 @@ impl Nginx {
     /// Starts nginx on a free port with the site `site(listen)` returns (a `server` block and
     /// whatever it needs, included in an `http` block).
     pub async fn start(site: impl Fn(SocketAddr) -> String) -> Nginx {
+        Nginx::start_in_mode(site, false).await
+    }
+
+    /// [`Nginx::start`] with a master process, whose site [`Nginx::reload`] can change.
+    pub async fn start_reloadable(site: impl Fn(SocketAddr) -> String) -> Nginx {
+        Nginx::start_in_mode(site, true).await
+    }
+
+    async fn start_in_mode(site: impl Fn(SocketAddr) -> String, master: bool) -> Nginx {
         let nginx = require_program("nginx", "apt-get update && apt-get install -y nginx");
         // The port is free when chosen, not reserved: if something takes it before nginx binds
         // it, choose another.
         let mut last = String::new();
         for _ in 0..3 {
-            match Nginx::try_start(&nginx, &site).await {
+            match Nginx::try_start(&nginx, &site, master).await {
                 Ok(running) => return running,
                 Err(StartError::PortTaken(log)) => last = log,
                 Err(StartError::Failed(log)) => panic!("nginx did not start:\n{log}"),
@@ -51,6 +63,7 @@ impl Nginx {
     async fn try_start(
         nginx: &Path,
         site: &impl Fn(SocketAddr) -> String,
+        master: bool,
     ) -> Result<Nginx, StartError> {
         let dir = TempDir::new("nginx");
         let listen = std::net::TcpListener::bind("127.0.0.1:0")
@@ -61,7 +74,7 @@ impl Nginx {
         let wrapper = format!(
             "# Written by tests/it/support/nginx.rs: what a host's nginx.conf provides.\n\
              daemon off;\n\
-             master_process off;\n\
+             master_process {};\n\
              worker_processes 1;\n\
              pid {tmp}/nginx.pid;\n\
              error_log {tmp}/error.log info;\n\
@@ -80,6 +93,7 @@ impl Nginx {
              \x20   gzip_types text/event-stream application/json application/x-ndjson;\n\
              \x20   include {site};\n\
              }}\n",
+            if master { "on" } else { "off" },
             site = site_path.display(),
         );
         let conf = dir.write("nginx.conf", &wrapper);
@@ -100,6 +114,7 @@ impl Nginx {
             child,
             addr: listen,
             dir,
+            master,
         };
         running.ready().await?;
         Ok(running)
@@ -132,6 +147,30 @@ impl Nginx {
         }
     }
 
+    /// Replaces the site with `site(listen)` and waits until new requests get it: the old
+    /// worker finishes what it has in hand and accepts nothing more (what a Service's endpoints
+    /// update does in Kubernetes). Needs [`Nginx::start_reloadable`].
+    pub async fn reload(&self, site: impl Fn(SocketAddr) -> String) {
+        assert!(self.master, "start_reloadable");
+        let done = |log: &str| log.matches("gracefully shutting down").count();
+        let before = done(&self.error_log());
+        self.dir.write("site.conf", &site(self.addr));
+        super::process::signal(self.child.id(), "HUP");
+        let deadline = Instant::now() + NGINX_START;
+        while done(&self.error_log()) == before {
+            assert!(
+                Instant::now() < deadline,
+                "nginx did not reload:\n{}",
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    fn error_log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("error.log")).unwrap_or_default()
+    }
+
     /// `http://<nginx>` + `path`.
     pub fn url(&self, path: &str) -> String {
         format!("http://{}{}", self.addr, path)
@@ -151,6 +190,19 @@ impl Nginx {
 
 impl Drop for Nginx {
     fn drop(&mut self) {
+        if self.master {
+            // SIGTERM: the master stops its workers, then exits (bounded: then killed).
+            let _ = Command::new("kill")
+                .args(["-TERM", &self.child.id().to_string()])
+                .status();
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = self.child.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
         // One process (`master_process off`), so killing it leaves nothing behind.
         let _ = self.child.kill();
         let _ = self.child.wait();

@@ -161,4 +161,12 @@ impl Pod {
     pub async fn metric(&self, series: &str) -> f64 {
         metric_value(&self.metrics().await, series)
     }
+
+    /// The running holdfast's stderr so far (JSON lines), for failure messages.
+    pub fn log(&mut self) -> String {
+        self.holdfast
+            .as_mut()
+            .map(|running| running.lines_so_far().join("\n"))
+            .unwrap_or_default()
+    }
 }

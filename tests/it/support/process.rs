@@ -238,6 +238,14 @@ impl Running {
         (addr("listen"), addr("admin"))
     }
 
+    /// Every stderr line so far, without waiting.
+    pub fn lines_so_far(&mut self) -> Vec<String> {
+        while let Ok(line) = self.lines.try_recv() {
+            self.seen.push(line);
+        }
+        self.seen.clone()
+    }
+
     /// The process id.
     pub fn pid(&self) -> u32 {
         self.child.0.id()
