@@ -71,7 +71,10 @@ impl Files {
 }
 
 /// An nginx site balancing round-robin over `pods`, no affinity, a new upstream connection per
-/// request; a pod that refuses is skipped (`proxy_next_upstream error`, nginx's default).
+/// request; a pod that refuses is skipped (`proxy_next_upstream error`, nginx's default). No
+/// keep-alive towards the client either: a reload closes the old worker's idle client
+/// connections, and a client sending on one as it closes fails in a way that is nginx's, not
+/// what these tests look at.
 pub(crate) fn round_robin(pods: &[SocketAddr]) -> impl Fn(SocketAddr) -> String {
     let servers: String = pods.iter().map(|p| format!("server {p}; ")).collect();
     move |listen| {
@@ -79,6 +82,7 @@ pub(crate) fn round_robin(pods: &[SocketAddr]) -> impl Fn(SocketAddr) -> String 
             "upstream pods {{ {servers}}}\n\
              server {{\n\
              \x20   listen {listen};\n\
+             \x20   keepalive_timeout 0;\n\
              \x20   location / {{\n\
              \x20       proxy_pass http://pods;\n\
              \x20       proxy_http_version 1.1;\n\
