@@ -85,6 +85,8 @@ pub struct Config {
     pub h2_ping_interval: Duration,
     /// Drain time on shutdown.
     pub drain_timeout: Duration,
+    /// Time after SIGTERM during which new connections are still accepted.
+    pub accept_grace: Duration,
     /// Hold and replay.
     pub hold: Hold,
     /// TLS on the proxy listener (`None`: plain HTTP).

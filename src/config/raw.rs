@@ -65,6 +65,9 @@ pub mod defaults {
     /// Time in-flight requests get to finish after SIGTERM before streams are closed. Below
     /// Kubernetes' default 30 s grace period, so holdfast closes streams itself before SIGKILL.
     pub const DRAIN_TIMEOUT_SECS: f64 = 20.0;
+    /// Time after SIGTERM during which new connections are still accepted and served, with
+    /// readiness already failing: none by default (a standalone holdfast has nobody to tell).
+    pub const ACCEPT_GRACE_SECS: f64 = 0.0;
     /// Hold requests while the backend is missing and replay them once it is back.
     pub const HOLD_ENABLED: bool = true;
     /// Longest a request is held before it gets the 503. A container recreation usually takes a
@@ -369,7 +372,9 @@ pub struct RawLimits {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RawShutdown {
-    /// Time in-flight requests get after SIGTERM.
+    /// Time after SIGTERM during which new connections are still accepted.
+    pub accept_grace_secs: f64,
+    /// Time in-flight requests get after SIGTERM (after the accept grace).
     pub drain_timeout_secs: f64,
 }
 
@@ -452,6 +457,7 @@ impl Default for RawLimits {
 impl Default for RawShutdown {
     fn default() -> Self {
         Self {
+            accept_grace_secs: defaults::ACCEPT_GRACE_SECS,
             drain_timeout_secs: defaults::DRAIN_TIMEOUT_SECS,
         }
     }

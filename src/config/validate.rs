@@ -147,6 +147,12 @@ impl Config {
             "shutdown.drain_timeout_secs",
             raw.shutdown.drain_timeout_secs,
         );
+        let grace = raw.shutdown.accept_grace_secs;
+        let accept_grace = if grace == 0.0 {
+            Some(Duration::ZERO)
+        } else {
+            v.secs("shutdown.accept_grace_secs", grace)
+        };
         let hold_timeout = v.secs("hold.timeout_secs", raw.hold.timeout_secs);
         let h = &raw.hold;
         let retry_after_mode = match h.retry_after.as_str() {
@@ -334,6 +340,7 @@ impl Config {
             max_headers: raw.limits.max_headers,
             h2_ping_interval: h2_ping_interval.expect(ok),
             drain_timeout: drain_timeout.expect(ok),
+            accept_grace: accept_grace.expect(ok),
             hold: Hold {
                 enabled: h.enabled,
                 timeout: hold_timeout.expect(ok),

@@ -19,6 +19,7 @@ use prometheus_client::registry::Registry;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
+use tokio::time::Instant;
 use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
 
@@ -258,24 +259,7 @@ async fn serve_proxy(
     ready: &Readiness,
     shutdown: impl Future<Output = ()>,
 ) {
-    let mut h2 = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
-    h2.timer(TokioTimer::new())
-        // Pings find dead peers (a vanished client) so their connections free their slots
-        // (`limits.h2_ping_interval_secs`; two thirds of it to answer: 30 s and 20 s by default).
-        .keep_alive_interval(config.h2_ping_interval)
-        .keep_alive_timeout(config.h2_ping_interval * 2 / 3)
-        .max_header_list_size(u32::try_from(config.max_header_bytes).unwrap_or(u32::MAX));
-    let (drain, draining) = tokio::sync::watch::channel(false);
-    let served = Served {
-        proxy: proxy.clone(),
-        h2: Arc::new(h2),
-        limits: h1::Limits {
-            max_head_bytes: config.max_header_bytes,
-            max_headers: config.max_headers,
-            header_read_timeout: config.header_read_timeout,
-        },
-        drain: draining,
-    };
+    let (served, drain) = served(config, proxy.clone());
     let mut connections = JoinSet::new();
     // At the limit, the connection just accepted waits until a slot is free (the rest wait in
     // the kernel's backlog) rather than being dropped; an idle keep-alive connection is closed
@@ -311,10 +295,28 @@ async fn serve_proxy(
         });
     };
 
+    // After SIGTERM with `shutdown.accept_grace_secs`: when accepting stops. Until then
+    // readiness fails but connections are still accepted and served, so a balancer that takes a
+    // moment to notice (a Service's endpoints, Traefik's health check) sends nothing into a
+    // closed port meanwhile.
+    let mut grace_ends: Option<Instant> = None;
+    let far = Instant::now() + Duration::from_secs(86_400 * 365);
     loop {
         let (stream, peer) = tokio::select! {
             accepted = listener::accept(&listener, "proxy") => accepted,
-            () = &mut shutdown => break,
+            () = &mut shutdown, if grace_ends.is_none() => {
+                if config.accept_grace.is_zero() {
+                    break;
+                }
+                ready.set(false);
+                tracing::info!(
+                    accept_grace_secs = config.accept_grace.as_secs_f64(),
+                    "shutting down: not ready, still accepting for shutdown.accept_grace_secs"
+                );
+                grace_ends = Some(Instant::now() + config.accept_grace);
+                continue;
+            }
+            () = tokio::time::sleep_until(grace_ends.unwrap_or(far)), if grace_ends.is_some() => break,
         };
         let permit = match permits.clone().try_acquire_owned() {
             Ok(permit) => permit,
@@ -322,7 +324,8 @@ async fn serve_proxy(
                 idle.make_room();
                 let permit = tokio::select! {
                     permit = permits.clone().acquire_owned() => permit.expect("semaphore never closed"),
-                    () = &mut shutdown => break,
+                    () = &mut shutdown, if grace_ends.is_none() => break,
+                    () = tokio::time::sleep_until(grace_ends.unwrap_or(far)), if grace_ends.is_some() => break,
                 };
                 idle.room_made();
                 permit
@@ -353,18 +356,46 @@ async fn serve_proxy(
     // they get their 503 now.
     proxy.begin_shutdown();
     drop(listener);
+    drain_all(connections, drain, config.drain_timeout).await;
+}
+
+/// What every connection is served with, and the sender that starts their drain.
+fn served(config: &Config, proxy: Arc<Proxy>) -> (Served, tokio::sync::watch::Sender<bool>) {
+    let mut h2 = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+    h2.timer(TokioTimer::new())
+        // Pings find dead peers (a vanished client) so their connections free their slots
+        // (`limits.h2_ping_interval_secs`; two thirds of it to answer: 30 s and 20 s by default).
+        .keep_alive_interval(config.h2_ping_interval)
+        .keep_alive_timeout(config.h2_ping_interval * 2 / 3)
+        .max_header_list_size(u32::try_from(config.max_header_bytes).unwrap_or(u32::MAX));
+    let (drain, draining) = tokio::sync::watch::channel(false);
+    let served = Served {
+        proxy,
+        h2: Arc::new(h2),
+        limits: h1::Limits {
+            max_head_bytes: config.max_header_bytes,
+            max_headers: config.max_headers,
+            header_read_timeout: config.header_read_timeout,
+        },
+        drain: draining,
+    };
+    (served, drain)
+}
+
+/// The drain: idle connections close now, busy ones after their request (HTTP/2: GOAWAY, then
+/// its open streams); whatever is left after `timeout` (long SSE streams) is closed.
+async fn drain_all(
+    mut connections: JoinSet<()>,
+    drain: tokio::sync::watch::Sender<bool>,
+    timeout: Duration,
+) {
     tracing::info!(
-        drain_timeout_secs = config.drain_timeout.as_secs_f64(),
+        drain_timeout_secs = timeout.as_secs_f64(),
         "shutting down: draining in-flight requests"
     );
-    // Idle connections close now, busy ones after their request (HTTP/2: GOAWAY, then its
-    // open streams).
     let _ = drain.send(true);
     let drained = async { while connections.join_next().await.is_some() {} };
-    if tokio::time::timeout(config.drain_timeout, drained)
-        .await
-        .is_err()
-    {
+    if tokio::time::timeout(timeout, drained).await.is_err() {
         tracing::info!(
             remaining = connections.len(),
             "drain timeout reached; closing remaining connections"

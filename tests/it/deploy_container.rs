@@ -1011,11 +1011,15 @@ fn kubernetes_gateway_runs_hardened_replicas_in_front_of_the_mcp_service() {
         !host.starts_with("127.") && host != "localhost",
         "the gateway forwards to a Service, not to its own pod: {upstream}"
     );
+    // Not ready at once but still accepting, while the Service's endpoints drop the pod; the
+    // accept grace and the drain together fit the grace period.
+    let accept = toml_secs(&config["shutdown"]["accept_grace_secs"]);
+    assert!(accept >= 2.0, "shutdown.accept_grace_secs {accept}");
     let drain = toml_secs(&config["shutdown"]["drain_timeout_secs"]);
     let grace = pod["terminationGracePeriodSeconds"].as_f64().unwrap();
     assert!(
-        drain < grace,
-        "the drain ({drain} s) fits the grace period ({grace} s)"
+        accept + drain < grace,
+        "the accept grace and the drain ({accept} + {drain} s) fit the grace period ({grace} s)"
     );
 
     let labels = &deployment["spec"]["template"]["metadata"]["labels"];

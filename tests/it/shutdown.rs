@@ -269,6 +269,39 @@ async fn a_connection_opened_before_the_drain_gets_its_first_request_answered() 
     within(holdfast.wait()).await;
 }
 
+/// With `shutdown.accept_grace_secs`, SIGTERM turns readiness off at once while new
+/// connections are still served; accepting stops when the grace ends.
+#[tokio::test]
+async fn during_the_accept_grace_readiness_fails_and_new_connections_are_served() {
+    let held = HeldUpstream::start().await;
+    let mut raw = raw_config(&held.upstream.url());
+    raw.shutdown.accept_grace_secs = 5.0;
+    raw.shutdown.drain_timeout_secs = 10.0;
+    let mut holdfast = Holdfast::start_with(raw).await;
+
+    // The grace starts after this instant, so it cannot end before 5 s from it.
+    let began = Instant::now();
+    holdfast.begin_shutdown();
+    wait_for_readyz(&holdfast, StatusCode::SERVICE_UNAVAILABLE).await;
+    match attempt(holdfast.addr).await {
+        Attempt::Answered(status) => assert_eq!(status, 200),
+        other => panic!("a new connection during the grace: {other:?}"),
+    }
+    // Then accepting stops: new connections are refused, after the grace and not before.
+    within(async {
+        while !matches!(attempt(holdfast.addr).await, Attempt::Refused) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert!(
+        began.elapsed() >= Duration::from_secs(5),
+        "refused {:?} after SIGTERM, within the grace",
+        began.elapsed()
+    );
+    within(holdfast.wait()).await;
+}
+
 /// A stream that outlives the drain is cut when the drain timeout expires, and holdfast exits.
 async fn a_stream_is_cut_after_the_drain_timeout(client: Client) {
     const DRAIN: Duration = Duration::from_secs(1);
