@@ -302,6 +302,12 @@ fn dockerfile_final_stage_is_minimal_non_root_with_healthcheck_ports_and_admin()
         .split_once("CMD ")
         .unwrap_or_else(|| panic!("HEALTHCHECK {healthcheck}"));
     assert_eq!(exec_form(cmd), [binary, "healthcheck".to_string()]);
+    // A restarted container becomes healthy (and routable by Traefik) within about a second,
+    // not after the 10 s interval.
+    assert!(
+        healthcheck.contains("--start-interval=1s"),
+        "HEALTHCHECK {healthcheck}"
+    );
 }
 
 #[test]
