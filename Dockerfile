@@ -35,11 +35,12 @@ FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/holdfast /usr/local/bin/holdfast
 # Numeric, so Kubernetes' runAsNonRoot can verify it (distroless' `nonroot`).
 USER 65532:65532
-# The admin listener on every interface, so that the orchestrator's probes and Prometheus reach
-# /readyz, /healthz and /metrics from outside the container (holdfast's own default is loopback
-# only; the proxy already listens on 0.0.0.0:8080). The environment beats a config file, so
-# change the admin address with HOLDFAST_ADMIN, not with `admin` in the file.
-ENV HOLDFAST_ADMIN=0.0.0.0:9362
+# The image's configuration: the admin listener on every interface, so that the orchestrator's
+# probes and Prometheus reach /readyz, /healthz and /metrics from outside the container. A file,
+# not an ENV: the environment beats a file, and an ENV would silently override the `admin` of a
+# file you mount. Your own file (mounted here, or named by HOLDFAST_CONFIG) replaces it.
+COPY deploy/docker/holdfast.toml /etc/holdfast/holdfast.toml
+ENV HOLDFAST_CONFIG=/etc/holdfast/holdfast.toml
 # 8080: proxy (MCP clients). 9362: admin (/metrics, /healthz, /readyz).
 EXPOSE 8080 9362
 # No curl in a distroless image: `holdfast healthcheck` asks the configured admin listener's

@@ -281,13 +281,14 @@ fn dockerfile_final_stage_is_minimal_non_root_with_healthcheck_ports_and_admin()
         assert!(exposed.contains(&port), "EXPOSE {port}: {exposed:?}");
     }
 
-    // The admin listener must be reachable from outside the container (probes, Prometheus).
+    // The admin listener must be reachable from outside the container (probes, Prometheus):
+    // the image's own config file says so, not an ENV that would beat a file the user mounts.
     let env = env_of(last);
-    assert_eq!(
-        env.get("HOLDFAST_ADMIN").map(String::as_str),
-        Some("0.0.0.0:9362"),
-        "ENV HOLDFAST_ADMIN=0.0.0.0:9362"
+    assert!(
+        !env.contains_key("HOLDFAST_ADMIN"),
+        "no ENV HOLDFAST_ADMIN: it would override a mounted file's admin"
     );
+    assert_eq!(image_config()["admin"].as_str(), Some("0.0.0.0:9362"));
     assert!(
         !env.contains_key("HOLDFAST_UPSTREAM"),
         "the upstream is the user's to set"
@@ -344,6 +345,26 @@ fn dockerfile_build_command_is_the_one_ci_runs() {
     );
 }
 
+/// The image's own config file: copied by the Dockerfile to where its `HOLDFAST_CONFIG` points.
+const IMAGE_CONFIG: &str = "deploy/docker/holdfast.toml";
+
+/// The image's config file, after checking that the Dockerfile installs it where
+/// `HOLDFAST_CONFIG` says.
+fn image_config() -> toml::Value {
+    let stages = stages();
+    let last = stages.last().unwrap();
+    let path = env_of(last)
+        .remove("HOLDFAST_CONFIG")
+        .expect("ENV HOLDFAST_CONFIG");
+    assert!(
+        args_of(last, "COPY")
+            .iter()
+            .any(|copy| *copy == format!("{IMAGE_CONFIG} {path}")),
+        "COPY {IMAGE_CONFIG} {path}"
+    );
+    toml::from_str(&read_repo(IMAGE_CONFIG)).expect("the image's config is TOML")
+}
+
 #[test]
 fn image_environment_and_an_upstream_alone_run_holdfast_and_pass_its_healthcheck() {
     let stages = stages();
@@ -359,12 +380,20 @@ fn image_environment_and_an_upstream_alone_run_holdfast_and_pass_its_healthcheck
     // the ports change to 0 (never fixed ports in tests); the admin keeps the image's unspecified
     // address, which the healthcheck must turn into loopback. The proxy's own default is
     // 0.0.0.0:8080; loopback here.
-    let admin_ip = image_env["HOLDFAST_ADMIN"].rsplit_once(':').unwrap().0;
+    let image_admin = image_config()["admin"].as_str().unwrap().to_owned();
+    let admin_ip = image_admin.rsplit_once(':').unwrap().0;
+    // The image's file where HOLDFAST_CONFIG points, with the admin port 0.
+    let dir = TempDir::new("image-config");
+    let file = dir.write(
+        "holdfast.toml",
+        &read_repo(IMAGE_CONFIG).replace(&image_admin, &format!("{admin_ip}:0")),
+    );
+    let mut image_env = image_env;
+    image_env.insert("HOLDFAST_CONFIG".into(), file.to_str().unwrap().into());
     // An upstream that refuses connections (a port of ours nothing listens on).
     let refusing = Reserved::new();
     let mut cmd = holdfast(&[]);
     cmd.envs(&image_env)
-        .env("HOLDFAST_ADMIN", format!("{admin_ip}:0"))
         .env("HOLDFAST_LISTEN", "127.0.0.1:0")
         .env("HOLDFAST_LOG_FORMAT", "json")
         .env("HOLDFAST_UPSTREAM", refusing.url());
