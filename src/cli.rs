@@ -10,8 +10,9 @@ use crate::config::{RawFlags, RawTlsFlags};
 /// holdfast: keeps MCP clients connected while their server's container is recreated.
 ///
 /// Forwards everything to one MCP server (Streamable HTTP). While the server is missing
-/// (connection refused, DNS failure, a router's route-missing 404) clients get 503 with
-/// Retry-After instead of a 404 that they would read as "session expired".
+/// (connection refused, DNS failure, a router's route-missing 404) requests are held and sent
+/// once it is back, or answered 503 with Retry-After, never the 404 clients would read as
+/// "session expired"; sessions outlive the server's restarts and holdfast's own.
 #[derive(Debug, Parser)]
 #[command(name = "holdfast", version, about, long_about)]
 // The proxy's flags belong to running the proxy: given before a subcommand they are an error,
