@@ -107,8 +107,9 @@ pub enum Command {
     /// HEALTHCHECKs: a minimal image has no curl). Uses the configured admin address.
     Healthcheck(AdminArgs),
     /// Pause for a planned restart: new requests are held before they are sent; returns once
-    /// nothing is in flight (exit 0) or when the drain timeout passes (exit 3, naming what is
-    /// still in flight; the pause stays). holdfast resumes by itself once a new instance
+    /// nothing is in flight (exit 0) or when the drain timeout passes, naming what is still in
+    /// flight (the pause stays): exit 3 when only GET streams are (they carry no call: safe to
+    /// restart), exit 4 when calls are (a restart now would cut them). holdfast resumes by itself once a new instance
     /// answers, after pause.max_secs, or with `holdfast resume`. Uses the configured admin
     /// address and admin_token_file.
     Pause {

@@ -97,9 +97,15 @@ pub async fn is_ready(addr: SocketAddr, timeout: Duration) -> bool {
     )
 }
 
-/// Exit status of `holdfast pause` when the drain timeout passed with requests in flight (the
-/// pause is in effect; 1 means it could not be asked for, 2 a configuration error).
-pub const EXIT_DRAIN_TIMEOUT: u8 = 3;
+/// Exit status of `holdfast pause` when the drain timeout passed with only GET streams in flight
+/// (standalone event streams, which carry no call and which clients open again): the pause is in
+/// effect and recreating the server loses nothing. 1 means the pause could not be asked for, 2 a
+/// configuration error.
+pub const EXIT_STREAMS_ONLY: u8 = 3;
+
+/// Exit status of `holdfast pause` when the drain timeout passed with calls still in flight
+/// (a long tool call): the pause is in effect, but recreating the server now would cut them.
+pub const EXIT_CALLS_IN_FLIGHT: u8 = 4;
 
 /// What a command prints and how it exits.
 #[derive(Debug, PartialEq, Eq)]
@@ -152,15 +158,21 @@ pub async fn pause(addr: SocketAddr, token: Option<&AdminToken>, drain: Duration
             )
         })
         .collect();
+    let calls = state["in_flight_calls"].as_u64().unwrap_or(0);
+    let (what, code) = if calls == 0 {
+        ("only GET streams, which carry no call,", EXIT_STREAMS_ONLY)
+    } else {
+        ("calls are", EXIT_CALLS_IN_FLIGHT)
+    };
     Outcome {
         message: format!(
-            "{head}, but {} still in flight after the {} s drain timeout (oldest first: {}); \
-             they are not cut off",
-            state["in_flight"].as_u64().unwrap_or(0),
+            "{head}, but {what} still in flight after the {} s drain timeout ({} requests, \
+             {calls} of them calls; oldest first: {}); they are not cut off",
             drain.as_secs_f64(),
+            state["in_flight"].as_u64().unwrap_or(0),
             pending.join(", ")
         ),
-        code: EXIT_DRAIN_TIMEOUT,
+        code,
     }
 }
 

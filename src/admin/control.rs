@@ -176,6 +176,7 @@ impl Control {
             "upstream_gone": pause.as_ref().map(|p| p.upstream_gone),
             "held": pause.as_ref().map_or(0, |p| p.held),
             "in_flight": in_flight.len(),
+            "in_flight_calls": in_flight.calls(),
             "oldest_in_flight": oldest,
         })
     }

@@ -83,6 +83,16 @@ impl InFlight {
         self.lock().len()
     }
 
+    /// Requests in flight now that carry a call: everything but GETs (a GET is a standalone
+    /// event stream, or a resumption of one, which carries no call and which its client opens
+    /// again).
+    pub fn calls(&self) -> usize {
+        self.lock()
+            .iter()
+            .filter(|e| e.method != Method::GET)
+            .count()
+    }
+
     /// Whether nothing is in flight.
     pub fn is_empty(&self) -> bool {
         self.len() == 0

@@ -9,9 +9,10 @@ use std::os::unix::fs::PermissionsExt;
 
 use crate::support::files::{read_repo, repo_path, TempDir};
 use crate::support::http;
-use crate::support::mcp::{McpServer, Mode, Options};
+use crate::support::mcp::{call_wait, connect, McpServer, Mode, Options};
 use crate::support::process::{finish, require_program, Finished};
 use crate::support::proxy::{raw_config, Holdfast};
+use crate::support::within;
 
 const DEPLOY_SH: &str = "deploy/traefik/deploy.sh";
 const DROP_IN: &str = "deploy/systemd/mcp-server-pause.conf";
@@ -135,6 +136,49 @@ async fn deploy_sh_recreates_nothing_when_holdfast_cannot_pause_and_resumes_when
         Some("exec -T holdfast /usr/local/bin/holdfast resume")
     );
     assert!(!paused(&holdfast).await);
+}
+
+/// A call still in flight when the drain times out (`holdfast pause` exit 4): recreating the
+/// server would cut it, so deploy.sh recreates nothing, resumes, and says why.
+#[tokio::test]
+async fn deploy_sh_recreates_nothing_while_a_call_is_in_flight() {
+    let (server, holdfast) = holdfast_in_front().await;
+    let client = within(connect(&holdfast.url("/mcp")))
+        .await
+        .expect("connect");
+    let peer = client.peer().clone();
+    let slow = tokio::spawn(async move { call_wait(&peer).await });
+    // holdfast's own count of what is in flight says the call is out (polled: nothing else
+    // announces it; bounded).
+    within(async {
+        loop {
+            let got = http::get(&format!("http://{}/status", holdfast.admin)).await;
+            let state: serde_json::Value = serde_json::from_slice(&got.body).expect("JSON");
+            if state["in_flight_calls"] == 1 {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    let dir = TempDir::new("deploy-sh-call-in-flight");
+    fake_docker(&dir, &holdfast.admin.to_string(), false);
+    let mut cmd = deploy_sh(&dir);
+    cmd.env("DRAIN_SECS", "0.2");
+    let out = run(cmd).await;
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(out.stderr.contains("calls still in flight"), "{out:?}");
+    assert_eq!(
+        calls(&dir),
+        [
+            "exec -T holdfast /usr/local/bin/holdfast pause --drain-timeout 0.2",
+            "exec -T holdfast /usr/local/bin/holdfast resume",
+        ],
+        "{out:?}"
+    );
+    assert!(!paused(&holdfast).await);
+    server.release_waits(1);
+    assert!(within(slow).await.unwrap().is_ok(), "the call was not cut");
 }
 
 /// The drop-in's `[Service]` assignments.

@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use holdfast::admin::client::{self, Outcome, EXIT_DRAIN_TIMEOUT};
+use holdfast::admin::client::{self, Outcome, EXIT_CALLS_IN_FLIGHT, EXIT_STREAMS_ONLY};
 use rmcp::service::Peer;
 use rmcp::RoleClient;
 use tokio::task::JoinHandle;
@@ -200,15 +200,18 @@ async fn a_call_that_outlives_the_drain_timeout_is_named_and_not_cut() {
     let outcome = within(pause(&holdfast, Duration::from_millis(200)))
         .await
         .unwrap();
-    assert_eq!(outcome.code, EXIT_DRAIN_TIMEOUT, "{}", outcome.message);
+    // A call is still in flight: recreating the server now would cut it.
+    assert_eq!(outcome.code, EXIT_CALLS_IN_FLIGHT, "{}", outcome.message);
     assert!(
-        outcome.message.contains("1 still in flight") && outcome.message.contains("POST for"),
+        outcome.message.contains("calls are still in flight")
+            && outcome.message.contains("1 of them calls")
+            && outcome.message.contains("POST for"),
         "{}",
         outcome.message
     );
     // A second pause is harmless: it reports, and counts no second pause.
     let again = within(pause(&holdfast, Duration::ZERO)).await.unwrap();
-    assert_eq!(again.code, EXIT_DRAIN_TIMEOUT, "{}", again.message);
+    assert_eq!(again.code, EXIT_CALLS_IN_FLIGHT, "{}", again.message);
     assert!(
         again.message.starts_with("already paused"),
         "{}",
@@ -359,4 +362,31 @@ async fn status_shows_the_upstream_and_its_outage() {
     assert_eq!(within(held).await.unwrap().status, 200);
     assert_eq!(status(&hf).await["upstream"]["up"], true);
     back.stop().await;
+}
+
+/// A client's standalone GET stream carries no call, and its client opens it again: a pause that
+/// times out with only such streams in flight says so with its own exit status, on which the
+/// recipes go on (a call in flight is [`EXIT_CALLS_IN_FLIGHT`]).
+#[tokio::test]
+async fn a_pause_with_only_get_streams_left_exits_3() {
+    let (upstream, mut streams) = crate::sse::sse_upstream(&[]).await;
+    let holdfast = Holdfast::start(&upstream.url()).await;
+    let mut events =
+        crate::sse::Events::new(crate::sse::open(&holdfast, crate::sse::Client::H1).await);
+    let tx = within(streams.recv()).await.unwrap();
+    crate::sse::push(&tx, 1).await;
+    assert_eq!(events.next().await, crate::sse::event(1));
+
+    let outcome = within(pause(&holdfast, Duration::from_millis(100)))
+        .await
+        .unwrap();
+    assert_eq!(outcome.code, EXIT_STREAMS_ONLY, "{}", outcome.message);
+    assert!(
+        outcome.message.contains("only GET streams") && outcome.message.contains("0 of them calls"),
+        "{}",
+        outcome.message
+    );
+    // The stream goes on through the pause.
+    crate::sse::push(&tx, 2).await;
+    assert_eq!(events.next().await, crate::sse::event(2));
 }
