@@ -2,7 +2,7 @@
 #
 # holdfast container image.
 #
-#   docker build -t holdfast .
+#   docker build --build-arg HOLDFAST_COMMIT="$(git rev-parse --short=12 HEAD)" -t holdfast .
 #   docker run --rm -p 8080:8080 -e HOLDFAST_UPSTREAM=http://mcp-backend:8000 holdfast
 #
 # Build: the official Rust image compiles the release binary with the same command .ci/run runs
@@ -19,7 +19,13 @@
 
 ARG RUST_VERSION=1.95
 
+# The commit the image is built from: `.git` is not in the build context, so build.rs reads it
+# from here (holdfast_build_info and the image's revision label; `unknown` without it).
+ARG HOLDFAST_COMMIT=unknown
+
 FROM rust:${RUST_VERSION}-slim-bookworm AS build
+ARG HOLDFAST_COMMIT
+ENV HOLDFAST_COMMIT=${HOLDFAST_COMMIT}
 WORKDIR /src
 COPY . .
 # Cache mounts keep the crates.io downloads and the target directory between builds; the binary
@@ -32,6 +38,14 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
     && install -D -m 0755 "target/$(uname -m)-unknown-linux-gnu/release/holdfast" /out/holdfast
 
 FROM gcr.io/distroless/static-debian12:nonroot
+ARG HOLDFAST_COMMIT
+# The OCI annotations registries and scanners read (the version is Cargo.toml's: a test keeps
+# them equal).
+LABEL org.opencontainers.image.title="holdfast" \
+      org.opencontainers.image.description="A reverse-proxy sidecar that keeps MCP clients connected while their backend container is recreated" \
+      org.opencontainers.image.version="0.1.0" \
+      org.opencontainers.image.revision="${HOLDFAST_COMMIT}" \
+      org.opencontainers.image.licenses="Apache-2.0"
 COPY --from=build /out/holdfast /usr/local/bin/holdfast
 # Numeric, so Kubernetes' runAsNonRoot can verify it (distroless' `nonroot`).
 USER 65532:65532

@@ -345,6 +345,93 @@ fn dockerfile_build_command_is_the_one_ci_runs() {
     );
 }
 
+/// A stage's `LABEL key="value" ...` pairs (values may hold spaces inside their quotes).
+fn labels_of(stage: &[Instruction]) -> BTreeMap<String, String> {
+    let mut labels = BTreeMap::new();
+    for args in args_of(stage, "LABEL") {
+        let mut rest = args.trim();
+        while let Some((key, after)) = rest.split_once('=') {
+            let (value, tail) = match after.strip_prefix('"') {
+                Some(quoted) => quoted.split_once('"').expect("a closing quote"),
+                None => after.split_once(' ').unwrap_or((after, "")),
+            };
+            labels.insert(key.trim().to_owned(), value.to_owned());
+            rest = tail.trim();
+        }
+    }
+    labels
+}
+
+#[test]
+fn the_image_carries_oci_labels_and_the_commit_it_was_built_from() {
+    let stages = stages();
+    let labels = labels_of(stages.last().unwrap());
+    let label = |key: &str| {
+        labels
+            .get(&format!("org.opencontainers.image.{key}"))
+            .unwrap_or_else(|| panic!("LABEL org.opencontainers.image.{key}: {labels:?}"))
+            .clone()
+    };
+    assert_eq!(label("title"), "holdfast");
+    assert_eq!(label("version"), env!("CARGO_PKG_VERSION"));
+    assert_eq!(label("licenses"), env!("CARGO_PKG_LICENSE"));
+    assert_eq!(label("description"), env!("CARGO_PKG_DESCRIPTION"));
+    assert_eq!(label("revision"), "${HOLDFAST_COMMIT}");
+    // The build argument reaches build.rs (no .git in the context) and the last stage's label.
+    for stage in [&stages[0], stages.last().unwrap()] {
+        assert!(
+            args_of(stage, "ARG").contains(&"HOLDFAST_COMMIT"),
+            "ARG HOLDFAST_COMMIT in every stage that uses it"
+        );
+    }
+    assert_eq!(
+        env_of(&stages[0])
+            .get("HOLDFAST_COMMIT")
+            .map(String::as_str),
+        Some("${HOLDFAST_COMMIT}")
+    );
+    assert!(read_repo("build.rs").contains("std::env::var(\"HOLDFAST_COMMIT\")"));
+}
+
+/// Every file a stage copies from the build context is in it: not left out by
+/// `.dockerignore` (or let back in by a `!` line).
+#[test]
+fn the_build_context_holds_every_file_the_dockerfile_copies() {
+    let ignore = read_repo(".dockerignore");
+    let lines: Vec<&str> = ignore
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .collect();
+    let covers =
+        |pattern: &str, path: &str| path == pattern || path.starts_with(&format!("{pattern}/"));
+    // The last matching line decides, as Docker reads the file.
+    let included = |path: &str| {
+        lines
+            .iter()
+            .rev()
+            .find_map(|line| match line.strip_prefix('!') {
+                Some(back) if covers(back, path) => Some(true),
+                None if covers(line, path) => Some(false),
+                _ => None,
+            })
+            .unwrap_or(true)
+    };
+    for stage in stages() {
+        for copy in args_of(&stage, "COPY") {
+            if copy.starts_with("--from") {
+                continue;
+            }
+            let words: Vec<&str> = copy.split_whitespace().collect();
+            for source in &words[..words.len() - 1] {
+                if *source != "." {
+                    assert!(included(source), "COPY {source}: left out by .dockerignore");
+                }
+            }
+        }
+    }
+}
+
 /// The image's own config file: copied by the Dockerfile to where its `HOLDFAST_CONFIG` points.
 const IMAGE_CONFIG: &str = "deploy/docker/holdfast.toml";
 
