@@ -159,9 +159,121 @@ pub fn completions(shell: clap_complete::Shell, out: &mut dyn std::io::Write) {
     clap_complete::generate(shell, &mut cmd, "holdfast", out);
 }
 
-/// Writes the manual page, generated from the definitions above.
+/// Every exit status of every command: the manual page's EXIT STATUS section, and the README's
+/// table (a test keeps them equal).
+pub const EXIT_STATUSES: &[(&str, &str, &str)] = &[
+    (
+        "holdfast",
+        "0",
+        "stopped by SIGTERM or SIGINT after its drain",
+    ),
+    (
+        "holdfast",
+        "1",
+        "could not run (a listener could not be bound)",
+    ),
+    (
+        "any command",
+        "2",
+        "a usage or configuration error (the message names the key)",
+    ),
+    (
+        "check-config",
+        "0",
+        "the configuration is valid (printed as TOML)",
+    ),
+    (
+        "healthcheck",
+        "0 / 1",
+        "holdfast is ready / is not, or does not answer",
+    ),
+    ("pause", "0", "paused, nothing in flight"),
+    (
+        "pause",
+        "1",
+        "the pause could not be asked for (admin unreachable, refused)",
+    ),
+    (
+        "pause",
+        "3",
+        "paused; only GET streams (no call) still in flight after the drain timeout",
+    ),
+    (
+        "pause",
+        "4",
+        "paused; calls still in flight after the drain timeout",
+    ),
+    (
+        "resume",
+        "0 / 1",
+        "resumed, or nothing was paused / could not be asked",
+    ),
+    ("probe", "0", "a Streamable HTTP MCP server answered"),
+    ("probe", "1", "the probe could not start (no CA to trust)"),
+    ("probe", "3", "a legacy (2024-11-05 HTTP+SSE) server"),
+    ("probe", "4", "not an MCP endpoint"),
+    (
+        "probe",
+        "5",
+        "nothing answers for the MCP server (an outage)",
+    ),
+    ("demo", "0 / 1", "the demo ran / could not"),
+];
+
+/// Writes the manual page, generated from the definitions above, with the sections clap does
+/// not know about: EXIT STATUS, ENVIRONMENT, FILES.
 pub fn man(out: &mut dyn std::io::Write) -> std::io::Result<()> {
-    clap_mangen::Man::new(<Cli as clap::CommandFactory>::command()).render(out)
+    let man = clap_mangen::Man::new(<Cli as clap::CommandFactory>::command());
+    man.render_title(out)?;
+    man.render_name_section(out)?;
+    man.render_synopsis_section(out)?;
+    man.render_description_section(out)?;
+    man.render_options_section(out)?;
+    man.render_subcommands_section(out)?;
+    writeln!(out, ".SH \"EXIT STATUS\"")?;
+    for (command, status, meaning) in EXIT_STATUSES {
+        writeln!(
+            out,
+            ".TP\n\\fB{}\\fR {}\n{}",
+            roff(command),
+            roff(status),
+            roff(meaning)
+        )?;
+    }
+    writeln!(out, ".SH ENVIRONMENT")?;
+    writeln!(
+        out,
+        ".TP\n\\fBHOLDFAST_*\\fR\nEvery configuration key, nested keys joined by two \
+         underscores (HOLDFAST_HOLD__TIMEOUT_SECS). The environment beats the file, flags beat \
+         the environment. A HOLDFAST_ variable that names no key is warned about and ignored."
+    )?;
+    writeln!(
+        out,
+        ".TP\n\\fBHOLDFAST_CONFIG\\fR\nThe configuration file (as \\-\\-config)."
+    )?;
+    writeln!(
+        out,
+        ".TP\n\\fBRUST_LOG\\fR\nWhat is logged, unless log_level is set (file, environment or \
+         flag)."
+    )?;
+    writeln!(out, ".SH FILES")?;
+    writeln!(
+        out,
+        ".TP\n\\fI/etc/holdfast/holdfast.toml\\fR\nThe configuration in the container image and \
+         the recipes (config/holdfast.toml documents every key)."
+    )?;
+    writeln!(
+        out,
+        ".TP\n\\fIsessions.key_file\\fR\nThe keys that seal session ids, one per line (openssl \
+         rand \\-hex 32); re\\-read when it changes."
+    )?;
+    man.render_version_section(out)?;
+    Ok(())
+}
+
+/// `text` safe in a roff line: backslashes and hyphens escaped, no line starting with a dot.
+fn roff(text: &str) -> String {
+    text.replace('\\', "\\e").replace('-', "\\-")
 }
 
 /// The flags of `holdfast probe`.

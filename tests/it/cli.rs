@@ -540,3 +540,46 @@ fn the_open_file_limit_is_raised_to_the_hard_limit_and_a_low_one_is_named() {
     assert_eq!(low["limit"], 1024);
     assert_eq!(low["needed"], 20_064);
 }
+
+/// One exit-status table for every command: the README's is the manual page's, and the codes
+/// in it are the ones the commands use.
+#[test]
+fn the_exit_status_table_is_the_manual_pages_and_the_codes_are_real() {
+    use holdfast::admin::client::{EXIT_CALLS_IN_FLIGHT, EXIT_STREAMS_ONLY};
+    use holdfast::cli::EXIT_STATUSES;
+    use holdfast::probe::verdict::Kind;
+
+    let readme = crate::support::files::read_repo("README.md");
+    for (command, status, meaning) in EXIT_STATUSES {
+        let command = if *command == "any command" {
+            (*command).to_owned()
+        } else {
+            format!("`{command}`")
+        };
+        let row = format!("| {command} | {status} | {meaning} |");
+        assert!(readme.contains(&row), "README lacks the row {row}");
+    }
+    let has = |command: &str, status: u8| {
+        EXIT_STATUSES
+            .iter()
+            .any(|(c, s, _)| *c == command && *s == status.to_string())
+    };
+    assert!(has("pause", EXIT_STREAMS_ONLY) && has("pause", EXIT_CALLS_IN_FLIGHT));
+    for kind in [
+        Kind::McpServer,
+        Kind::LegacyServer,
+        Kind::NotMcp,
+        Kind::Outage,
+    ] {
+        assert!(has("probe", kind.exit_code()), "{kind:?}");
+    }
+
+    let out = finish(holdfast(&["man"]));
+    for section in [".SH \"EXIT STATUS\"", ".SH ENVIRONMENT", ".SH FILES"] {
+        assert!(
+            out.stdout.contains(section),
+            "the manual page lacks {section}"
+        );
+    }
+    assert!(out.stdout.contains("\\fBpause\\fR 4"), "{}", out.stdout);
+}
