@@ -195,6 +195,15 @@ fn check_config(cli: &ProxyArgs, probe_path: Option<&str>) -> ExitCode {
         "{}",
         toml::to_string(&raw).expect("the raw config serializes")
     );
+    // Where each value not at its default came from, as TOML comments: the output stays the
+    // configuration, and a value that an environment variable set is not taken for the file's.
+    let origins = config::origins(&fig);
+    if !origins.is_empty() {
+        println!("\n# Where each value not at its default came from:");
+        for (key, origin) in origins {
+            println!("#   {key}: {origin}");
+        }
+    }
     if let Some(path) = probe_path {
         probe_upstream(&config, path);
     }

@@ -38,3 +38,33 @@ pub(super) fn hidden_problems(file: Option<&Path>, env: Env) -> Vec<Problem> {
     }
     problems
 }
+
+/// Where each value of `fig` that is not at its built-in default came from, key by key (dotted,
+/// sorted): what `check-config` prints under the configuration.
+pub fn origins(fig: &Figment) -> Vec<(String, String)> {
+    let mut keys = Vec::new();
+    if let Ok(figment::value::Value::Dict(_, dict)) = fig.find_value("") {
+        leaf_keys("", &dict, &mut keys);
+    }
+    keys.into_iter()
+        .filter_map(|key| {
+            let origin = describe_origin(&key, fig.find_metadata(&key));
+            (origin != super::ORIGIN_DEFAULT).then_some((key, origin))
+        })
+        .collect()
+}
+
+/// The dotted paths of `dict`'s leaves (an array counts as one).
+fn leaf_keys(prefix: &str, dict: &figment::value::Dict, out: &mut Vec<String>) {
+    for (name, value) in dict {
+        let key = if prefix.is_empty() {
+            name.clone()
+        } else {
+            format!("{prefix}.{name}")
+        };
+        match value {
+            figment::value::Value::Dict(_, inner) => leaf_keys(&key, inner, out),
+            _ => out.push(key),
+        }
+    }
+}

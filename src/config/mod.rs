@@ -39,6 +39,7 @@ mod retry;
 mod sessions;
 mod validate;
 
+pub use layers::origins;
 pub use raw::*;
 
 /// Phase two: the validated configuration.
@@ -422,7 +423,7 @@ pub fn unknown_env() -> Vec<String> {
     unknown
 }
 
-const ORIGIN_DEFAULT: &str = "default";
+pub(crate) const ORIGIN_DEFAULT: &str = "default";
 /// The origin of a required key nobody set.
 pub(crate) const ORIGIN_NOT_SET: &str = "not set";
 const ORIGIN_FLAG: &str = "command-line flag";

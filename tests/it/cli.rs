@@ -583,3 +583,43 @@ fn the_exit_status_table_is_the_manual_pages_and_the_codes_are_real() {
     }
     assert!(out.stdout.contains("\\fBpause\\fR 4"), "{}", out.stdout);
 }
+
+/// `check-config` says where each value not at its default came from, under the configuration
+/// (as TOML comments, so the output still parses): a value an environment variable set is not
+/// taken for the file's.
+#[test]
+fn check_config_names_the_origin_of_every_value_set() {
+    let dir = TempDir::new("check-config-origins");
+    let file = dir.write(
+        "holdfast.toml",
+        "upstream = \"http://from-file:1\"\n[hold]\ntimeout_secs = 9.0\n",
+    );
+    let mut cmd = holdfast(&[
+        "check-config",
+        "--config",
+        file.to_str().unwrap(),
+        "--listen",
+        "127.0.0.1:7001",
+    ]);
+    cmd.env("HOLDFAST_UPSTREAM", "http://from-env:2");
+    let out = finish(cmd);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let printed: toml::Value = toml::from_str(&out.stdout).expect("still TOML");
+    assert_eq!(printed["upstream"].as_str(), Some("http://from-env:2"));
+    let origins: Vec<&str> = out
+        .stdout
+        .lines()
+        .skip_while(|l| !l.starts_with("# Where each value"))
+        .skip(1)
+        .collect();
+    assert_eq!(
+        origins,
+        [
+            format!("#   hold.timeout_secs: file {}", file.display()),
+            "#   listen: command-line flag".to_owned(),
+            "#   upstream: environment variable HOLDFAST_UPSTREAM".to_owned(),
+        ],
+        "{}",
+        out.stdout
+    );
+}
