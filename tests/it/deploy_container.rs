@@ -752,7 +752,7 @@ fn traefik_compose_with_holdfast_in_front_forwards_to_traefik_with_the_host_kept
 
 const K8S: &str = "deploy/kubernetes/holdfast.yaml";
 const GATEWAY: &str = "deploy/kubernetes/holdfast-gateway.yaml";
-const PODMONITOR: &str = "deploy/kubernetes/podmonitor.yaml";
+const PODMONITOR: &str = "deploy/kubernetes/monitoring/podmonitor.yaml";
 
 /// The one document of `kind` in `docs`.
 fn kind<'a>(docs: &'a [Value], kind: &str) -> &'a Value {
@@ -830,6 +830,16 @@ fn the_kustomization_names_where_the_image_lives_for_every_manifest() {
         .map(|r| r.as_str().unwrap())
         .collect();
     assert!(resources.contains(&"holdfast.yaml"), "{resources:?}");
+    // The base applies without the Prometheus Operator's CRDs: its PodMonitor is an optional
+    // component.
+    assert!(
+        !resources.iter().any(|r| r.contains("podmonitor")),
+        "{resources:?}"
+    );
+    let component = &yaml_docs("deploy/kubernetes/monitoring/kustomization.yaml")[0];
+    assert_eq!(component["kind"], "Component");
+    assert_eq!(component["resources"], serde_json::json!(["podmonitor.yaml"]));
+    assert!(read_repo("deploy/kubernetes/kustomization.yaml").contains("#   - monitoring"));
     for r in &resources {
         assert!(
             repo_path(&format!("deploy/kubernetes/{r}")).is_file(),
@@ -882,19 +892,28 @@ fn kubernetes_deployment_runs_holdfast_as_a_hardened_native_sidecar() {
     assert_eq!(resolve_port(sidecar, &"http".into()), 8080);
     assert_eq!(resolve_port(sidecar, &"admin".into()), 9362);
 
-    // Hardened.
+    // holdfast's container is hardened on its own; nothing at the pod level hardens the user's
+    // container too (runAsNonRoot or a read-only root breaks many Node and Python images).
     let sc = &sidecar["securityContext"];
     assert_eq!(sc["runAsNonRoot"], true);
     assert!(sc["runAsUser"].as_u64().is_some_and(|u| u != 0));
     assert_eq!(sc["readOnlyRootFilesystem"], true);
     assert_eq!(sc["allowPrivilegeEscalation"], false);
     assert_eq!(sc["capabilities"]["drop"], serde_json::json!(["ALL"]));
-    let seccomp = if sc["seccompProfile"].is_null() {
-        &pod["securityContext"]["seccompProfile"]
-    } else {
-        &sc["seccompProfile"]
-    };
-    assert_eq!(seccomp["type"], "RuntimeDefault");
+    assert_eq!(sc["seccompProfile"]["type"], "RuntimeDefault");
+    assert!(
+        pod["securityContext"].is_null(),
+        "no pod-level securityContext"
+    );
+    assert!(
+        app["securityContext"].is_null(),
+        "the user's container is theirs to harden"
+    );
+    // The MCP container is ready only once it accepts connections.
+    assert_eq!(
+        resolve_port(app, &app["readinessProbe"]["tcpSocket"]["port"]),
+        8000
+    );
 
     // Resources.
     for (kind, what) in [
