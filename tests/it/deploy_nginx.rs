@@ -697,6 +697,22 @@ fn the_systemd_unit_is_hardened() {
         "{UNIT}: SystemCallFilter=@system-service"
     );
 
+    // Secrets as credentials: the dynamic user cannot read root-only files itself. The session
+    // keys (sessions outlive holdfast's restarts) are one, named to holdfast through the
+    // environment so that the config file stays checkable anywhere.
+    assert!(
+        unit.all("LoadCredential")
+            .iter()
+            .any(|c| c == "session-keys:/etc/holdfast/session-keys"),
+        "{UNIT}: LoadCredential=session-keys:/etc/holdfast/session-keys"
+    );
+    assert!(
+        unit.all("Environment")
+            .iter()
+            .any(|e| e == "HOLDFAST_SESSIONS__KEY_FILE=%d/session-keys"),
+        "{UNIT}: Environment=HOLDFAST_SESSIONS__KEY_FILE=%d/session-keys"
+    );
+
     // Restarts on a crash, not on a configuration error (exit status 2) it cannot fix.
     assert_eq!(unit.one("Restart"), "on-failure");
     assert_eq!(unit.one("RestartPreventExitStatus"), "2");
