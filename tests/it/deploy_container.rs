@@ -838,7 +838,10 @@ fn the_kustomization_names_where_the_image_lives_for_every_manifest() {
     );
     let component = &yaml_docs("deploy/kubernetes/monitoring/kustomization.yaml")[0];
     assert_eq!(component["kind"], "Component");
-    assert_eq!(component["resources"], serde_json::json!(["podmonitor.yaml"]));
+    assert_eq!(
+        component["resources"],
+        serde_json::json!(["podmonitor.yaml"])
+    );
     assert!(read_repo("deploy/kubernetes/kustomization.yaml").contains("#   - monitoring"));
     for r in &resources {
         assert!(
