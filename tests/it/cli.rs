@@ -550,7 +550,7 @@ fn the_open_file_limit_is_raised_to_the_hard_limit_and_a_low_one_is_named() {
     assert_eq!(low["needed"], 20_064);
 }
 
-/// One exit-status table for every command: the README's is the manual page's, and the codes
+/// One exit-status table for every command: docs/operations.md's is the manual page's, and the codes
 /// in it are the ones the commands use.
 #[test]
 fn the_exit_status_table_is_the_manual_pages_and_the_codes_are_real() {
@@ -558,7 +558,7 @@ fn the_exit_status_table_is_the_manual_pages_and_the_codes_are_real() {
     use holdfast::cli::EXIT_STATUSES;
     use holdfast::probe::verdict::Kind;
 
-    let readme = crate::support::files::read_repo("README.md");
+    let readme = crate::support::files::read_repo("docs/operations.md");
     for (command, status, meaning) in EXIT_STATUSES {
         let command = if *command == "any command" {
             (*command).to_owned()
@@ -566,7 +566,7 @@ fn the_exit_status_table_is_the_manual_pages_and_the_codes_are_real() {
             format!("`{command}`")
         };
         let row = format!("| {command} | {status} | {meaning} |");
-        assert!(readme.contains(&row), "README lacks the row {row}");
+        assert!(readme.contains(&row), "docs/operations.md lacks the row {row}");
     }
     let has = |command: &str, status: u8| {
         EXIT_STATUSES
