@@ -566,7 +566,10 @@ fn the_exit_status_table_is_the_manual_pages_and_the_codes_are_real() {
             format!("`{command}`")
         };
         let row = format!("| {command} | {status} | {meaning} |");
-        assert!(readme.contains(&row), "docs/operations.md lacks the row {row}");
+        assert!(
+            readme.contains(&row),
+            "docs/operations.md lacks the row {row}"
+        );
     }
     let has = |command: &str, status: u8| {
         EXIT_STATUSES
