@@ -422,7 +422,11 @@ fn the_scan_reads_names_and_matchers() {
 
 #[tokio::test]
 async fn alert_rules_use_only_what_holdfast_exports() {
-    let exported = exported().await;
+    let mut exported = exported().await;
+    // The certificate rule watches a TLS family: add a TLS holdfast's export.
+    let with_tls = exported_with_tls("http://127.0.0.1:9").await;
+    exported.families.extend(with_tls.families);
+    exported.samples.extend(with_tls.samples);
     let used = check_uses(&exported, ALERTS, &read_repo(ALERTS));
     for family in [
         "holdfast_upstream_up",
@@ -430,6 +434,7 @@ async fn alert_rules_use_only_what_holdfast_exports() {
         "holdfast_upstream_failures",
         "holdfast_router_passthrough",
         "holdfast_rewrites",
+        "holdfast_tls_cert_expiry_timestamp_seconds",
     ] {
         assert!(used.contains(family), "{ALERTS} has no rule on {family}");
     }
@@ -775,7 +780,7 @@ fn rules() -> Vec<(String, String, Option<String>)> {
 fn every_alert_links_its_runbook_section_and_the_section_shows_its_expression() {
     let runbook = read_repo("docs/runbook.md");
     let rules = rules();
-    assert_eq!(rules.len(), 9, "{rules:?}");
+    assert_eq!(rules.len(), 10, "{rules:?}");
     for (name, expr, url) in rules {
         let url = url.unwrap_or_else(|| panic!("{name} has no runbook_url"));
         // GitHub's (and most renderers') anchor of a heading `## Name` is its lower case.
@@ -867,6 +872,18 @@ fn documented_buckets(meaning: &str) -> Vec<f64> {
     }
     assert!(pending.is_empty(), "buckets without a unit: {meaning:?}");
     seconds
+}
+
+/// What a holdfast with a TLS listener exports: the TLS families exist only then.
+async fn exported_with_tls(upstream: &str) -> Exported {
+    let dir = TempDir::new("metrics-tls");
+    let identity = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+    let mut raw = raw_config(upstream);
+    raw.tls.cert = Some(path_of(dir.write("cert.pem", &identity.cert.pem())));
+    raw.tls.key = Some(path_of(
+        dir.write("key.pem", &identity.signing_key.serialize_pem()),
+    ));
+    Exported::parse(&Holdfast::start_with(raw).await.metrics().await)
 }
 
 /// The `holdfast_*` rows of the table under `# Metrics` in docs/metrics.md.
@@ -962,15 +979,7 @@ async fn the_readme_metrics_table_is_what_holdfast_exports() {
     .await;
     assert_eq!(got.status, 200);
     let plain = Exported::parse(&holdfast.metrics().await);
-    // The TLS families exist only with a TLS listener: a second holdfast, for them.
-    let dir = TempDir::new("metrics-tls");
-    let identity = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
-    let mut raw = raw_config(&upstream.url());
-    raw.tls.cert = Some(path_of(dir.write("cert.pem", &identity.cert.pem())));
-    raw.tls.key = Some(path_of(
-        dir.write("key.pem", &identity.signing_key.serialize_pem()),
-    ));
-    let with_tls = Exported::parse(&Holdfast::start_with(raw).await.metrics().await);
+    let with_tls = exported_with_tls(&upstream.url()).await;
     let text = &plain.text;
     assert_eq!(
         crate::support::proxy::metric_value(
