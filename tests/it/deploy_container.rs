@@ -665,8 +665,24 @@ fn traefik_compose_routes_to_holdfast_which_reaches_the_backend_by_service_name(
     let env = check_compose_holdfast(rel, holdfast);
     assert_eq!(
         env.len(),
-        3,
-        "{rel}: the upstream, the topology and whom to trust are all the image needs: {env:?}"
+        4,
+        "{rel}: the upstream, the topology, whom to trust and the session key are all the \
+         image needs: {env:?}"
+    );
+    // The session key, as a compose secret from a file beside the recipe that git ignores: a
+    // recreated holdfast container carries the clients' sessions on.
+    let key_path = "/run/secrets/holdfast-session-keys";
+    assert_eq!(env["HOLDFAST_SESSIONS__KEY_FILE"], key_path, "{rel}");
+    assert_eq!(
+        holdfast["secrets"],
+        serde_json::json!(["holdfast-session-keys"]),
+        "{rel}"
+    );
+    let secret = &yaml_docs(rel)[0]["secrets"]["holdfast-session-keys"];
+    assert_eq!(secret["file"], "./holdfast-session-keys", "{rel}");
+    assert!(
+        read_repo(".gitignore").contains("deploy/traefik/holdfast-session-keys"),
+        "the key file is never committed"
     );
     // holdfast reaches the server directly: no router's answer can come back to it.
     assert_eq!(env["HOLDFAST_ROUTES__BEHIND_ROUTER"], "false", "{rel}");
