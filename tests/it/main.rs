@@ -8,6 +8,7 @@ mod deploy_container;
 mod deploy_nginx;
 mod deploy_observability;
 mod deploy_pause;
+mod docs;
 mod exactly_once;
 mod forwarding;
 mod graceful;

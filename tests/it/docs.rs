@@ -1,0 +1,112 @@
+//! The documentation's own links: every relative link names a file that exists, and every
+//! `#anchor` a heading of that file (as GitHub spells anchors). The README links into docs/ and
+//! the pages link into each other, so a moved or renamed section must not leave dead links.
+
+use std::path::{Path, PathBuf};
+
+use crate::support::files::{read_repo, repo_path};
+
+/// A heading's anchor as GitHub makes it: lower case, punctuation dropped (hyphens and
+/// underscores kept), each space a hyphen.
+fn anchor(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter(|c| c.is_alphanumeric() || matches!(c, '-' | '_' | ' '))
+        .map(|c| if c == ' ' { '-' } else { c })
+        .collect()
+}
+
+/// The anchors of a Markdown file's headings (outside code blocks).
+fn anchors(text: &str) -> Vec<String> {
+    let mut fenced = false;
+    let mut out = Vec::new();
+    for line in text.lines() {
+        if line.starts_with("```") {
+            fenced = !fenced;
+            continue;
+        }
+        if fenced {
+            continue;
+        }
+        let hashes = line.chars().take_while(|&c| c == '#').count();
+        if (1..=6).contains(&hashes) && line[hashes..].starts_with(' ') {
+            out.push(anchor(&line[hashes + 1..]));
+        }
+    }
+    out
+}
+
+/// Every `](target)` of a Markdown text.
+fn links(text: &str) -> Vec<String> {
+    text.split("](")
+        .skip(1)
+        .filter_map(|rest| rest.split_once(')').map(|(target, _)| target.to_owned()))
+        .filter(|t| !t.contains(char::is_whitespace))
+        .collect()
+}
+
+fn documents() -> Vec<String> {
+    let mut docs = vec![
+        "README.md".to_owned(),
+        "CHANGELOG.md".to_owned(),
+        "SECURITY.md".to_owned(),
+    ];
+    for entry in std::fs::read_dir(repo_path("docs")).expect("docs/") {
+        let name = entry.unwrap().file_name().into_string().unwrap();
+        if name.ends_with(".md") {
+            docs.push(format!("docs/{name}"));
+        }
+    }
+    docs
+}
+
+#[test]
+fn every_relative_link_and_anchor_in_the_docs_exists() {
+    let mut dead = Vec::new();
+    for doc in documents() {
+        let text = read_repo(&doc);
+        let dir = Path::new(&doc).parent().unwrap_or(Path::new(""));
+        for link in links(&text) {
+            if link.starts_with("http://") || link.starts_with("https://") {
+                continue;
+            }
+            let (path, fragment) = link.split_once('#').unwrap_or((&link, ""));
+            let target: PathBuf = if path.is_empty() {
+                PathBuf::from(&doc)
+            } else {
+                dir.join(path)
+            };
+            let Ok(target) = repo_path(target.to_str().unwrap()).canonicalize() else {
+                dead.push(format!("{doc}: {link} (no such file)"));
+                continue;
+            };
+            if !fragment.is_empty() && target.extension().is_some_and(|e| e == "md") {
+                let there = std::fs::read_to_string(&target).unwrap();
+                if !anchors(&there).iter().any(|a| a == fragment) {
+                    dead.push(format!("{doc}: {link} (no such heading)"));
+                }
+            }
+        }
+    }
+    assert!(dead.is_empty(), "dead links:\n{}", dead.join("\n"));
+}
+
+#[test]
+fn anchors_are_spelled_as_github_spells_them() {
+    assert_eq!(anchor("Rollouts and replicas"), "rollouts-and-replicas");
+    assert_eq!(
+        anchor("Diagnosing an endpoint: `holdfast probe`"),
+        "diagnosing-an-endpoint-holdfast-probe"
+    );
+    assert_eq!(
+        anchor("A legacy (2024-11-05 HTTP+SSE) server behind holdfast"),
+        "a-legacy-2024-11-05-httpsse-server-behind-holdfast"
+    );
+    assert_eq!(anchor("Clients → holdfast"), "clients--holdfast");
+    assert_eq!(
+        anchors("# A\n```\n# not a heading\n```\n## B c\n"),
+        ["a", "b-c"]
+    );
+}
