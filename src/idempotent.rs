@@ -35,8 +35,11 @@ pub const MCP_METHOD: HeaderName = HeaderName::from_static("mcp-method");
 /// The 2026-07-28 header naming the tool (prompt, resource) a request is about.
 pub const MCP_NAME: HeaderName = HeaderName::from_static("mcp-name");
 
-/// JSON-RPC methods that only read: sending one twice has no further effect.
-pub const READ_ONLY_METHODS: [&str; 8] = [
+/// JSON-RPC methods that only read: sending one twice has no further effect. The last two are
+/// the final 2026-07-28 revision's: `server/discover` (what replaced the handshake) and
+/// `subscriptions/listen` (a stream of notifications, which a broken stream's client must issue
+/// again anyway).
+pub const READ_ONLY_METHODS: [&str; 10] = [
     "ping",
     "tools/list",
     "resources/list",
@@ -45,6 +48,8 @@ pub const READ_ONLY_METHODS: [&str; 8] = [
     "prompts/list",
     "prompts/get",
     "completion/complete",
+    "server/discover",
+    "subscriptions/listen",
 ];
 
 const TOOLS_CALL: &str = "tools/call";

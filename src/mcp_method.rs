@@ -1,7 +1,8 @@
 //! Which MCP method a POST carries, for `holdfast_mcp_requests_total{method}`.
 //!
 //! The label set is bounded: the methods a client sends a server in the MCP specification
-//! (2025-11-25, and the 2026-07-28 draft's header), plus `other` for anything else — a method
+//! (2025-11-25, and the final 2026-07-28 revision's `server/discover` and
+//! `subscriptions/listen`), plus `other` for anything else — a method
 //! the spec does not name, a JSON-RPC response (a client answering a server's request), a
 //! batch, a body that is not JSON, or one holdfast did not keep (larger than
 //! `hold.max_body_bytes`). A client-chosen string never becomes a label.
@@ -37,13 +38,17 @@ pub enum McpMethod {
     NotificationsCancelled,
     NotificationsProgress,
     NotificationsRootsListChanged,
+    /// 2026-07-28: what replaced the handshake.
+    ServerDiscover,
+    /// 2026-07-28: the long SSE stream that replaced the GET stream.
+    SubscriptionsListen,
     /// Anything else (see the module documentation).
     Other,
 }
 
 impl McpMethod {
     /// Every value, `Other` last: pre-created series and counter slots follow this order.
-    pub const ALL: [McpMethod; 22] = [
+    pub const ALL: [McpMethod; 24] = [
         McpMethod::Initialize,
         McpMethod::Ping,
         McpMethod::ToolsList,
@@ -65,6 +70,8 @@ impl McpMethod {
         McpMethod::NotificationsCancelled,
         McpMethod::NotificationsProgress,
         McpMethod::NotificationsRootsListChanged,
+        McpMethod::ServerDiscover,
+        McpMethod::SubscriptionsListen,
         McpMethod::Other,
     ];
 
@@ -92,6 +99,8 @@ impl McpMethod {
             McpMethod::NotificationsCancelled => "notifications/cancelled",
             McpMethod::NotificationsProgress => "notifications/progress",
             McpMethod::NotificationsRootsListChanged => "notifications/roots/list_changed",
+            McpMethod::ServerDiscover => "server/discover",
+            McpMethod::SubscriptionsListen => "subscriptions/listen",
             McpMethod::Other => "other",
         }
     }
@@ -202,6 +211,15 @@ mod tests {
             let expected = if m == Other { Other } else { m };
             assert_eq!(McpMethod::from_name(m.as_str().as_bytes()), expected);
         }
+        // The final 2026-07-28 revision's methods are known, not `other`.
+        assert_eq!(
+            of(r#"{"jsonrpc":"2.0","id":1,"method":"server/discover","params":{}}"#),
+            ServerDiscover
+        );
+        assert_eq!(
+            McpMethod::from_name(b"subscriptions/listen"),
+            SubscriptionsListen
+        );
         assert_eq!(McpMethod::from_name(b"other"), Other);
         assert_eq!(McpMethod::from_name(b"tools/CALL"), Other);
         assert_eq!(McpMethod::from_name(b""), Other);
