@@ -110,3 +110,41 @@ fn anchors_are_spelled_as_github_spells_them() {
         ["a", "b-c"]
     );
 }
+
+/// Every key of the sample configuration (which sets every key: `config.rs` checks that) has a
+/// row in the configuration page, or in the TLS page for the TLS keys.
+#[test]
+fn every_configuration_key_is_documented() {
+    fn leaves(prefix: &str, table: &toml::Table, out: &mut Vec<String>) {
+        for (name, value) in table {
+            let key = if prefix.is_empty() {
+                name.clone()
+            } else {
+                format!("{prefix}.{name}")
+            };
+            match value {
+                toml::Value::Table(inner) => leaves(&key, inner, out),
+                _ => out.push(key),
+            }
+        }
+    }
+    let sample: toml::Table = toml::from_str(&read_repo("config/holdfast.toml")).unwrap();
+    let mut keys = Vec::new();
+    leaves("", &sample, &mut keys);
+    assert!(keys.len() >= 40, "{keys:?}");
+    let pages = read_repo("docs/configuration.md") + &read_repo("docs/tls.md");
+    let rows: Vec<&str> = pages.lines().filter(|l| l.starts_with("| `")).collect();
+    let missing: Vec<&String> = keys
+        .iter()
+        .filter(|k| {
+            let cell = format!("`{k}`");
+            !rows
+                .iter()
+                .any(|row| row.split('|').nth(1).is_some_and(|c| c.contains(&cell)))
+        })
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "keys without a row in docs/configuration.md (or docs/tls.md): {missing:?}"
+    );
+}
