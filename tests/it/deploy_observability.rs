@@ -706,7 +706,16 @@ async fn metrics_carry_the_build_and_the_process_footprint() {
     let fds = crate::support::proxy::metric_value(&text, "process_open_fds");
     let max = crate::support::proxy::metric_value(&text, "process_max_fds");
     assert!(fds >= 3.0 && max >= fds, "{fds} of {max}");
-    assert!(crate::support::proxy::metric_value(&text, "process_cpu_seconds_total") >= 0.0);
+    // CPU time moves: after this thread burns some, a second look shows more.
+    let cpu = crate::support::proxy::metric_value(&text, "process_cpu_seconds_total");
+    let burn = std::time::Instant::now();
+    let mut x = 0u64;
+    while burn.elapsed() < std::time::Duration::from_millis(200) {
+        x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+    }
+    let again =
+        crate::support::proxy::metric_value(&proxy.metrics().await, "process_cpu_seconds_total");
+    assert!(again > cpu, "process_cpu_seconds_total {cpu} then {again}");
     let start = crate::support::proxy::metric_value(&text, "process_start_time_seconds");
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

@@ -341,7 +341,9 @@ async fn status_shows_the_upstream_and_its_outage() {
     assert_eq!(got["upstream"]["up"], true, "{got}");
     assert!(got["upstream"]["outage_reason"].is_null(), "{got}");
 
-    // A request meets the refused port: an outage is open, and /status says which.
+    // A request meets the refused port: an outage is open, and /status says which, and since
+    // when (not before this instant).
+    let before = tokio::time::Instant::now();
     let url = hf.url("/mcp");
     let held = tokio::spawn(async move {
         http::post_json(&url, r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#).await
@@ -351,10 +353,16 @@ async fn status_shows_the_upstream_and_its_outage() {
     let got = status(&hf).await;
     assert_eq!(got["upstream"]["up"], false, "{got}");
     assert_eq!(got["upstream"]["outage_reason"], "connect_refused", "{got}");
+    let age = got["upstream"]["outage_secs"].as_f64().unwrap();
     assert!(
-        got["upstream"]["outage_secs"].as_f64().unwrap() >= 0.0,
-        "{got}"
+        age <= before.elapsed().as_secs_f64() + 0.001,
+        "the outage began after the request was sent: {got}"
     );
+    // It is an age: a later look sees it no younger.
+    let later = status(&hf).await["upstream"]["outage_secs"]
+        .as_f64()
+        .unwrap();
+    assert!(later >= age, "{later} after {age}");
 
     let back = http::Upstream::serve(port.listen(), |_| async {
         http::response(200, &[("content-type", "application/json")], "{}")
