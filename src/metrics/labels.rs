@@ -5,6 +5,7 @@ use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
 
 use crate::classify::{FailReason, RewriteReason};
 use crate::idempotent::SafeKind;
+use crate::session::TokenRefusal;
 
 /// Label set of `holdfast_mcp_requests_total`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -126,6 +127,18 @@ pub enum TokenReason {
     ended,
     /// Older than `sessions.token_max_age_secs`: its session is not re-established.
     expired,
+}
+
+impl From<TokenRefusal> for TokenLabel {
+    fn from(why: TokenRefusal) -> Self {
+        let reason = match why {
+            TokenRefusal::Malformed => TokenReason::malformed,
+            TokenRefusal::Unopened => TokenReason::unopened,
+            TokenRefusal::Ended => TokenReason::ended,
+            TokenRefusal::Expired => TokenReason::expired,
+        };
+        TokenLabel { reason }
+    }
 }
 
 /// Label set of `holdfast_holds_total`.

@@ -173,7 +173,7 @@ impl Proxy {
             return Resume::DoneByAnother;
         }
         let mut plan = session.plan();
-        if self.shared_plan(session, &mut plan).await.is_err() {
+        if self.ended_elsewhere(session, &mut plan).await {
             self.count_token_refused(TokenRefusal::Ended);
             return Resume::Ended;
         }

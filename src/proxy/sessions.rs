@@ -6,7 +6,6 @@
 use http::Method;
 
 use super::{Carried, Proxy, Target, BODY_ID_WAIT};
-use crate::metrics::{TokenLabel, TokenReason};
 use crate::replay::BodyHandle;
 use crate::session::shared::StoreError;
 use crate::session::{self, Plan, Recorded, Session, TokenRefusal};
@@ -82,24 +81,23 @@ impl Proxy {
     }
 
     /// What the other replicas know of `session` (`sessions.store`), for its re-establishment:
-    /// the state they recorded replaces this holdfast's in `plan`. `Err` when its client ended
-    /// it (at any replica).
-    pub(super) async fn shared_plan(&self, session: &Session, plan: &mut Plan) -> Result<(), ()> {
+    /// the state they recorded replaces this holdfast's in `plan`. True when its client ended it
+    /// (at any replica): it is not re-established.
+    pub(super) async fn ended_elsewhere(&self, session: &Session, plan: &mut Plan) -> bool {
         let (Some(store), Some(nonce)) = (self.sessions.shared(), session.nonce()) else {
-            return Ok(());
+            return false;
         };
         match store.load(&nonce).await {
-            Ok(shared) if shared.ended => Err(()),
             Ok(shared) => {
-                if let Some(state) = shared.state {
+                if let Some(state) = shared.state.filter(|_| !shared.ended) {
                     plan.state = state.changes();
                 }
-                Ok(())
+                shared.ended
             }
             // The local record, then: the session goes on with what this holdfast saw.
             Err(e) => {
                 self.store_failed(&e);
-                Ok(())
+                false
             }
         }
     }
@@ -114,15 +112,9 @@ impl Proxy {
 
     /// Counts a session token that was not used.
     pub(super) fn count_token_refused(&self, why: TokenRefusal) {
-        let reason = match why {
-            TokenRefusal::Malformed => TokenReason::malformed,
-            TokenRefusal::Unopened => TokenReason::unopened,
-            TokenRefusal::Ended => TokenReason::ended,
-            TokenRefusal::Expired => TokenReason::expired,
-        };
         self.metrics
             .session_tokens_refused
-            .get_or_create(&TokenLabel { reason })
+            .get_or_create(&why.into())
             .inc();
     }
 

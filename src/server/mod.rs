@@ -300,7 +300,6 @@ async fn serve_proxy(
     // moment to notice (a Service's endpoints, Traefik's health check) sends nothing into a
     // closed port meanwhile.
     let mut grace_ends: Option<Instant> = None;
-    let far = Instant::now() + Duration::from_secs(86_400 * 365);
     loop {
         let (stream, peer) = tokio::select! {
             accepted = listener::accept(&listener, "proxy") => accepted,
@@ -316,7 +315,7 @@ async fn serve_proxy(
                 grace_ends = Some(Instant::now() + config.accept_grace);
                 continue;
             }
-            () = tokio::time::sleep_until(grace_ends.unwrap_or(far)), if grace_ends.is_some() => break,
+            () = until(grace_ends) => break,
         };
         let permit = match permits.clone().try_acquire_owned() {
             Ok(permit) => permit,
@@ -325,7 +324,7 @@ async fn serve_proxy(
                 let permit = tokio::select! {
                     permit = permits.clone().acquire_owned() => permit.expect("semaphore never closed"),
                     () = &mut shutdown, if grace_ends.is_none() => break,
-                    () = tokio::time::sleep_until(grace_ends.unwrap_or(far)), if grace_ends.is_some() => break,
+                    () = until(grace_ends) => break,
                 };
                 idle.room_made();
                 permit
@@ -357,6 +356,14 @@ async fn serve_proxy(
     proxy.begin_shutdown();
     drop(listener);
     drain_all(connections, drain, config.drain_timeout).await;
+}
+
+/// Waits until `deadline`; for ever without one.
+async fn until(deadline: Option<Instant>) {
+    match deadline {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
 }
 
 /// What every connection is served with, and the sender that starts their drain.

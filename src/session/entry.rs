@@ -10,6 +10,7 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Uri};
 
 use super::rpc::StateChange;
+use super::shared::SharedState;
 use super::{LAST_EVENT_ID, MCP_SESSION_ID};
 
 /// One tracked session.
@@ -194,10 +195,14 @@ impl Session {
         super::token::nonce(self.client_id.as_bytes())
     }
 
-    /// The state to share with other replicas ([`super::shared`]).
-    pub fn shared_state(&self) -> super::shared::SharedState {
-        let state = self.lock();
-        super::shared::SharedState {
+    /// What was set on the session after its initialize: what a re-establishment sets again,
+    /// and what is shared with other replicas ([`super::shared`]).
+    pub fn shared_state(&self) -> SharedState {
+        Self::set_since_initialize(&self.lock())
+    }
+
+    fn set_since_initialize(state: &State) -> SharedState {
+        SharedState {
             level: state.log_level.clone(),
             subscriptions: state.subscriptions.iter().cloned().collect(),
         }
@@ -206,21 +211,10 @@ impl Session {
     /// What to send to re-establish this session.
     pub fn plan(&self) -> Plan {
         let state = self.lock();
-        let mut changes: Vec<StateChange> = state
-            .log_level
-            .iter()
-            .map(|l| StateChange::SetLevel(l.clone()))
-            .collect();
-        changes.extend(
-            state
-                .subscriptions
-                .iter()
-                .map(|u| StateChange::Subscribe(u.clone())),
-        );
         Plan {
             initialize: state.initialize.clone(),
             protocol_version: state.protocol_version.clone(),
-            state: changes,
+            state: Self::set_since_initialize(&state).changes(),
         }
     }
 

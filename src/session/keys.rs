@@ -62,10 +62,11 @@ impl Keys {
 pub fn spawn_key_reloader(keys: Arc<Keys>) -> Option<JoinHandle<()>> {
     let file = keys.file.clone()?;
     Some(tokio::spawn(async move {
-        // The content last tried: an unchanged file is not parsed again, and a bad one is
-        // reported once, not on every poll. Empty at first: the first read is compared with
-        // nothing and applied (the same keys validation read, unless the file changed since).
-        let mut tried = String::new();
+        // The content last tried, loaded or not: an unchanged file is not parsed again, and a
+        // bad one is reported once, not on every poll. None at first: the first read is applied
+        // quietly (the keys validation read, unless the file changed since).
+        let mut tried: Option<String> = None;
+        let mut last_read_error: Option<String> = None;
         let mut ticks = tokio::time::interval(KEY_RELOAD_EVERY);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -73,24 +74,24 @@ pub fn spawn_key_reloader(keys: Arc<Keys>) -> Option<JoinHandle<()>> {
             let text = match tokio::fs::read_to_string(&file).await {
                 Ok(text) => text,
                 Err(e) => {
-                    let said = format!("unreadable: {e}");
-                    if tried != said {
+                    let message = e.to_string();
+                    if last_read_error.as_deref() != Some(message.as_str()) {
                         tracing::error!(
                             file = %file.display(),
-                            error = %e,
+                            error = %message,
                             "cannot read sessions.key_file; keeping the session keys in use"
                         );
-                        tried = said;
+                        last_read_error = Some(message);
                     }
                     continue;
                 }
             };
-            if text == tried {
+            last_read_error = None;
+            if tried.as_deref() == Some(text.as_str()) {
                 continue;
             }
-            let first = tried.is_empty();
             match keys.reload(&text) {
-                Ok(n) if !first => tracing::info!(
+                Ok(n) if tried.is_some() => tracing::info!(
                     file = %file.display(),
                     keys = n,
                     "session keys reloaded: new sessions are sealed with the first, every one opens"
@@ -102,7 +103,7 @@ pub fn spawn_key_reloader(keys: Arc<Keys>) -> Option<JoinHandle<()>> {
                     "the changed sessions.key_file does not load; keeping the session keys in use"
                 ),
             }
-            tried = text;
+            tried = Some(text);
         }
     }))
 }

@@ -30,7 +30,7 @@ mod store;
 pub mod token;
 
 pub use entry::{Origin, Plan, Session};
-pub use keys::{spawn_key_reloader, Keys, KEY_RELOAD_EVERY};
+pub use keys::{spawn_key_reloader, Keys};
 pub use store::{Miss, Recorded, Sessions, TokenRefusal};
 
 use http::HeaderName;

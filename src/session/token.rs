@@ -94,16 +94,6 @@ impl Keyring {
         }
     }
 
-    /// How many keys open tokens.
-    pub fn len(&self) -> usize {
-        self.keys.len()
-    }
-
-    /// Whether there is no key (never: [`Keyring::new`] needs one).
-    pub fn is_empty(&self) -> bool {
-        self.keys.is_empty()
-    }
-
     /// Seals `contents` with the first key; `None` when the token would be longer than
     /// [`MAX_TOKEN_LEN`].
     pub fn seal(&self, contents: &Contents) -> Option<String> {
