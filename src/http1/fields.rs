@@ -138,7 +138,7 @@ pub enum Length {
     Value {
         /// The length.
         n: u64,
-        /// Neither repeated nor a list.
+        /// Neither repeated nor a list nor zero-padded: sent as it came.
         plain: bool,
     },
     /// Why the lines are no length.
@@ -163,8 +163,11 @@ impl Length {
             Length::Invalid(_) => return,
         };
         for (i, part) in line.split(|b| *b == b',').enumerate() {
-            plain &= i == 0;
-            let Some(n) = decimal(part.trim_ascii()) else {
+            let part = part.trim_ascii();
+            // Padded with zeros, the line is written again as its number (`settle`): a server
+            // behind holdfast that caps the digits must read what holdfast read.
+            plain &= i == 0 && !(part.len() > 1 && part[0] == b'0');
+            let Some(n) = decimal(part) else {
                 *self = Length::Invalid("an invalid Content-Length");
                 return;
             };
@@ -193,8 +196,8 @@ impl Length {
         }
     }
 
-    /// The length of the head `headers` whose lines these are, a repeated or listed one written
-    /// again there as one line.
+    /// The length of the head `headers` whose lines these are, a repeated, listed or zero-padded
+    /// one written again there as one plain number.
     pub fn settle(self, headers: &mut HeaderMap) -> Result<Option<u64>, Error> {
         let found = self.value()?;
         if let Some((n, false)) = found {
@@ -204,13 +207,15 @@ impl Length {
     }
 }
 
-/// A length of 1 to 19 decimal digits (19 nines fit in a `u64`; more is refused, not wrapped).
+/// A length: decimal digits only, as many as hyper takes (leading zeros included), refused once
+/// the value would not fit a `u64` (never wrapped).
 fn decimal(digits: &[u8]) -> Option<u64> {
-    if digits.is_empty() || digits.len() > 19 {
+    if digits.is_empty() {
         return None;
     }
-    digits.iter().try_fold(0u64, |n, b| {
-        b.is_ascii_digit().then(|| n * 10 + u64::from(b - b'0'))
+    digits.iter().try_fold(0u64, |n, &b| {
+        let digit = b.is_ascii_digit().then(|| u64::from(b - b'0'))?;
+        n.checked_mul(10)?.checked_add(digit)
     })
 }
 
@@ -244,7 +249,24 @@ mod tests {
             1,
             "one line now"
         );
-        for bad in ["", "+7", "0x7", "7 7", "12345678901234567890"] {
+        // As many digits as hyper takes: leading zeros are no overflow; the line is written
+        // again as its number.
+        let mut padded = HeaderMap::new();
+        padded.insert(
+            CONTENT_LENGTH,
+            HeaderValue::from_static("000000000000000000000005"),
+        );
+        assert_eq!(content_length(&mut padded).unwrap(), Some(5));
+        assert_eq!(padded.get(CONTENT_LENGTH).unwrap(), "5");
+        assert_eq!(decimal(b"18446744073709551615"), Some(u64::MAX));
+        for bad in [
+            "",
+            "+7",
+            "0x7",
+            "7 7",
+            "18446744073709551616",
+            "99999999999999999999",
+        ] {
             let mut h = HeaderMap::new();
             h.insert(CONTENT_LENGTH, HeaderValue::from_str(bad).unwrap());
             assert!(content_length(&mut h).is_err(), "{bad:?}");

@@ -317,6 +317,10 @@ fn deliveries(rng: &mut fastrand::Rng, bytes: &[u8]) -> Vec<Vec<Vec<u8>>> {
 const FOUND: &[&[u8]] = &[
     // Empty lines and a stray CR, no request: holdfast refuses the CR, hyper ends quietly.
     b"\r\n\n\n\r\n\n\n\n\n\r\n\r\r",
+    // A Content-Length of 24 digits, leading zeros: hyper reads 5; holdfast refused more than
+    // 19 digits whatever their value. And a zero-padded chunk size alike.
+    b"POST /mcp HTTP/1.1\r\nHost: mcp.example\r\nContent-Length: 000000000000000000000005\r\n\r\nhello",
+    b"POST /mcp HTTP/1.1\r\nHost: mcp.example\r\nTransfer-Encoding: chunked\r\n\r\n00000000000000000005\r\nhello\r\n0\r\n\r\n",
 ];
 
 #[tokio::test]
