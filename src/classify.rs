@@ -105,6 +105,19 @@ impl RewriteReason {
         RewriteReason::Unanswered,
     ];
 
+    /// The reason a failed connection gives: none for a TLS handshake refused on its
+    /// certificate or protocol (a configuration error, not a missing backend).
+    pub fn of_connect(kind: ConnectErrorKind) -> Option<RewriteReason> {
+        Some(match kind {
+            ConnectErrorKind::Refused => RewriteReason::ConnectRefused,
+            ConnectErrorKind::Timeout => RewriteReason::ConnectTimeout,
+            ConnectErrorKind::Dns => RewriteReason::Dns,
+            ConnectErrorKind::Unreachable => RewriteReason::Unreachable,
+            ConnectErrorKind::Other => RewriteReason::ConnectError,
+            ConnectErrorKind::Tls => return None,
+        })
+    }
+
     /// Whether the request failed to connect (as opposed to a router answering).
     pub fn is_connect_failure(&self) -> bool {
         !matches!(
@@ -215,14 +228,7 @@ pub fn classify(outcome: &Outcome<'_>, cx: &Context<'_>) -> Verdict {
         Outcome::Error(err) if find_cause::<ConnectError>(*err).is_some() => {
             let connect = find_cause::<ConnectError>(*err).expect("checked by the guard");
             Verdict::Missing(Missing {
-                reason: match connect.kind() {
-                    ConnectErrorKind::Refused => RewriteReason::ConnectRefused,
-                    ConnectErrorKind::Timeout => RewriteReason::ConnectTimeout,
-                    ConnectErrorKind::Dns => RewriteReason::Dns,
-                    ConnectErrorKind::Unreachable => RewriteReason::Unreachable,
-                    ConnectErrorKind::Other => RewriteReason::ConnectError,
-                    ConnectErrorKind::Tls => unreachable!("row 1a"),
-                },
+                reason: RewriteReason::of_connect(connect.kind()).expect("row 1a"),
                 never_reached_app: true,
             })
         }

@@ -213,6 +213,9 @@ pub struct Hold {
     pub retry_after_max: Duration,
     /// `hold.probe_path`: the health check's path on the upstream, if set.
     pub probe_path: Option<http::uri::PathAndQuery>,
+    /// `hold.check_interval_secs`: how often the upstream is checked without traffic (with
+    /// `probe_path` only); none when 0.
+    pub check_interval: Option<Duration>,
 }
 
 /// How the Retry-After of a synthetic 503 is chosen while holding is on.

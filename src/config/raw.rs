@@ -84,6 +84,9 @@ pub mod defaults {
     pub const HOLD_BACKOFF_INITIAL_MS: u64 = 25;
     /// Longest probe delay.
     pub const HOLD_BACKOFF_MAX_MS: u64 = 250;
+    /// How often the upstream is checked without traffic, with `hold.probe_path` (a tenth of
+    /// the default alert's 2 min, so it settles well before).
+    pub const HOLD_CHECK_INTERVAL_SECS: f64 = 10.0;
     /// `observed` (from past outages) or `fixed` (`retry_after_secs`).
     pub const HOLD_RETRY_AFTER: &str = "observed";
     /// Bounds of an observed Retry-After.
@@ -274,6 +277,8 @@ pub struct RawHold {
     pub retry_after_max_secs: u64,
     /// A path on the upstream whose answer says the application is there; empty: none.
     pub probe_path: String,
+    /// How often the upstream is checked without traffic (with `probe_path`); 0: never.
+    pub check_interval_secs: f64,
 }
 
 impl Default for RawHold {
@@ -290,6 +295,7 @@ impl Default for RawHold {
             retry_after_min_secs: defaults::HOLD_RETRY_AFTER_MIN_SECS,
             retry_after_max_secs: defaults::HOLD_RETRY_AFTER_MAX_SECS,
             probe_path: String::new(),
+            check_interval_secs: defaults::HOLD_CHECK_INTERVAL_SECS,
         }
     }
 }

@@ -154,6 +154,12 @@ impl Config {
             v.secs("shutdown.accept_grace_secs", grace)
         };
         let hold_timeout = v.secs("hold.timeout_secs", raw.hold.timeout_secs);
+        let check_interval = if raw.hold.check_interval_secs == 0.0 {
+            Some(None)
+        } else {
+            v.secs("hold.check_interval_secs", raw.hold.check_interval_secs)
+                .map(Some)
+        };
         let h = &raw.hold;
         let retry_after_mode = match h.retry_after.as_str() {
             "observed" => Some(RetryAfter::Observed),
@@ -353,6 +359,7 @@ impl Config {
                 retry_after_min: Duration::from_secs(h.retry_after_min_secs),
                 retry_after_max: Duration::from_secs(h.retry_after_max_secs),
                 probe_path: probe_path.expect(ok),
+                check_interval: check_interval.expect(ok),
             },
             tls,
             upstream_tls,

@@ -27,6 +27,7 @@
 //! - `queue`: waiting in the hold, and every way out of it.
 //! - `prober`: probing the upstream during an outage.
 //! - `retry_after`: Retry-After from observed outages, and the horizon.
+//! - `at_rest`: checking the upstream without traffic (`hold.check_interval_secs`).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -43,6 +44,7 @@ use crate::metrics::{HoldOutcome, Metrics};
 use crate::replay::BodyHandle;
 use crate::upstream::Connector;
 
+mod at_rest;
 mod pause;
 mod prober;
 mod queue;

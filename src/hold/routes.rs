@@ -130,6 +130,12 @@ impl Hold {
         &self.shared_route
     }
 
+    /// The check at rest of the upstream (`hold.probe_path` with `hold.check_interval_secs`):
+    /// a task to run for as long as holdfast serves, or none when not configured.
+    pub fn at_rest(&self) -> Option<impl std::future::Future<Output = ()> + Send + 'static> {
+        self.shared_route.at_rest()
+    }
+
     /// Whether any outage is open that a request's own route could be part of: one of a route,
     /// or the upstream-wide one. While none is, nothing needs a request's route, and its lookup
     /// (a lock and a hash) is skipped.
@@ -170,6 +176,7 @@ mod tests {
             retry_after_min: Duration::from_secs(1),
             retry_after_max: Duration::from_secs(30),
             probe_path: None,
+            check_interval: None,
         };
         let (template, metrics) = crate::hold::tests::template(cfg);
         let hold = Hold::new(template, per_route);

@@ -22,6 +22,7 @@ pub(super) fn config(timeout: Duration) -> HoldConfig {
         retry_after_min: Duration::from_secs(1),
         retry_after_max: Duration::from_secs(30),
         probe_path: None,
+        check_interval: None,
     }
 }
 

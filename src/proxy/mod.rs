@@ -445,6 +445,12 @@ impl Proxy {
         self.sessions.enabled().then(|| self.sessions.keys())
     }
 
+    /// The check at rest of the upstream, to run as long as the proxy serves; none unless
+    /// `hold.probe_path` is set and `hold.check_interval_secs` is not 0.
+    pub fn checks_at_rest(&self) -> Option<impl std::future::Future<Output = ()> + Send + 'static> {
+        self.hold.at_rest()
+    }
+
     /// Sessions tracked now (for tests and the demo).
     pub fn sessions_tracked(&self) -> usize {
         self.sessions.len()

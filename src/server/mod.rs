@@ -150,6 +150,10 @@ pub async fn run(
         }
         crate::session::spawn_key_reloader(keys).map(AbortOnDrop)
     });
+    // The upstream checked without traffic (`hold.check_interval_secs`), stopped with `run`.
+    let _checks_at_rest = proxy
+        .checks_at_rest()
+        .map(|checks| AbortOnDrop(tokio::spawn(checks)));
     let ready = Arc::new(Readiness::default());
 
     let admin_addr = admin_listener.local_addr()?;

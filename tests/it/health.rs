@@ -191,3 +191,70 @@ async fn a_health_path_that_never_passes_stops_deciding_alone() {
     );
     up.stop().await;
 }
+
+/// Health at rest (`hold.check_interval_secs`): with no traffic at all, `holdfast_upstream_up`
+/// follows the server. A port where nothing listens opens the outage; the application coming
+/// back closes it; and all holdfast ever sent it meanwhile is its health path (never an MCP
+/// request it did not get from a client).
+#[tokio::test]
+async fn at_rest_the_upstream_is_checked_without_traffic() {
+    let port = Reserved::new();
+    let mut raw = raw_config(&port.url());
+    raw.routes.behind_router = Some(false);
+    raw.hold.probe_path = "/healthz".into();
+    raw.hold.check_interval_secs = 0.05;
+    let hf = Holdfast::start_with(raw).await;
+
+    // Nothing listens, and no request came: the check at rest finds it.
+    hf.metric_until("holdfast_upstream_up", |v| v == 0.0).await;
+    assert_eq!(hf.metric("holdfast_outages_total").await, 1.0);
+    let status = crate::support::http::get(&format!("http://{}/status", hf.admin)).await;
+    assert!(
+        status
+            .text()
+            .contains(r#""outage_reason":"connect_refused""#),
+        "{}",
+        status.text()
+    );
+
+    // The application comes back: the next check closes the outage, still without traffic.
+    let up = crate::support::http::Upstream::serve(port.listen(), |_| async {
+        crate::support::http::response(200, &[], "ok")
+    });
+    hf.metric_until("holdfast_upstream_up", |v| v == 1.0).await;
+    assert_eq!(hf.metric("holdfast_outages_total").await, 1.0);
+    assert_eq!(
+        hf.metric("holdfast_outage_duration_seconds_count").await,
+        1.0,
+        "the outage closed with its duration recorded"
+    );
+    let seen = up.seen();
+    assert!(!seen.is_empty());
+    assert!(
+        seen.iter()
+            .all(|s| s.method == http::Method::GET && s.uri == "/healthz"),
+        "only the health path reached the server: {:?}",
+        seen.iter().map(|s| (&s.method, &s.uri)).collect::<Vec<_>>()
+    );
+    up.stop().await;
+}
+
+/// `hold.check_interval_secs`: 10 s by default, 0 turns the check at rest off, anything else
+/// must be a positive number of seconds.
+#[test]
+fn the_check_interval_defaults_to_ten_seconds_and_zero_turns_it_off() {
+    let mut raw = raw_config("http://b:1");
+    let c = holdfast::config::Config::from_raw(&raw, &|_| "test".into()).unwrap();
+    assert_eq!(c.hold.check_interval, Some(Duration::from_secs(10)));
+    raw.hold.check_interval_secs = 0.0;
+    let c = holdfast::config::Config::from_raw(&raw, &|_| "test".into()).unwrap();
+    assert_eq!(c.hold.check_interval, None);
+    for bad in [-1.0, f64::NAN] {
+        raw.hold.check_interval_secs = bad;
+        let err = holdfast::config::Config::from_raw(&raw, &|_| "test".into()).unwrap_err();
+        assert!(
+            err.to_string().contains("hold.check_interval_secs"),
+            "{bad}: {err}"
+        );
+    }
+}

@@ -1,0 +1,208 @@
+//! Health at rest: with `hold.probe_path`, the upstream is checked every
+//! `hold.check_interval_secs` even without traffic, so `holdfast_upstream_up` (and the alerts
+//! on it) follow the server rather than the last request.
+//!
+//! Without it an outage opens only when a request meets the gap and closes only when the
+//! application answers one: a server gone on a quiet night reads 1, and one that came back
+//! after an outage longer than the hold reads 0 until the next request (and pages).
+//!
+//! The check at rest is as cautious as a request would be. With no outage it only connects:
+//! nothing listening is the same evidence a request's refused connection gives, and opens the
+//! same upstream-wide outage (the next request is held instead of sent into the gap). An answer
+//! that is not healthy (a 5xx, a router's 404) opens nothing: a request would get it too, and
+//! decide for itself. With an outage that no prober is working on (nobody is held), it asks the
+//! health path, and the application's answer closes the outage. While a prober runs, or a pause
+//! is on, the check stays out of their way.
+
+use super::*;
+
+/// What one tick of the check at rest does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum AtRest {
+    /// Nothing: holdfast is shutting down, a pause watches the upstream, or a prober is on it.
+    Skip,
+    /// No outage: connect, and open one if nothing listens.
+    Connect,
+    /// An outage nobody probes: ask the health path, and close it if the application answers.
+    Health,
+}
+
+/// The step for one tick, from what the route's state shows.
+pub(super) fn next_step(outage_open: bool, probing: bool, paused: bool, stopping: bool) -> AtRest {
+    match (stopping || paused || probing, outage_open) {
+        (true, _) => AtRest::Skip,
+        (false, false) => AtRest::Connect,
+        (false, true) => AtRest::Health,
+    }
+}
+
+/// `every`, spread over ±10 % so that a fleet started together does not check in step.
+fn jittered(every: Duration, jitter: f64) -> Duration {
+    every.mul_f64(0.9 + 0.2 * jitter.clamp(0.0, 1.0))
+}
+
+impl Outages {
+    /// The check at rest, for the upstream-wide outage: none without `hold.probe_path` or with
+    /// `hold.check_interval_secs` 0.
+    pub(super) fn at_rest(
+        self: &Arc<Self>,
+    ) -> Option<impl std::future::Future<Output = ()> + Send + 'static> {
+        let every = self.cfg.check_interval?;
+        let health = self.health.clone()?;
+        let this = self.clone();
+        Some(async move {
+            loop {
+                tokio::time::sleep(jittered(every, fastrand::f64())).await;
+                this.check_at_rest(health.as_ref()).await;
+            }
+        })
+    }
+
+    /// One tick of the check at rest.
+    async fn check_at_rest(&self, health: &dyn Health) {
+        let step = {
+            let st = self.lock();
+            next_step(
+                st.outage.is_some(),
+                st.prober_running,
+                st.paused.is_some(),
+                self.shared.shutting_down.load(Ordering::Acquire),
+            )
+        };
+        match step {
+            AtRest::Skip => {}
+            AtRest::Connect => {
+                use tower_service::Service;
+                let Err(err) = self.connector.clone().call(self.probe_uri.clone()).await else {
+                    return;
+                };
+                let Some(reason) = RewriteReason::of_connect(err.kind()) else {
+                    return;
+                };
+                self.note_cause(|| {
+                    format!("{} (the check at rest)", crate::classify::ErrorChain(&err))
+                });
+                self.missing(reason);
+            }
+            AtRest::Health => {
+                if health.check(self.host.as_ref()).await == Checked::Up {
+                    tracing::debug!(route = self.route, "the check at rest passed");
+                    self.answered();
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::{config, template};
+    use super::*;
+    use std::sync::atomic::AtomicU32;
+
+    /// A health path that answers `up` or not, counting its checks.
+    struct Fake {
+        up: AtomicBool,
+        checks: AtomicU32,
+    }
+
+    impl Health for Fake {
+        fn check<'a>(
+            &'a self,
+            _host: Option<&'a http::HeaderValue>,
+        ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Checked> + Send + 'a>> {
+            self.checks.fetch_add(1, Ordering::SeqCst);
+            let up = self.up.load(Ordering::SeqCst);
+            Box::pin(async move {
+                if up {
+                    Checked::Up
+                } else {
+                    Checked::NoAnswer
+                }
+            })
+        }
+    }
+
+    fn upstream_with(
+        health: Option<Arc<Fake>>,
+        every: Option<Duration>,
+    ) -> (Arc<Outages>, Arc<Metrics>) {
+        let cfg = HoldConfig {
+            check_interval: every,
+            ..config(Duration::from_secs(5))
+        };
+        let (mut template, metrics) = template(cfg);
+        template.health = health.map(|h| h as Arc<dyn Health>);
+        let o = Outages::new(&template, Shared::new(), "(all)".into(), None);
+        (Arc::new(o), metrics)
+    }
+
+    fn fake(up: bool) -> Arc<Fake> {
+        Arc::new(Fake {
+            up: AtomicBool::new(up),
+            checks: AtomicU32::new(0),
+        })
+    }
+
+    #[test]
+    fn no_check_at_rest_without_a_health_path_or_an_interval() {
+        let every = Some(Duration::from_secs(10));
+        assert!(upstream_with(None, every).0.at_rest().is_none());
+        assert!(upstream_with(Some(fake(true)), None).0.at_rest().is_none());
+        assert!(upstream_with(Some(fake(true)), every).0.at_rest().is_some());
+    }
+
+    /// An outage nobody is held in (its requests timed out) closes when the health path
+    /// passes, with no request: `holdfast_upstream_up` is 1 again and the duration recorded.
+    #[tokio::test(start_paused = true)]
+    async fn an_outage_nobody_waits_in_closes_when_the_health_path_passes() {
+        let health = fake(false);
+        let (o, metrics) = upstream_with(Some(health.clone()), Some(Duration::from_secs(10)));
+        o.missing(RewriteReason::ConnectRefused);
+        assert_eq!(metrics.upstream_up.get(), 0);
+        tokio::spawn(o.at_rest().unwrap());
+
+        tokio::time::sleep(Duration::from_secs(12)).await;
+        assert_eq!(
+            health.checks.load(Ordering::SeqCst),
+            1,
+            "one tick in 9–11 s"
+        );
+        assert!(o.in_outage(), "no answer keeps the outage open");
+        assert_eq!(metrics.upstream_up.get(), 0);
+
+        health.up.store(true, Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_secs(11)).await;
+        assert_eq!(health.checks.load(Ordering::SeqCst), 2);
+        assert!(!o.in_outage());
+        assert_eq!(metrics.upstream_up.get(), 1);
+        assert_eq!(
+            o.shared.history.lock().unwrap().len(),
+            1,
+            "its duration kept"
+        );
+    }
+
+    #[test]
+    fn connects_at_rest_and_asks_the_health_path_only_in_an_outage_nobody_probes() {
+        assert_eq!(next_step(false, false, false, false), AtRest::Connect);
+        assert_eq!(next_step(true, false, false, false), AtRest::Health);
+        // A prober is on it (requests are held): it decides, with real requests.
+        assert_eq!(next_step(true, true, false, false), AtRest::Skip);
+        // A pause watches the upstream itself, outage or not.
+        assert_eq!(next_step(false, false, true, false), AtRest::Skip);
+        assert_eq!(next_step(true, false, true, false), AtRest::Skip);
+        // Shutting down: nothing opens or closes any more.
+        assert_eq!(next_step(false, false, false, true), AtRest::Skip);
+        assert_eq!(next_step(true, false, false, true), AtRest::Skip);
+    }
+
+    #[test]
+    fn the_interval_is_spread_by_a_tenth_either_way() {
+        let every = Duration::from_secs(10);
+        assert_eq!(jittered(every, 0.0), Duration::from_secs(9));
+        assert_eq!(jittered(every, 1.0), Duration::from_secs(11));
+        assert_eq!(jittered(every, 0.5), every);
+        assert_eq!(jittered(every, 7.0), Duration::from_secs(11), "clamped");
+    }
+}
