@@ -636,6 +636,46 @@ fn promtool_accepts_the_rules_and_they_fire_as_tested() {
     assert!(read_repo(PROMETHEUS).contains("job_name: holdfast"));
 }
 
+/// The runbook's one step that sets the base of every `runbook_url` (holdfast has no published
+/// documentation URL): run as written, it leaves rules promtool accepts, each linking its own
+/// section under the new base.
+#[test]
+fn the_runbook_base_is_set_in_one_step() {
+    let runbook = read_repo("docs/runbook.md");
+    let sed = runbook
+        .lines()
+        .find_map(|l| {
+            let at = l.find("`sed -i ")?;
+            let rest = &l[at + 1..];
+            Some(rest[..rest.find('`')?].to_owned())
+        })
+        .expect("docs/runbook.md shows the sed that sets the base");
+    let base = "https://docs.example.org/holdfast/";
+    assert!(sed.contains(base), "{sed}");
+    let dir = TempDir::new("runbook-base");
+    dir.write("alerts.yaml", &read_repo(ALERTS));
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(&sed)
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{sed}: {out:?}");
+    promtool(dir.path(), &["check", "rules", "alerts.yaml"]);
+    let rewritten = std::fs::read_to_string(dir.path().join("alerts.yaml")).unwrap();
+    let urls: Vec<&str> = rewritten
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("runbook_url: "))
+        .collect();
+    assert_eq!(urls.len(), rules().len(), "every alert has one runbook_url");
+    for (url, (name, _, _)) in urls.iter().zip(rules()) {
+        assert_eq!(
+            url.trim_matches('"'),
+            format!("{base}runbook.md#{}", name.to_lowercase())
+        );
+    }
+}
+
 /// A dashboard query as Prometheus receives it: Grafana's variables filled in.
 fn as_prometheus_sees_it(source: &str, expr: &str) -> String {
     let values = [
