@@ -53,12 +53,20 @@ fn documents() -> Vec<String> {
         "CHANGELOG.md".to_owned(),
         "SECURITY.md".to_owned(),
     ];
-    for entry in std::fs::read_dir(repo_path("docs")).expect("docs/") {
-        let name = entry.unwrap().file_name().into_string().unwrap();
-        if name.ends_with(".md") {
-            docs.push(format!("docs/{name}"));
+    // docs/ and its folders (docs/platforms/).
+    let mut dirs = vec!["docs".to_owned()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(repo_path(&dir)).expect("docs/") {
+            let entry = entry.unwrap();
+            let name = entry.file_name().into_string().unwrap();
+            if entry.file_type().unwrap().is_dir() {
+                dirs.push(format!("{dir}/{name}"));
+            } else if name.ends_with(".md") {
+                docs.push(format!("{dir}/{name}"));
+            }
         }
     }
+    assert!(docs.iter().any(|d| d.starts_with("docs/platforms/")));
     docs
 }
 
@@ -147,4 +155,60 @@ fn every_configuration_key_is_documented() {
         missing.is_empty(),
         "keys without a row in docs/configuration.md (or docs/tls.md): {missing:?}"
     );
+}
+
+/// A size as the limits table writes it: `4096`, `4096 bytes`, `64 KiB`, `1 MiB`.
+fn size(text: &str) -> Option<u64> {
+    let mut words = text.split_whitespace();
+    let n: u64 = words.next()?.parse().ok()?;
+    Some(match words.next() {
+        None | Some("bytes") => n,
+        Some("KiB") => n << 10,
+        Some("MiB") => n << 20,
+        Some(_) => return None,
+    })
+}
+
+/// A constant's value as its source writes it: a number, `a * b`, `a << b`, or `(u16::MAX - 1)
+/// as usize`.
+fn constant(source: &str, name: &str) -> Option<u64> {
+    let at = source.find(&format!("const {name}: "))?;
+    let rest = &source[at..];
+    let expr = rest[rest.find('=')? + 1..rest.find(';')?].trim();
+    let number = |t: &str| t.trim().replace('_', "").parse::<u64>().ok();
+    if let Some((a, b)) = expr.split_once(" * ") {
+        return Some(number(a)? * number(b)?);
+    }
+    if let Some((a, b)) = expr.split_once(" << ") {
+        return Some(number(a)? << number(b)?);
+    }
+    if expr == "(u16::MAX - 1) as usize" {
+        return Some(u64::from(u16::MAX) - 1);
+    }
+    number(expr)
+}
+
+/// docs/limits.md's table of fixed limits says what the code does: each row names a constant
+/// that exists in the file it names, with the row's value.
+#[test]
+fn the_fixed_limits_table_matches_the_code() {
+    let page = read_repo("docs/limits.md");
+    let table = &page[page.find("## Fixed").expect("a Fixed section")..];
+    let mut rows = 0;
+    for row in table
+        .lines()
+        .filter(|l| l.starts_with("| ") && l.contains("`src/"))
+    {
+        let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+        let (value, place) = (cells[2], cells[4]);
+        let mut ticked = place.split('`').skip(1).step_by(2);
+        let (file, name) = (ticked.next().unwrap(), ticked.next().unwrap());
+        let source = read_repo(file);
+        let actual = constant(&source, name)
+            .unwrap_or_else(|| panic!("{file} has no constant {name} the test can read: {row}"));
+        let stated = size(value).unwrap_or_else(|| panic!("unreadable value {value:?}: {row}"));
+        assert_eq!(stated, actual, "{row}");
+        rows += 1;
+    }
+    assert!(rows >= 15, "only {rows} rows read");
 }
