@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Two holdfast binaries and HAProxy alternated in one sitting, for before/after comparisons that
 # the machine's noise does not swamp: each round runs wrk against HAProxy, then A, then B (the
-# shared benchmark's setup: wrk and an nginx backend on CPU 0, each proxy alone on CPU 1; a 1 KiB
+# setup of benches/side-by-side.sh: wrk and an nginx backend on CPU 0, each proxy alone on CPU 1; a 1 KiB
 # JSON-RPC POST over CONNS keep-alive connections), and prints CPU per request split into user
 # and system time from /proc. Compare B/A within a round, and medians over rounds.
 # Needs nginx, haproxy and wrk (Debian: apt-get install -y nginx haproxy wrk). Not part of .ci/run.
@@ -10,7 +10,7 @@
 # (a binary may be a script that sets the environment and execs holdfast)
 set -u
 rounds=$1; secs=$2; conns=$3; A=$4; B=$5
-bench=${HOLDFAST_SHARED_BENCH:-$(cd "$(dirname "$0")/../.." && pwd)/shared/bench}
+post=$(cd "$(dirname "$0")" && pwd)/peers/post.lua
 d=$(mktemp -d); mkdir -p "$d/logs"; pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; wait 2>/dev/null; rm -rf "$d"; }
 trap cleanup EXIT
@@ -34,9 +34,9 @@ hz=$(getconf CLK_TCK); sleep 1
 for r in $(seq "$rounds"); do
   for t in haproxy:$HAP:$hp a:$HA:$ap b:$HB:$bp; do
     IFS=: read -r name port pid <<< "$t"
-    taskset -c 0 wrk -t1 -c"$conns" -d1s -s "$bench/post.lua" "http://127.0.0.1:$port/mcp" >/dev/null 2>&1
+    taskset -c 0 wrk -t1 -c"$conns" -d1s -s "$post" "http://127.0.0.1:$port/mcp" >/dev/null 2>&1
     read -r u0 s0 < <(ticks "$pid")
-    out=$(taskset -c 0 wrk -t1 -c"$conns" -d"${secs}s" --latency -s "$bench/post.lua" "http://127.0.0.1:$port/mcp" 2>&1)
+    out=$(taskset -c 0 wrk -t1 -c"$conns" -d"${secs}s" --latency -s "$post" "http://127.0.0.1:$port/mcp" 2>&1)
     read -r u1 s1 < <(ticks "$pid")
     reqs=$(echo "$out" | awk '/requests in/ {print $1}')
     rps=$(echo "$out" | awk '/Requests\/sec/ {print $2}')

@@ -1,25 +1,214 @@
 #!/usr/bin/env bash
-# holdfast next to nginx and HAProxy in one run, with the shared benchmarks in ../shared/bench/:
-# CPU per request, throughput and p99 for a 1 KiB JSON-RPC POST, then resident memory per open
-# SSE stream. Needs nginx, haproxy and wrk (Debian: apt-get install -y nginx haproxy wrk).
-# Not part of .ci/run: timings on a shared machine are not test results.
+# holdfast beside nginx and HAProxy in one run, using nothing from outside this repository.
 #
-# usage: benches/side-by-side.sh [RUNS] [SSE_STREAMS]    (defaults: 3 runs, 2000 streams)
-# Compare ratios within one run (holdfast's CPU per request over HAProxy's), never absolute
-# numbers across runs: the machine is shared and noisy. benches/RESULTS.md has the last results.
+#   benches/side-by-side.sh plain [SECONDS] [CONNS]              1 KiB JSON-RPC POST, kept alive
+#   benches/side-by-side.sh tls   [SECONDS] [CONNS] [keepalive|close]
+#                                                                 the same, TLS 1.3 (ECDSA P-256)
+#                                                                 terminated at each proxy
+#   benches/side-by-side.sh sse   [STREAMS]                      resident memory per open SSE stream
+#
+# Defaults: plain 6 s, 64 connections; tls keepalive; sse 3000 streams. RUNS=n repeats plain and
+# tls. HOLDFAST=binary picks the holdfast (default: target/release/holdfast, built first).
+#
+# Setup: one nginx as the backend and wrk share CPU 0; each proxy runs alone on CPU 1, one
+# worker/thread each. CPU per request is the proxy's user+system time (from /proc, its children
+# included) over the requests wrk completed: the figure to compare, since it does not depend on
+# how busy the rest of the machine is. Compare ratios within one run, never absolute numbers
+# across runs (the machine is shared and noisy); benches/RESULTS.md has the last results.
+#
+# TLS: nginx and HAProxy run with their session cache and tickets off; holdfast with rustls's
+# defaults (a session cache and TLS 1.3 tickets). With `close` wrk opens a new connection per
+# request and does not resume sessions, so each request is a full handshake either way.
+#
+# Needs nginx, haproxy, wrk, openssl, python3 (Debian: apt-get install -y nginx haproxy wrk).
+# Not part of .ci/run: timings on a shared machine are not test results.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-runs=${1:-3}
-streams=${2:-2000}
-bench=${HOLDFAST_SHARED_BENCH:-../shared/bench}
-for tool in nginx haproxy wrk; do
+here=$PWD/benches/peers
+mode=${1:-plain}
+for tool in nginx haproxy wrk openssl python3 taskset; do
     command -v "$tool" >/dev/null || { echo "needs $tool: apt-get install -y nginx haproxy wrk" >&2; exit 1; }
 done
-cargo build --release --quiet
-bin=$PWD/target/release/holdfast
-for run in $(seq 1 "$runs"); do
-    echo "run $run"
-    HOLDFAST=$bin "$bench/proxy-bench.sh" 6 64 | grep -E '^(nginx|haproxy|holdfast)' |
-        awk '{ print } $1 == "haproxy" { split($5, a, "="); hap = a[2] } $1 == "holdfast" { split($5, a, "="); printf "  holdfast / haproxy CPU per request: %.2f\n", a[2] / hap }'
-done
-HOLDFAST=$bin "$bench/sse-bench.sh" "$streams"
+if [ -z "${HOLDFAST:-}" ]; then
+    cargo build --release --quiet
+    HOLDFAST=$PWD/target/release/holdfast
+fi
+
+# Thousands of streams need as many descriptors in each peer.
+ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+
+work=$(mktemp -d)
+mkdir -p "$work/logs"
+started=()
+cleanup() {
+    for pid in "${started[@]}"; do kill "$pid" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+    rm -rf "$work"
+}
+trap cleanup EXIT
+
+# Ports: the backend, then one per proxy.
+BACKEND=19401 NGINX=19402 HAPROXY=19403 HF=19404 HF_ADMIN=19405
+
+# nginx's common http-block settings: no logs, temp files in the work directory.
+nginx_http() {
+    echo "access_log off; keepalive_requests 1000000;"
+    for t in client_body proxy fastcgi uwsgi scgi; do echo "${t}_temp_path $work;"; done
+}
+
+# start NAME CPU COMMAND...: runs a peer pinned to CPU, remembers its pid in pid_NAME.
+start() {
+    local name=$1 cpu=$2
+    shift 2
+    taskset -c "$cpu" "$@" >"$work/logs/$name.log" 2>&1 &
+    started+=($!)
+    printf -v "pid_$name" '%s' $!
+}
+
+# The backend: nginx answering every request with a small JSON-RPC result.
+backend() {
+    cat >"$work/backend.conf" <<CONF
+daemon off; master_process off; pid $work/backend.pid; error_log $work/logs/backend.err warn;
+events { worker_connections 8192; }
+http { $(nginx_http)
+  server { listen 127.0.0.1:$BACKEND; client_body_buffer_size 64k;
+    location / { default_type application/json;
+      return 200 '{"jsonrpc":"2.0","id":11,"result":{"content":[{"type":"text","text":"ok"}]}}'; } } }
+CONF
+    start backend 0 nginx -p "$work" -c "$work/backend.conf"
+}
+
+# A self-signed ECDSA P-256 certificate for 127.0.0.1, and HAProxy's certificate-and-key file.
+certificate() {
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 \
+        -subj /CN=127.0.0.1 -addext subjectAltName=IP:127.0.0.1 \
+        -keyout "$work/key.pem" -out "$work/cert.pem" 2>/dev/null
+    cat "$work/cert.pem" "$work/key.pem" >"$work/both.pem"
+}
+
+# The three proxies in front of the backend; TLS on their listeners when $1 is `tls`.
+proxies() {
+    local tls=${1:-}
+    local ngx_listen="listen 127.0.0.1:$NGINX;" hap_bind="bind 127.0.0.1:$HAPROXY" hap_global=""
+    local hf_tls=()
+    if [ "$tls" = tls ]; then
+        ngx_listen="listen 127.0.0.1:$NGINX ssl; ssl_certificate $work/cert.pem;
+          ssl_certificate_key $work/key.pem; ssl_protocols TLSv1.3;
+          ssl_session_cache off; ssl_session_tickets off;"
+        hap_bind="$hap_bind ssl crt $work/both.pem ssl-min-ver TLSv1.3 no-tls-tickets"
+        hap_global="  tune.ssl.cachesize 0"
+        hf_tls=(--tls-cert "$work/cert.pem" --tls-key "$work/key.pem")
+    fi
+    cat >"$work/nginx.conf" <<CONF
+daemon off; master_process off; pid $work/nginx.pid; error_log $work/logs/nginx.err warn;
+events { worker_connections 8192; }
+http { $(nginx_http)
+  upstream backend { server 127.0.0.1:$BACKEND; keepalive 128; keepalive_requests 1000000; }
+  server { $ngx_listen
+    location / { proxy_pass http://backend; proxy_http_version 1.1; proxy_set_header Connection "";
+      proxy_buffering off; proxy_read_timeout 1h; } } }
+CONF
+    cat >"$work/haproxy.cfg" <<CONF
+global
+  maxconn 9000
+  nbthread 1
+$hap_global
+defaults
+  mode http
+  timeout connect 1s
+  timeout client 1h
+  timeout server 1h
+  http-reuse always
+frontend front
+  $hap_bind
+  default_backend back
+backend back
+  server backend 127.0.0.1:$BACKEND
+CONF
+    start nginx 1 nginx -p "$work" -c "$work/nginx.conf"
+    start haproxy 1 haproxy -f "$work/haproxy.cfg"
+    start holdfast 1 "$HOLDFAST" --listen "127.0.0.1:$HF" --admin "127.0.0.1:$HF_ADMIN" \
+        --upstream "http://127.0.0.1:$BACKEND" "${hf_tls[@]}"
+    sleep 1
+}
+
+# CPU ticks (user+system) of a process and its children.
+ticks() {
+    local total=0 pid
+    for pid in "$1" $(pgrep -P "$1" || true); do
+        total=$((total + $(awk '{ print $14 + $15 }' "/proc/$pid/stat")))
+    done
+    echo "$total"
+}
+
+# measure NAME PORT SCHEME SECONDS CONNS SCRIPT: one wrk run against a proxy, one line out.
+measure() {
+    local name=$1 port=$2 scheme=$3 secs=$4 conns=$5 script=$6
+    local pid_var="pid_$name" url="$scheme://127.0.0.1:$port/mcp"
+    local pid=${!pid_var}
+    taskset -c 0 wrk -t1 -c"$conns" -d1s -s "$script" "$url" >/dev/null 2>&1 || true
+    local before after out
+    before=$(ticks "$pid")
+    out=$(taskset -c 0 wrk -t1 -c"$conns" -d"${secs}s" --latency -s "$script" "$url" 2>&1)
+    after=$(ticks "$pid")
+    echo "$out" | awk -v name="$name" -v ticks=$((after - before)) -v hz="$(getconf CLK_TCK)" '
+        /requests in/ { requests = $1 }
+        /Requests\/sec/ { rps = $2 }
+        $1 == "50%" { p50 = $2 }
+        $1 == "99%" { p99 = $2 }
+        /Non-2xx|Socket errors/ { errors = errors " " $0 }
+        END {
+            printf "%-9s cpu_us_per_req=%-7.1f rps=%-10s p50=%-9s p99=%-9s%s\n",
+                name, ticks / hz * 1e6 / (requests ? requests : 1), rps, p50, p99, errors
+        }'
+}
+
+# rounds SCHEME SECONDS CONNS SCRIPT: every proxy once per run, then holdfast's ratio to HAProxy.
+rounds() {
+    local run lines
+    for run in $(seq 1 "${RUNS:-1}"); do
+        lines=$(for name in nginx haproxy holdfast; do
+            local port_var=${name^^}
+            [ "$name" = holdfast ] && port_var=HF
+            measure "$name" "${!port_var}" "$@"
+        done)
+        echo "$lines"
+        echo "$lines" | awk '{ split($2, a, "="); cpu[$1] = a[2] }
+            END { printf "holdfast / haproxy CPU per request: %.2f   (nginx / haproxy: %.2f)\n",
+                  cpu["holdfast"] / cpu["haproxy"], cpu["nginx"] / cpu["haproxy"] }'
+    done
+}
+
+case $mode in
+plain)
+    backend
+    proxies
+    rounds http "${2:-6}" "${3:-64}" "$here/post.lua"
+    ;;
+tls)
+    certificate
+    backend
+    proxies tls
+    script=$here/post.lua
+    if [ "${4:-keepalive}" = close ]; then
+        script=$here/close.lua
+        export BENCH_POST_LUA=$here/post.lua
+    fi
+    rounds https "${2:-6}" "${3:-64}" "$script"
+    ;;
+sse)
+    streams=${2:-3000}
+    proxies
+    for name in nginx haproxy holdfast; do
+        port_var=${name^^}
+        [ "$name" = holdfast ] && port_var=HF
+        pid_var="pid_$name"
+        printf '%-9s ' "$name"
+        python3 "$here/sse_hold.py" "$streams" "$BACKEND" "${!port_var}" "${!pid_var}"
+    done
+    ;;
+*)
+    sed -n '2,12p' "$0" >&2
+    exit 2
+    ;;
+esac
