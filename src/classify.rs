@@ -88,11 +88,17 @@ pub enum RewriteReason {
     /// of the classifier (it shows only once the stream ends, src/proxy/unanswered.rs); the
     /// upstream-wide outage it opens is probed, like a failed connection, by connecting.
     Unanswered,
+    /// The connection broke after a request that is safe to run twice was sent (reset, closed
+    /// before the answer), twice in a row: the server is dying or restarting under it. Never a
+    /// verdict of the classifier (the same break of any other request is a 502); the proxy
+    /// decides it from the request (src/proxy/forward.rs, `broke`). The upstream-wide outage it
+    /// opens is probed, like a failed connection, by connecting.
+    UpstreamReset,
 }
 
 impl RewriteReason {
     /// Every reason, for pre-registering metrics and for docs.
-    pub const ALL: [RewriteReason; 10] = [
+    pub const ALL: [RewriteReason; 11] = [
         RewriteReason::ConnectRefused,
         RewriteReason::ConnectTimeout,
         RewriteReason::Dns,
@@ -103,6 +109,7 @@ impl RewriteReason {
         RewriteReason::RouterUnavailable,
         RewriteReason::Paused,
         RewriteReason::Unanswered,
+        RewriteReason::UpstreamReset,
     ];
 
     /// The reason a failed connection gives: none for a TLS handshake refused on its
@@ -141,6 +148,7 @@ impl RewriteReason {
             RewriteReason::RouterUnavailable => "router_unavailable",
             RewriteReason::Paused => "paused",
             RewriteReason::Unanswered => "unanswered",
+            RewriteReason::UpstreamReset => "upstream_reset",
         }
     }
 }

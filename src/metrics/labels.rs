@@ -237,6 +237,8 @@ pub enum Reason {
     paused,
     /// An event stream ended without the request's answer (a server shutting down).
     unanswered,
+    /// A request safe to run twice broke the connection twice (a server dying under it).
+    upstream_reset,
 }
 
 impl ReasonLabel {
@@ -253,6 +255,7 @@ impl ReasonLabel {
             RewriteReason::RouterUnavailable => Reason::router_unavailable,
             RewriteReason::Paused => Reason::paused,
             RewriteReason::Unanswered => Reason::unanswered,
+            RewriteReason::UpstreamReset => Reason::upstream_reset,
         };
         ReasonLabel { reason, action }
     }

@@ -49,8 +49,9 @@ pub(super) struct Exchange {
     replayed: bool,
     /// Waited in the hold before its first attempt (for the access log: `held`).
     held_first: bool,
-    /// Sent once more after an ambiguous failure, as safe to run twice: never again.
-    sent_again: bool,
+    /// Times it broke the upstream's connection after it may have reached the application, and
+    /// was sent again as safe to run twice (see [`MAX_BREAKS`]).
+    breaks: u8,
     /// Sent again at once after its connection closed unread: the next such close is held.
     closed_once: bool,
     /// In flight (for a pause's drain) from its first attempt until its answer's body ends;
@@ -59,6 +60,12 @@ pub(super) struct Exchange {
     /// Its MCP method, found once ([`Proxy::mcp_method`]).
     mcp: std::sync::OnceLock<McpMethod>,
 }
+
+/// Most times a request safe to run twice is sent again after it broke the upstream's connection
+/// (see [`Proxy::broke`]): the first time at once, then from the hold. A request that breaks the
+/// server every time (a crash it causes itself) gets its 502 after the third break, instead of
+/// crashing the server again after every backoff until the hold times out.
+const MAX_BREAKS: u8 = 3;
 
 /// What the attempt loop does after one attempt.
 enum Next {
@@ -97,7 +104,7 @@ impl Proxy {
             replay: false,
             replayed: false,
             held_first: false,
-            sent_again: false,
+            breaks: 0,
             closed_once: false,
             flight: None,
             mcp: std::sync::OnceLock::new(),
@@ -178,10 +185,9 @@ impl Proxy {
                     let flight = ex.flight.take();
                     Next::Answer(self.router_passed(reason, answer, self.route(ex), flight))
                 }
-                // Sent, then broken before any answer: the application may have run it. Safe to
-                // run twice (read-only, or an idempotent tool): once more, at most.
-                (Verdict::Failed(FailReason::UpstreamReset), None) if self.may_send_again(ex) => {
-                    Next::Again
+                // Sent, then broken before any answer: the application may have run it.
+                (Verdict::Failed(FailReason::UpstreamReset), None) => {
+                    Box::pin(self.broke(ex, None)).await
                 }
                 (Verdict::Failed(reason), answer) => {
                     // A TLS failure is the upstream answering (with a certificate holdfast does
@@ -270,11 +276,7 @@ impl Proxy {
                 First::Unanswered => return Box::pin(self.unanswered(ex, head.status)).await,
                 First::Broken(err) => {
                     tracing::debug!(error = %ErrorChain(err.as_ref()), "upstream event stream failed before its first event");
-                    if self.may_send_again(ex) {
-                        return Next::Again;
-                    }
-                    let reason = FailReason::UpstreamReset;
-                    return Next::Answer(self.failed(reason, ex.version, Some(head.status)));
+                    return Box::pin(self.broke(ex, Some(head.status))).await;
                 }
                 First::Passes(reader) => watch = reader.map(|r| (r, id)),
             }
@@ -448,17 +450,48 @@ impl Proxy {
         }
     }
 
-    /// Whether a request that failed after it may have reached the application goes once more:
-    /// it is safe to run twice, it has not been sent again for this reason yet, and its body
-    /// was kept whole. The failed attempt's body is stopped first.
+    /// The upstream broke after the request may have reached the application (a reset, a close
+    /// before the answer; `status`: the head, when one came). A request safe to run twice goes
+    /// once more at once the first time (a one-off: one worker's crash, a keep-alive race). If
+    /// it breaks again, the server is dying or restarting under it: it is held like a request
+    /// that never reached it, the upstream-wide outage opens (reason `upstream_reset`), and it
+    /// goes once the server is back, within `hold.timeout_secs` (with holding off: a 502). Any
+    /// other request, or one that broke [`MAX_BREAKS`] times: a 502.
+    async fn broke(&self, ex: &mut Exchange, status: Option<StatusCode>) -> Next {
+        if self.may_send_again(ex) {
+            return Next::Again;
+        }
+        if self.hold.enabled() && ex.breaks + 1 < MAX_BREAKS {
+            if let Some(kind) = self.safe_to_repeat(ex) {
+                ex.breaks += 1;
+                self.metrics.safe_retries.get_or_create(&kind.into()).inc();
+                tracing::info!(
+                    kind = kind.as_str(),
+                    breaks = ex.breaks,
+                    "the upstream broke again after a request safe to run twice: held until it \
+                     is back"
+                );
+                let missing = Missing {
+                    reason: RewriteReason::UpstreamReset,
+                    never_reached_app: false,
+                };
+                return Box::pin(self.hold_for(missing, true, ex)).await;
+            }
+        }
+        Next::Answer(self.failed(FailReason::UpstreamReset, ex.version, status))
+    }
+
+    /// Whether a request that failed after it may have reached the application goes once more
+    /// at once: it is safe to run twice, it has not been sent again after such a failure yet,
+    /// and its body was kept whole. The failed attempt's body is stopped first.
     fn may_send_again(&self, ex: &mut Exchange) -> bool {
-        if ex.sent_again {
+        if ex.breaks > 0 {
             return false;
         }
         let Some(kind) = self.safe_to_repeat(ex) else {
             return false;
         };
-        ex.sent_again = true;
+        ex.breaks = 1;
         ex.handle.supersede();
         self.metrics.safe_retries.get_or_create(&kind.into()).inc();
         tracing::info!(

@@ -152,7 +152,10 @@ async fn ts_client_calls_through_graceful_restarts_of_a_python_sdk_server() {
     let session = client.session_id().expect("a stateful server").to_owned();
     // The tools' annotations pass through holdfast: `lookup` is safe to send twice.
     client.send(json!({ "op": "list" }));
-    assert_eq!(client.result().await, Ok("record,lookup".to_owned()));
+    assert_eq!(
+        client.result().await,
+        Ok("record,lookup,peek,put".to_owned())
+    );
 
     let mut calls = Vec::new();
     let mut n = 0;

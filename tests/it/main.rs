@@ -27,6 +27,7 @@ mod probe;
 mod retry;
 mod rmcp_smoke;
 mod rows;
+mod safe_calls;
 mod session;
 mod session_replicas;
 mod session_store;

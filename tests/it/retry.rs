@@ -187,15 +187,58 @@ async fn a_read_only_method_that_met_a_dying_backend_goes_once_more() {
     assert_eq!(resets(&hf).await, 0.0);
 }
 
+/// Broken twice (a server dying under the call, its listener still accepting): the second time
+/// the call is held like one that never arrived, and goes once the server answers.
 #[tokio::test]
-async fn once_more_at_most() {
+async fn broken_twice_it_is_held_and_sent_once_the_server_is_back() {
+    let upstream = Scripted::start(dies_on(&[("resources/read", 2)])).await;
+    let hf = holdfast(&upstream, |_| {}).await;
+    let read = request(1, "resources/read", r#"{"uri":"file:///a"}"#);
+    let got = post_json(&hf.url("/mcp"), &read).await;
+    assert_eq!(got.status, 200, "{}", got.text());
+    assert_eq!(upstream.count("resources/read"), 3);
+    assert_eq!(retries(&hf, "read_only_method").await, 2.0);
+    assert_eq!(resets(&hf).await, 0.0, "no 502");
+    let held = "holdfast_rewrites_total{reason=\"upstream_reset\",action=\"held\"}";
+    assert_eq!(hf.metric(held).await, 1.0);
+    assert_eq!(
+        hf.metric("holdfast_outages_total").await,
+        1.0,
+        "an outage like any other"
+    );
+    assert_eq!(
+        hf.metric("holdfast_upstream_up").await,
+        1.0,
+        "and it closed"
+    );
+}
+
+/// A call that breaks the server every time (a crash it causes itself) gets its 502 at the
+/// third break: sent at once after the first, from the hold after the second, never again.
+#[tokio::test]
+async fn a_call_that_breaks_the_server_every_time_gets_its_502_at_the_third_break() {
     let upstream = Scripted::start(dies_on(&[("ping", usize::MAX)])).await;
     let hf = holdfast(&upstream, |_| {}).await;
     let got = post_json(&hf.url("/mcp"), &request(1, "ping", "{}")).await;
     assert_eq!(got.status, 502, "{}", got.text());
+    assert_eq!(
+        upstream.count("ping"),
+        3,
+        "the first attempt, once at once, once held"
+    );
+    assert_eq!(retries(&hf, "read_only_method").await, 2.0);
+    assert_eq!(resets(&hf).await, 1.0);
+}
+
+/// With holding off there is no hold to wait in: once more at once, then the 502.
+#[tokio::test]
+async fn with_holding_off_a_safe_call_goes_once_more_at_most() {
+    let upstream = Scripted::start(dies_on(&[("ping", usize::MAX)])).await;
+    let hf = holdfast(&upstream, |raw| raw.hold.enabled = false).await;
+    let got = post_json(&hf.url("/mcp"), &request(1, "ping", "{}")).await;
+    assert_eq!(got.status, 502, "{}", got.text());
     assert_eq!(upstream.count("ping"), 2, "the first attempt and one more");
     assert_eq!(retries(&hf, "read_only_method").await, 1.0);
-    assert_eq!(resets(&hf).await, 1.0);
 }
 
 #[tokio::test]

@@ -3,16 +3,22 @@ for holdfast (tests/it/support/python.rs).
 
 Usage: python ledger_server.py PORT LEDGER
 
-Two tools, each writing one line `<tool> <n> <pid> <unix time>` to LEDGER when it runs, so a test
-can tell which calls ran, how often, in which server process and when:
+Tools and a resource, each writing one line `<kind> <n> <pid> <unix time>` to LEDGER when it
+runs, so a test can tell which calls ran, how often, in which server process and when:
 - `record`: announced with no annotations (not safe to run twice);
-- `lookup`: announced `readOnlyHint` and `idempotentHint` (safe to run twice).
+- `lookup`: announced `readOnlyHint` and `idempotentHint` (safe to run twice);
+- `peek`: announced `readOnlyHint` only; `put`: announced `idempotentHint` only;
+- the resource `ledger://{n}` (kind `read`): `resources/read` is a read-only method.
+
+A test that writes a kind into `LEDGER.die` kills the server the instant it gets the next call of
+that kind: the file is removed and the process SIGKILLs itself before the call runs.
 
 SIGTERM gives uvicorn's graceful shutdown: it stops accepting, lets open connections finish and
 exits; sse-starlette ends every open event stream at once, a POST's included.
 """
 
 import os
+import signal
 import sys
 import time
 
@@ -24,7 +30,21 @@ ledger = sys.argv[2]
 server = MCPServer("holdfast-ledger")
 
 
+def die_if_asked(kind: str) -> None:
+    """SIGKILLs this process if the test asked to die at the next call of `kind`."""
+    die_file = ledger + ".die"
+    try:
+        with open(die_file) as f:
+            wanted = f.read().strip()
+    except FileNotFoundError:
+        return
+    if wanted == kind:
+        os.remove(die_file)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
 def note(tool: str, n: int) -> str:
+    die_if_asked(tool)
     with open(ledger, "a") as f:
         f.write(f"{tool} {n} {os.getpid()} {time.time():.3f}\n")
     return f"{tool} {n}"
@@ -40,6 +60,24 @@ def record(n: int) -> str:
 def lookup(n: int) -> str:
     """Looks n up (and records that it did)."""
     return note("lookup", n)
+
+
+@server.tool(annotations=ToolAnnotations(readOnlyHint=True))
+def peek(n: int) -> str:
+    """Peeks at n (and records that it did)."""
+    return note("peek", n)
+
+
+@server.tool(annotations=ToolAnnotations(idempotentHint=True))
+def put(n: int) -> str:
+    """Puts n (and records that it did)."""
+    return note("put", n)
+
+
+@server.resource("ledger://{n}")
+def read(n: str) -> str:
+    """Reads entry n (and records that it did)."""
+    return note("read", int(n))
 
 
 server.run("streamable-http", host="127.0.0.1", port=port, stateless_http=False)

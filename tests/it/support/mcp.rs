@@ -162,9 +162,44 @@ struct Shared {
     /// Armed by [`McpServer::die_on_next`]: the next POST whose body contains the text is read
     /// whole, reported, and never answered (the test then stops the server).
     die_on: Mutex<Option<(String, oneshot::Sender<()>)>>,
+    /// Armed by [`McpServer::crash_on_next`]: that many of the next POSTs whose body contains
+    /// the text are read whole and their connection closed without an answer, the server
+    /// staying up (a worker crashing, a process dying while its listener still accepts).
+    crash_on: Mutex<Option<(String, usize)>>,
 }
 
+/// What a request the server crashes on ends its connection with (hyper closes a connection
+/// whose service fails, without an answer).
+#[derive(Debug)]
+struct Crash;
+
+impl std::fmt::Display for Crash {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("McpServer crashed on this request, as the test asked")
+    }
+}
+
+impl std::error::Error for Crash {}
+
 type RmcpService = StreamableHttpService<Tools, LocalSessionManager>;
+
+/// Marks the response of a request the server crashes on: the connection's service turns it
+/// into [`Crash`].
+#[derive(Clone, Copy)]
+struct Crashed;
+
+/// Whether this request body is one the server was told to crash on (and counts it).
+fn crashes(shared: &Shared, body: &[u8]) -> bool {
+    let mut armed = shared.crash_on.lock().expect("crash_on lock");
+    let Some((needle, left)) = armed.as_mut() else {
+        return false;
+    };
+    if *left == 0 || !body.windows(needle.len()).any(|w| w == needle.as_bytes()) {
+        return false;
+    }
+    *left -= 1;
+    true
+}
 
 /// One listening period: what [`McpServer::stop`] tears down.
 struct Running {
@@ -217,6 +252,7 @@ impl McpServer {
             faults: Mutex::new(VecDeque::new()),
             ledger: Arc::new(Mutex::new(Vec::new())),
             die_on: Mutex::new(None),
+            crash_on: Mutex::new(None),
         });
         let listener = TcpListener::bind(options.addr)
             .await
@@ -316,6 +352,12 @@ impl McpServer {
         let (tx, rx) = oneshot::channel();
         *self.shared.die_on.lock().expect("die_on lock") = Some((needle.to_owned(), tx));
         rx
+    }
+
+    /// The next `n` POSTs whose body contains `needle` are read whole, then their connection
+    /// closes without an answer; the server stays up and answers everything else.
+    pub fn crash_on_next(&self, needle: &str, n: usize) {
+        *self.shared.crash_on.lock().expect("crash_on lock") = Some((needle.to_owned(), n));
     }
 
     /// Lets `count` pending and future `wait` calls return.
@@ -450,7 +492,13 @@ async fn serve_connection(stream: TcpStream, service: Arc<RmcpService>, shared: 
     let handler = service_fn(move |request: Request<Incoming>| {
         let service = service.clone();
         let shared = shared.clone();
-        async move { Ok::<_, Infallible>(respond(&service, &shared, request).await) }
+        async move {
+            let response = respond(&service, &shared, request).await;
+            if response.extensions().get::<Crashed>().is_some() {
+                return Err(Crash);
+            }
+            Ok(response)
+        }
     });
     // HTTP/1.1 and h2c, as a real backend would offer.
     let _ = auto::Builder::new(TokioExecutor::new())
@@ -493,6 +541,11 @@ async fn respond(
             hit.then(|| armed.take()).flatten()
         })
         .flatten();
+    if parts.method == Method::POST && crashes(shared, &body) {
+        let mut response = plain(StatusCode::INTERNAL_SERVER_ERROR, "never sent");
+        response.extensions_mut().insert(Crashed);
+        return response;
+    }
     if let Some((_, told)) = dies {
         let _ = told.send(());
         // Read, never run, never answered: the test stops the server under this request.

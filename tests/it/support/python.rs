@@ -22,7 +22,7 @@ use super::LIMIT;
 /// One execution of a tool, as the server wrote it to its ledger.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Ran {
-    /// `record` or `lookup`.
+    /// The tool's name, or `read` for the resource.
     pub tool: String,
     /// The call's argument `n`.
     pub n: u64,
@@ -158,7 +158,8 @@ impl PyServer {
         sigterm(&self.child.as_ref().expect("a running server").0);
     }
 
-    /// Waits (at most [`LIMIT`]) for the process to exit after [`PyServer::sigterm`].
+    /// Waits (at most [`LIMIT`]) for the process to exit (after [`PyServer::sigterm`], or a
+    /// death [`PyServer::die_at_next`] asked for).
     pub async fn wait_exit(&mut self) {
         let mut child = self.child.take().expect("a running server");
         // A blocking wait on its own thread: the exit itself is awaited, nothing polled.
@@ -169,8 +170,16 @@ impl PyServer {
         }
         assert!(
             matches!(exited, Ok(Ok(Ok(_)))),
-            "the Python SDK server did not exit within {LIMIT:?} of SIGTERM: {exited:?}"
+            "the Python SDK server did not exit within {LIMIT:?}: {exited:?}"
         );
+    }
+
+    /// The server kills itself (SIGKILL) the instant it gets the next call of `kind` (a tool's
+    /// name, or `read` for a resource), before that call runs; [`PyServer::wait_exit`] then sees
+    /// it go.
+    pub fn die_at_next(&self, kind: &str) {
+        let die_file = format!("{}.die", self.ledger.display());
+        std::fs::write(&die_file, kind).unwrap_or_else(|e| panic!("write {die_file}: {e}"));
     }
 
     /// The listening address.
