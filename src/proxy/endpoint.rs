@@ -22,6 +22,7 @@ use http_body::{Body, Frame, SizeHint};
 
 use super::body::{BoxError, ProxyBody};
 use crate::classify::LegacyPaths;
+use crate::sse;
 
 /// Bytes of a stream looked at for the `endpoint` event before giving up.
 pub const MAX_SCANNED: usize = 16 * 1024;
@@ -43,6 +44,9 @@ struct Scan {
     upstream: Arc<str>,
     /// `scheme://host` the client used.
     client: String,
+    /// The one event reader (`crate::sse`), over the stream since its start.
+    parser: sse::Parser,
+    /// The stream's bytes since the end of its last complete event, not sent on yet.
     pending: BytesMut,
     scanned: usize,
     /// Where the paths an `endpoint` event shows are recorded.
@@ -66,6 +70,7 @@ impl EndpointRewrite {
             scan: Some(Scan {
                 upstream,
                 client,
+                parser: sse::Parser::new(MAX_SCANNED),
                 pending: BytesMut::new(),
                 scanned: 0,
                 legacy,
@@ -78,20 +83,33 @@ impl EndpointRewrite {
 impl Scan {
     /// Takes in `data`; returns what can go to the client now, and whether scanning is over.
     fn feed(&mut self, data: &[u8]) -> (Bytes, bool) {
+        let base = self.pending.len();
         self.pending.extend_from_slice(data);
         self.scanned += data.len();
-        let mut out = BytesMut::new();
-        while let Some(end) = event_end(&self.pending) {
-            let event = self.pending.split_to(end);
-            if is_endpoint(&event) {
-                let event = self.rewrite(&event);
-                self.record(&event);
-                out.extend_from_slice(&event);
-                out.extend_from_slice(&self.pending.split());
-                return (out.freeze(), true);
+        // Where the events `data` completes end in `pending`: the last one before the first
+        // `endpoint` event, and that event's span and URL.
+        let mut last_end = 0;
+        let mut endpoint = None;
+        self.parser.feed_at(data, |event, end| {
+            if endpoint.is_some() {
+                return;
             }
-            out.extend_from_slice(&event);
+            if event.event == "endpoint" {
+                endpoint = Some((last_end, base + end, event.data));
+            } else {
+                last_end = base + end;
+            }
+        });
+        let mut out = BytesMut::new();
+        if let Some((start, end, url)) = endpoint {
+            out.extend_from_slice(&self.pending[..start]);
+            out.extend_from_slice(&self.rewrite(&self.pending[start..end]));
+            out.extend_from_slice(&self.pending[end..]);
+            self.pending.clear();
+            self.record(&self.pointed(&url));
+            return (out.freeze(), true);
         }
+        out.extend_from_slice(&self.pending.split_to(last_end));
         if self.scanned > MAX_SCANNED {
             out.extend_from_slice(&self.pending.split());
             return (out.freeze(), true);
@@ -99,11 +117,11 @@ impl Scan {
         (out.freeze(), false)
     }
 
-    /// Records the stream's path and the (rewritten) `endpoint` event's path as a legacy
-    /// server's.
-    fn record(&self, event: &[u8]) {
+    /// Records the stream's path and the path the `endpoint` event's URL (as the client gets
+    /// it) names as a legacy server's.
+    fn record(&self, url: &str) {
         let legacy = &self.legacy;
-        let post = endpoint_path(event, &self.client, &legacy.stream_path);
+        let post = endpoint_path(url, &self.client, &legacy.stream_path);
         let mut added = legacy.paths.add(&legacy.stream_path);
         if let Some(post) = &post {
             added |= legacy.paths.add(post);
@@ -117,54 +135,52 @@ impl Scan {
         }
     }
 
-    /// The event with each `data:` line that names the upstream pointed at the client's origin.
-    fn rewrite(&self, event: &[u8]) -> Vec<u8> {
-        let text = String::from_utf8_lossy(event);
-        let mut out = String::with_capacity(text.len());
-        for line in text.split_inclusive('\n') {
-            let Some(value) = line.strip_prefix("data:") else {
-                out.push_str(line);
-                continue;
-            };
-            let lead = value.len() - value.trim_start_matches(' ').len();
-            let url = &value[lead..];
-            let names_upstream = url.len() >= self.upstream.len()
-                && url.is_char_boundary(self.upstream.len())
-                && url[..self.upstream.len()].eq_ignore_ascii_case(&self.upstream)
-                && matches!(
-                    url.as_bytes().get(self.upstream.len()),
-                    None | Some(b'/' | b'?' | b'#' | b'\r' | b'\n')
-                );
-            if names_upstream {
-                out.push_str("data:");
-                out.push_str(&value[..lead]);
-                out.push_str(&self.client);
-                out.push_str(&url[self.upstream.len()..]);
-            } else {
-                out.push_str(line);
-            }
+    /// `url` pointed at the client's origin when it names the upstream, else as it is.
+    fn pointed(&self, url: &str) -> String {
+        let n = self.upstream.len();
+        let names_upstream = url.len() >= n
+            && url.is_char_boundary(n)
+            && url[..n].eq_ignore_ascii_case(&self.upstream)
+            && matches!(url.as_bytes().get(n), None | Some(b'/' | b'?' | b'#'));
+        if names_upstream {
+            format!("{}{}", self.client, &url[n..])
+        } else {
+            url.to_owned()
         }
-        out.into_bytes()
+    }
+
+    /// The event with each `data:` line that names the upstream pointed at the client's origin;
+    /// every other byte (line ends, other fields, comments, a second space) as it came.
+    fn rewrite(&self, event: &[u8]) -> Vec<u8> {
+        let mut out = Vec::with_capacity(event.len() + self.client.len());
+        for (line, end) in sse::lines(event) {
+            match line.strip_prefix(b"data:") {
+                Some(value) => {
+                    // One space after the colon belongs to the field, anything after it to
+                    // the value (as the event reader reads it).
+                    let (space, value) = match value.strip_prefix(b" ") {
+                        Some(rest) => (&b" "[..], rest),
+                        None => (&b""[..], value),
+                    };
+                    out.extend_from_slice(b"data:");
+                    out.extend_from_slice(space);
+                    match std::str::from_utf8(value) {
+                        Ok(url) => out.extend_from_slice(self.pointed(url).as_bytes()),
+                        Err(_) => out.extend_from_slice(value),
+                    }
+                }
+                None => out.extend_from_slice(line),
+            }
+            out.extend_from_slice(end);
+        }
+        out
     }
 }
 
-/// The end (after the blank line) of the first complete event in `buf`.
-fn event_end(buf: &[u8]) -> Option<usize> {
-    let lf = memchr::memmem::find(buf, b"\n\n").map(|i| i + 2);
-    let crlf = memchr::memmem::find(buf, b"\r\n\r\n").map(|i| i + 4);
-    match (lf, crlf) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    }
-}
-
-/// The client-facing path an `endpoint` event names (its first `data:` line, rewritten already):
-/// a path on the client's own origin, absolute or relative to `stream_path`. `None` for a URL on
+/// The client-facing path an `endpoint` event's URL names (pointed at the client already): a
+/// path on the client's own origin, absolute or relative to `stream_path`. `None` for a URL on
 /// another origin, or one with dot segments (not worth resolving: no server sends them).
-fn endpoint_path(event: &[u8], client: &str, stream_path: &str) -> Option<String> {
-    let text = std::str::from_utf8(event).ok()?;
-    let value = text.lines().find_map(|l| l.strip_prefix("data:"))?;
-    let url = value.trim_start_matches(' ').trim_end_matches('\r');
+fn endpoint_path(url: &str, client: &str, stream_path: &str) -> Option<String> {
     let on_client = url.len() >= client.len()
         && url.is_char_boundary(client.len())
         && url[..client.len()].eq_ignore_ascii_case(client)
@@ -192,16 +208,6 @@ fn endpoint_path(event: &[u8], client: &str, stream_path: &str) -> Option<String
         .split('/')
         .any(|segment| segment == "." || segment == "..");
     (!dots).then_some(path)
-}
-
-/// Whether an event's `event:` field is `endpoint`.
-fn is_endpoint(event: &[u8]) -> bool {
-    event.split(|&b| b == b'\n').any(|line| {
-        let line = line.strip_suffix(b"\r").unwrap_or(line);
-        line.strip_prefix(b"event:")
-            .map(|v| v.strip_prefix(b" ").unwrap_or(v))
-            .is_some_and(|v| v == b"endpoint")
-    })
 }
 
 impl Body for EndpointRewrite {
@@ -281,6 +287,7 @@ mod tests {
         Scan {
             upstream: Arc::from("http://127.0.0.1:8000"),
             client: "https://mcp.example".into(),
+            parser: sse::Parser::new(MAX_SCANNED),
             pending: BytesMut::new(),
             scanned: 0,
             legacy: legacy(),
@@ -333,6 +340,21 @@ mod tests {
         assert_eq!(
             &second[..],
             b"event: endpoint\r\ndata: https://mcp.example/m\r\n\r\n"
+        );
+    }
+
+    /// Lines ended by a lone CR (and a BOM at the stream's start), as the SSE format allows:
+    /// the same event, rewritten, its line ends kept.
+    #[test]
+    fn a_stream_with_lone_cr_line_ends_is_read_too() {
+        let (out, done) = through(&[
+            "\u{feff}: hi\r\revent: endpoint\rdata: http://127.0.0.1:8000/m?s=1\r",
+            "\rdata: later\r\r",
+        ]);
+        assert!(done);
+        assert_eq!(
+            out,
+            "\u{feff}: hi\r\revent: endpoint\rdata: https://mcp.example/m?s=1\r\rdata: later\r\r"
         );
     }
 
@@ -402,13 +424,7 @@ mod tests {
     #[test]
     fn endpoint_paths_absolute_relative_and_foreign() {
         let c = "https://mcp.example";
-        let path = |data: &str, stream: &str| {
-            endpoint_path(
-                format!("event: endpoint\r\ndata: {data}\r\n\r\n").as_bytes(),
-                c,
-                stream,
-            )
-        };
+        let path = |url: &str, stream: &str| endpoint_path(url, c, stream);
         assert_eq!(path("/messages?s=1", "/sse").as_deref(), Some("/messages"));
         assert_eq!(
             path("https://mcp.example/m/x#f", "/sse").as_deref(),

@@ -130,34 +130,23 @@ pub enum Reply {
 }
 
 /// Finds the JSON-RPC response in an answer body: `application/json`, or the `data` of the
-/// events of a `text/event-stream` (the first event whose data is a response wins; priming
-/// events with empty data are skipped).
+/// events of a `text/event-stream`, read by the one event reader (`crate::sse`; the first
+/// event whose data is a response wins; priming events with empty data are skipped).
 pub fn reply(is_sse: bool, body: &[u8]) -> Reply {
     if !is_sse {
         return serde_json::from_slice::<Value>(body).map_or(Reply::Nothing, response);
     }
-    let text = String::from_utf8_lossy(body);
-    // Events end at a blank line; a final event without one is incomplete and not read.
-    let normalized = text.replace("\r\n", "\n");
-    let mut events: Vec<&str> = normalized.split("\n\n").collect();
-    events.pop();
-    for event in events {
-        let data: Vec<&str> = event
-            .lines()
-            .filter_map(|line| line.strip_prefix("data:"))
-            .map(|d| d.strip_prefix(' ').unwrap_or(d))
-            .collect();
-        if data.is_empty() {
-            continue;
+    // Only complete events are read: one cut off before its empty line is not yet an answer.
+    let mut found = Reply::Nothing;
+    crate::sse::Parser::new(body.len()).feed(body, |event| {
+        if found != Reply::Nothing || event.data.is_empty() {
+            return;
         }
-        if let Ok(value) = serde_json::from_str::<Value>(&data.join("\n")) {
-            let found = response(value);
-            if found != Reply::Nothing {
-                return found;
-            }
+        if let Ok(value) = serde_json::from_str::<Value>(&event.data) {
+            found = response(value);
         }
-    }
-    Reply::Nothing
+    });
+    found
 }
 
 fn response(value: Value) -> Reply {
@@ -261,6 +250,9 @@ mod tests {
             Reply::Nothing
         );
         assert_eq!(reply(false, b"not json"), Reply::Nothing);
+        // A server that ends its lines with a lone CR, after a BOM.
+        let cr = b"\xEF\xBB\xBFid: 0\rdata:\r\rdata: {\"jsonrpc\":\"2.0\",\"id\":0,\"result\":{\"a\":1}}\r\r";
+        assert_eq!(reply(true, cr), Reply::Result(serde_json::json!({"a":1})));
     }
 
     #[test]
