@@ -26,7 +26,6 @@ use std::collections::{HashMap, HashSet};
 use std::sync::RwLock;
 
 use http::header::{HeaderMap, HeaderName, HeaderValue};
-use serde::Deserialize;
 use serde_json::Value;
 
 /// The 2026-07-28 header naming a request's JSON-RPC method.
@@ -253,32 +252,14 @@ fn from_headers(headers: &HeaderMap) -> Option<Call> {
     Some(Call { method, tool })
 }
 
-/// The call in a body: one JSON-RPC request with an id. A notification, a batch or anything
-/// that does not parse is none.
+/// The call in a body: one JSON-RPC request (`crate::jsonrpc`: a string or number id). A
+/// notification, a batch, a null id or anything that does not parse is none.
 fn from_body(body: &[u8]) -> Option<Call> {
-    #[derive(Deserialize)]
-    struct Request<'a> {
-        #[serde(borrow)]
-        method: std::borrow::Cow<'a, str>,
-        id: Option<Value>,
-        params: Option<Params<'a>>,
-    }
-    #[derive(Deserialize)]
-    struct Params<'a> {
-        #[serde(borrow)]
-        name: Option<std::borrow::Cow<'a, str>>,
-    }
-    let request: Request<'_> = serde_json::from_slice(body).ok()?;
-    // `"id": null` is not a request id holdfast can rely on either.
-    if request.id.is_none_or(|id| id.is_null()) {
-        return None;
-    }
+    let message = crate::jsonrpc::one(body)?;
+    message.request_id()?;
     Some(Call {
-        method: request.method.into_owned(),
-        tool: request
-            .params
-            .and_then(|p| p.name)
-            .map(std::borrow::Cow::into_owned),
+        method: message.method()?.to_owned(),
+        tool: message.param_str("name"),
     })
 }
 

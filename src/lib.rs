@@ -21,7 +21,9 @@
 //! - [`hold`]: outages, holding requests through them, probing, Retry-After from history.
 //! - [`idempotent`]: which MCP requests are safe to send twice (read-only methods, annotated tools).
 //! - [`respond`]: every synthetic response.
-//! - [`sse`]: the `text/event-stream` format, read incrementally.
+//! - [`sse`]: the `text/event-stream` format, read incrementally: the one event reader.
+//! - [`jsonrpc`]: JSON-RPC 2.0 messages as MCP sends them: the one message reader.
+//! - [`mcp_method`]: the bounded MCP method label of a POST.
 //! - [`rlimit`]: raising the open-file limit at start.
 //! - [`metrics`]: Prometheus metrics, registered explicitly.
 //! - [`admin`]: `/metrics`, `/healthz`, `/readyz`, and the readiness flag the server sets.
@@ -36,6 +38,7 @@ pub mod demo;
 pub mod hold;
 pub mod http1;
 pub mod idempotent;
+pub mod jsonrpc;
 pub mod listener;
 pub mod mcp_method;
 pub mod metrics;

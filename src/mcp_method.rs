@@ -114,9 +114,10 @@ impl McpMethod {
             .unwrap_or(McpMethod::Other)
     }
 
-    /// The method of the one JSON-RPC message in `body`: its top-level `"method"` member.
+    /// The method of the one JSON-RPC message in `body`: its top-level `"method"` member, found
+    /// by the reader's fast scan ([`crate::jsonrpc::method_scan`]).
     pub fn of_body(body: &[u8]) -> McpMethod {
-        top_level_method(body).map_or(McpMethod::Other, McpMethod::from_name)
+        crate::jsonrpc::method_scan(body).map_or(McpMethod::Other, McpMethod::from_name)
     }
 }
 
@@ -124,77 +125,6 @@ impl EncodeLabelValue for McpMethod {
     fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
         std::fmt::Write::write_str(encoder, self.as_str())
     }
-}
-
-/// The longest prefix of a body searched for the key: past it (a method after a large `params`,
-/// which no SDK writes) the request counts as `other` rather than cost a long scan.
-const MAX_SCAN: usize = 64 * 1024;
-
-/// The raw value of the top-level `"method"` member of a JSON object, if it is a string
-/// without escapes (every spec name is). Nested objects, arrays and strings are skipped, so a
-/// tool argument named `method` is not taken for it.
-fn top_level_method(body: &[u8]) -> Option<&[u8]> {
-    let body = &body[..body.len().min(MAX_SCAN)];
-    let mut i = skip_ws(body, 0);
-    if body.get(i) != Some(&b'{') {
-        // A batch, or not JSON at all.
-        return None;
-    }
-    i += 1;
-    let mut depth = 1usize;
-    while i < body.len() {
-        match body[i] {
-            b'"' => {
-                let end = string_end(body, i + 1)?;
-                let text = &body[i + 1..end];
-                i = end + 1;
-                if depth == 1 && text == b"method" {
-                    let colon = skip_ws(body, i);
-                    if body.get(colon) == Some(&b':') {
-                        let open = skip_ws(body, colon + 1);
-                        if body.get(open) != Some(&b'"') {
-                            return None;
-                        }
-                        let close = string_end(body, open + 1)?;
-                        let value = &body[open + 1..close];
-                        return (!value.contains(&b'\\')).then_some(value);
-                    }
-                }
-            }
-            b'{' | b'[' => {
-                depth += 1;
-                i += 1;
-            }
-            b'}' | b']' => {
-                depth = depth.checked_sub(1)?;
-                if depth == 0 {
-                    return None;
-                }
-                i += 1;
-            }
-            _ => i += 1,
-        }
-    }
-    None
-}
-
-/// Index of the quote closing the string whose content starts at `from`.
-fn string_end(body: &[u8], mut from: usize) -> Option<usize> {
-    loop {
-        let at = from + memchr::memchr2(b'"', b'\\', body.get(from..)?)?;
-        if body[at] == b'"' {
-            return Some(at);
-        }
-        // An escape: the next byte is part of it, whatever it is.
-        from = at + 2;
-    }
-}
-
-fn skip_ws(body: &[u8], mut i: usize) -> usize {
-    while body.get(i).is_some_and(|b| b.is_ascii_whitespace()) {
-        i += 1;
-    }
-    i
 }
 
 #[cfg(test)]

@@ -36,21 +36,14 @@ pub fn unavailable(
         "MCP server temporarily unavailable ({}); retry in {secs} s",
         reason.as_str()
     );
-    let mut resp = match request_body.and_then(jsonrpc_request_id) {
+    let mut resp = match request_body.and_then(crate::jsonrpc::request_id) {
         Some(id) => {
-            let body = serde_json::json!({
-                "jsonrpc": "2.0",
-                "id": id,
-                "error": {
-                    "code": JSONRPC_UNAVAILABLE,
-                    "message": message,
-                    "data": { "reason": reason.as_str(), "retryAfterSeconds": secs },
-                },
-            });
+            let data = serde_json::json!({ "reason": reason.as_str(), "retryAfterSeconds": secs });
+            let body = crate::jsonrpc::error_reply(&id, JSONRPC_UNAVAILABLE, &message, data);
             build(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "application/json",
-                body.to_string().into(),
+                body.into(),
             )
         }
         None => build(
@@ -159,16 +152,9 @@ pub const JSONRPC_UNANSWERED: i64 = -32000;
 /// The event that ends an event stream which the server closed without answering the request it
 /// carried (`id`): a JSON-RPC error with that id, so the client's call fails now instead of
 /// waiting out its own timeout. The request reached the server and may have run.
-pub fn unanswered_event(id: &serde_json::Value) -> Bytes {
-    let error = serde_json::json!({
-        "jsonrpc": "2.0",
-        "id": id,
-        "error": {
-            "code": JSONRPC_UNANSWERED,
-            "message": unanswered_text(),
-            "data": { "reason": FailReason::Unanswered.as_str() },
-        },
-    });
+pub fn unanswered_event(id: &crate::jsonrpc::Id) -> Bytes {
+    let data = serde_json::json!({ "reason": FailReason::Unanswered.as_str() });
+    let error = crate::jsonrpc::error_reply(id, JSONRPC_UNANSWERED, &unanswered_text(), data);
     Bytes::from(format!("event: message\ndata: {error}\n\n"))
 }
 
@@ -180,20 +166,6 @@ fn unanswered_text() -> String {
          probably shutting down; the request may have been executed",
         FailReason::Unanswered.as_str()
     )
-}
-
-/// The id of a single JSON-RPC request (not a notification, not a batch), if `body` is one.
-pub fn jsonrpc_request_id(body: &[u8]) -> Option<serde_json::Value> {
-    #[derive(serde::Deserialize)]
-    struct Req {
-        jsonrpc: String,
-        method: String,
-        id: Option<serde_json::Value>,
-    }
-    let req: Req = serde_json::from_slice(body).ok()?;
-    let id = req.id?;
-    (req.jsonrpc == "2.0" && !req.method.is_empty() && (id.is_string() || id.is_number()))
-        .then_some(id)
 }
 
 #[cfg(test)]

@@ -521,12 +521,12 @@ impl Proxy {
         ex: &Exchange,
         head: &http::response::Parts,
         is_sse: bool,
-    ) -> Option<serde_json::Value> {
+    ) -> Option<crate::jsonrpc::Id> {
         if ex.target.method != Method::POST || !head.status.is_success() || !is_sse {
             return None;
         }
         ex.handle
-            .with_complete_body(crate::respond::jsonrpc_request_id)
+            .with_complete_body(crate::jsonrpc::request_id)
             .flatten()
     }
 

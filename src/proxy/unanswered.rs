@@ -88,20 +88,14 @@ impl Reader {
 /// notification, which have a `method`). The only response a POST's stream carries is its
 /// request's (MCP's Streamable HTTP transport), so its id is not compared.
 fn is_response(event: &sse::Event) -> bool {
-    #[derive(serde::Deserialize)]
-    struct Message {
-        method: Option<serde::de::IgnoredAny>,
-        result: Option<serde::de::IgnoredAny>,
-        error: Option<serde::de::IgnoredAny>,
-    }
     if event.cut {
         return true;
     }
     if !event.has_data || event.event != "message" {
         return false;
     }
-    serde_json::from_str::<Message>(&event.data)
-        .is_ok_and(|m| m.method.is_none() && (m.result.is_some() || m.error.is_some()))
+    crate::jsonrpc::one(event.data.as_bytes())
+        .is_some_and(|m| m.kind() == crate::jsonrpc::Kind::Response)
 }
 
 /// How a stream began.
@@ -194,14 +188,14 @@ pin_project_lite::pin_project! {
         // Present while the stream is not settled.
         reader: Option<Reader>,
         // The request's id, and what to do, for the event added at an unanswered end.
-        tail: Option<(serde_json::Value, Noticed)>,
+        tail: Option<(crate::jsonrpc::Id, Noticed)>,
         // The inner body ended (and the event, if any, was added).
         finished: bool,
     }
 }
 
 impl<B> Watched<B> {
-    pub(super) fn new(inner: B, reader: Reader, id: serde_json::Value, noticed: Noticed) -> Self {
+    pub(super) fn new(inner: B, reader: Reader, id: crate::jsonrpc::Id, noticed: Noticed) -> Self {
         Watched {
             inner,
             reader: Some(reader),
@@ -281,7 +275,7 @@ impl super::Proxy {
         &self,
         resp: http::Response<super::body::ProxyBody>,
         reader: Reader,
-        id: serde_json::Value,
+        id: crate::jsonrpc::Id,
     ) -> http::Response<super::body::ProxyBody> {
         let (mut parts, body) = resp.into_parts();
         parts.headers.remove(http::header::CONTENT_LENGTH);
@@ -458,7 +452,12 @@ mod tests {
         let noticed: Noticed = Box::new(move || {
             counted.fetch_add(1, Ordering::SeqCst);
         });
-        let watched = Watched::new(body, Reader::new(), serde_json::json!(7), noticed);
+        let watched = Watched::new(
+            body,
+            Reader::new(),
+            crate::jsonrpc::request_id(br#"{"jsonrpc":"2.0","id":7,"method":"ping"}"#).unwrap(),
+            noticed,
+        );
         assert!(!watched.is_end_stream());
         assert_eq!(watched.size_hint().exact(), None, "an event may be added");
         let bytes = watched.collect().await.unwrap().to_bytes();

@@ -18,20 +18,16 @@ pub struct Initialize {
     pub protocol_version: Option<String>,
 }
 
-/// Reads `body` as a single JSON-RPC `initialize` request. A batch, a notification or anything
-/// that does not parse is not one: such a session is not tracked.
+/// Reads `body` as a single JSON-RPC `initialize` request (`crate::jsonrpc`). A batch, a
+/// notification or anything that does not parse is not one: such a session is not tracked.
 pub fn initialize(body: &[u8]) -> Option<Initialize> {
-    let value: Value = serde_json::from_slice(body).ok()?;
-    let object = value.as_object()?;
-    if object.get("method")?.as_str()? != INITIALIZE || !object.contains_key("id") {
+    let message = crate::jsonrpc::one(body)?;
+    if message.method() != Some(INITIALIZE) || message.request_id().is_none() {
         return None;
     }
-    let protocol_version = object
-        .get("params")
-        .and_then(|p| p.get("protocolVersion"))
-        .and_then(Value::as_str)
-        .map(str::to_owned);
-    Some(Initialize { protocol_version })
+    Some(Initialize {
+        protocol_version: message.param_str("protocolVersion"),
+    })
 }
 
 /// A request that changes what the server keeps for the session, so a resume applies it again.
@@ -51,25 +47,20 @@ pub fn state_changes(body: &[u8]) -> Vec<StateChange> {
     if !mentions_state_method(body) {
         return Vec::new();
     }
-    let Ok(value) = serde_json::from_slice::<Value>(body) else {
-        return Vec::new();
-    };
-    let messages = match &value {
-        Value::Array(batch) => batch.iter().collect(),
-        single => vec![single],
-    };
-    messages.into_iter().filter_map(state_change).collect()
+    match crate::jsonrpc::read(body) {
+        crate::jsonrpc::Read::One(message) => state_change(&message).into_iter().collect(),
+        crate::jsonrpc::Read::Batch(batch) => batch.iter().filter_map(state_change).collect(),
+        crate::jsonrpc::Read::Not => Vec::new(),
+    }
 }
 
-fn state_change(message: &Value) -> Option<StateChange> {
+fn state_change(message: &crate::jsonrpc::Message<'_>) -> Option<StateChange> {
     // A notification (no id) is not answered, so nothing says it worked: not recorded.
-    message.get("id")?;
-    let params = message.get("params")?;
-    let text = |key: &str| params.get(key)?.as_str().map(str::to_owned);
-    match message.get("method")?.as_str()? {
-        "logging/setLevel" => text("level").map(StateChange::SetLevel),
-        "resources/subscribe" => text("uri").map(StateChange::Subscribe),
-        "resources/unsubscribe" => text("uri").map(StateChange::Unsubscribe),
+    message.request_id()?;
+    match message.method()? {
+        "logging/setLevel" => message.param_str("level").map(StateChange::SetLevel),
+        "resources/subscribe" => message.param_str("uri").map(StateChange::Subscribe),
+        "resources/unsubscribe" => message.param_str("uri").map(StateChange::Unsubscribe),
         _ => None,
     }
 }
@@ -134,7 +125,7 @@ pub enum Reply {
 /// event whose data is a response wins; priming events with empty data are skipped).
 pub fn reply(is_sse: bool, body: &[u8]) -> Reply {
     if !is_sse {
-        return serde_json::from_slice::<Value>(body).map_or(Reply::Nothing, response);
+        return response(body);
     }
     // Only complete events are read: one cut off before its empty line is not yet an answer.
     let mut found = Reply::Nothing;
@@ -142,29 +133,21 @@ pub fn reply(is_sse: bool, body: &[u8]) -> Reply {
         if found != Reply::Nothing || event.data.is_empty() {
             return;
         }
-        if let Ok(value) = serde_json::from_str::<Value>(&event.data) {
-            found = response(value);
-        }
+        found = response(event.data.as_bytes());
     });
     found
 }
 
-fn response(value: Value) -> Reply {
-    let Value::Object(mut object) = value else {
+/// The response in one message's text, read by `crate::jsonrpc`.
+fn response(text: &[u8]) -> Reply {
+    let Some(message) = crate::jsonrpc::one(text) else {
         return Reply::Nothing;
     };
-    if let Some(result) = object.remove("result") {
+    if let Some(result) = message.result() {
         return Reply::Result(result);
     }
-    match object.remove("error") {
-        Some(error) => Reply::Error(
-            error.get("code").and_then(Value::as_i64).unwrap_or(0),
-            error
-                .get("message")
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_owned(),
-        ),
+    match message.error() {
+        Some((code, text)) => Reply::Error(code, text),
         None => Reply::Nothing,
     }
 }

@@ -16,6 +16,7 @@ mod health;
 mod held_memory;
 mod hold;
 mod hold_e2e;
+mod jsonrpc_readers;
 mod legacy;
 mod limits;
 mod logs;
