@@ -1,13 +1,16 @@
 //! `holdfast probe URL`: diagnose an MCP endpoint the way the transport specification says
 //! to, and say what holdfast would do with each answer.
 //!
-//! The steps: POST an `initialize` (its own time budget); classify its answer
-//! ([`verdict::look`]); after a 400, 404 or 405 that is not HTML, GET with
+//! The steps: POST a 2026-07-28 `server/discover`, as dual-era clients do first ([`era`]);
+//! POST an `initialize` (each step its own time budget); classify its answer
+//! ([`verdict::look`]); a server that answered `server/discover` and refuses the handshake
+//! speaks only the final revision; after a 400, 404 or 405 that is not HTML, GET with
 //! `Accept: text/event-stream` (a fresh budget) and look for a legacy server's `endpoint`
 //! event; after 401/403, fetch the protected resource metadata the challenge names; after a
 //! successful initialize, send `notifications/initialized` and `tools/list` (following
 //! pages), then DELETE the session the probe opened, so it leaves nothing behind.
 
+pub mod era;
 pub mod http;
 pub mod report;
 pub mod verdict;
@@ -102,12 +105,14 @@ pub async fn run(opts: &Options) -> Result<Report, String> {
         url: opts.url.to_string(),
         steps: Vec::new(),
         server: None,
+        eras: era::Eras::default(),
     };
     let verdict = probe.diagnose().await;
     Ok(Report {
         url: probe.url,
         steps: probe.steps,
         server: probe.server,
+        eras: probe.eras,
         exit_code: verdict.kind.exit_code(),
         verdict,
     })
@@ -138,10 +143,32 @@ struct Probe<'a> {
     url: String,
     steps: Vec<Step>,
     server: Option<Server>,
+    eras: era::Eras,
 }
 
 impl Probe<'_> {
     async fn diagnose(&mut self) -> Verdict {
+        // The final revision first, as dual-era clients ask: a failure to connect ends the
+        // probe here as it would at the initialize.
+        let discover = era::request(0, "server/discover", json!({}));
+        let discovered = match self
+            .post(
+                "server/discover",
+                &discover,
+                &era::headers("server/discover"),
+            )
+            .await
+        {
+            Ok(answer) => era::discovered(&answer),
+            Err(failure) => return verdict::failed(&failure, self.opts.timeout.as_secs_f64()),
+        };
+        if let Some(step) = self.steps.last_mut() {
+            step.note = match &discovered {
+                Some(versions) => format!("speaks {}", versions.join(", ")),
+                None => "not the 2026-07-28 revision".into(),
+            };
+        }
+        self.eras.discover = discovered;
         let body = json!({
             "jsonrpc": "2.0",
             "id": 1,
@@ -157,10 +184,14 @@ impl Probe<'_> {
             Err(failure) => return verdict::failed(&failure, self.opts.timeout.as_secs_f64()),
         };
         match verdict::look(&answer) {
-            Look::Done(v) => v,
             Look::Auth { resource_metadata } => self.auth(&answer, resource_metadata).await,
-            Look::TryGet => self.legacy_get(answer.status.as_u16()).await,
             Look::Initialized(result) => self.initialized(&answer, &result).await,
+            // It answered server/discover and refuses the handshake: the final revision only.
+            Look::Done(_) | Look::TryGet if self.eras.discover.is_some() => {
+                self.modern_only().await
+            }
+            Look::Done(v) => v,
+            Look::TryGet => self.legacy_get(answer.status.as_u16()).await,
         }
     }
 
@@ -288,10 +319,40 @@ impl Probe<'_> {
         )
     }
 
+    /// A server of the 2026-07-28 revision only: its tools, asked that revision's way.
+    async fn modern_only(&mut self) -> Verdict {
+        let versions = self.eras.discover.clone().unwrap_or_default();
+        let tools = self.tools(&era::headers("tools/list"), true).await;
+        self.server = Some(Server {
+            protocol_version: versions.first().cloned(),
+            name: None,
+            version: None,
+            stateful: false,
+            answers: "json".into(),
+            tools,
+        });
+        era::modern_only(&versions, self.put_in_front())
+    }
+
+    /// What to do next with a working server: holdfast in front of it.
+    fn put_in_front(&self) -> String {
+        let base = format!(
+            "{}://{}",
+            self.opts.url.scheme_str().unwrap_or("http"),
+            self.opts.url.authority().map_or("", |a| a.as_str())
+        );
+        format!(
+            "put holdfast in front: `holdfast --upstream {base}`, and point clients at holdfast \
+             with the same path ({})",
+            self.opts.url.path()
+        )
+    }
+
     /// A Streamable HTTP server initialized: what it is, its tools, then its session closed.
     async fn initialized(&mut self, answer: &Answer, result: &Value) -> Verdict {
         let session = answer.header(MCP_SESSION_ID.as_str()).map(str::to_owned);
         let version = result["protocolVersion"].as_str().map(str::to_owned);
+        self.eras.initialize = version.clone();
         let mut extra = Vec::new();
         if let Some(id) = session
             .as_deref()
@@ -321,21 +382,22 @@ impl Probe<'_> {
         let note = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
         let _ = self.post("notifications/initialized", &note, &extra).await;
         if result["capabilities"].get("tools").is_some() {
-            server.tools = self.tools(&extra).await;
+            server.tools = self.tools(&extra, false).await;
         }
         if session.is_some() {
             self.close_session(extra).await;
         }
         let stateful = server.stateful;
         self.server = Some(server);
-        let base = format!(
-            "{}://{}",
-            self.opts.url.scheme_str().unwrap_or("http"),
-            self.opts.url.authority().map_or("", |a| a.as_str())
-        );
+        let finding = if self.eras.discover.is_some() {
+            "a Streamable HTTP MCP server of both eras (server/discover and the initialize \
+             handshake)"
+        } else {
+            "a Streamable HTTP MCP server"
+        };
         Verdict {
             kind: Kind::McpServer,
-            finding: "a Streamable HTTP MCP server".into(),
+            finding: finding.into(),
             holdfast: if stateful {
                 "holdfast would forward it, hold requests through its restarts, and carry its \
                  sessions across them (it forgets them when it restarts; holdfast opens them \
@@ -347,23 +409,24 @@ impl Probe<'_> {
                  the ones holdfast may send twice after an ambiguous failure"
             }
             .into(),
-            next: format!(
-                "put holdfast in front: `holdfast --upstream {base}`, and point clients at \
-                 holdfast with the same path ({})",
-                self.opts.url.path()
-            ),
+            next: self.put_in_front(),
         }
     }
 
-    /// `tools/list`, page after page.
-    async fn tools(&mut self, extra: &[(HeaderName, HeaderValue)]) -> Option<Tools> {
+    /// `tools/list`, page after page (`modern`: as the 2026-07-28 revision asks, with `_meta`).
+    async fn tools(&mut self, extra: &[(HeaderName, HeaderValue)], modern: bool) -> Option<Tools> {
         let mut tools = Tools::default();
         let mut cursor: Option<String> = None;
         for page in 0..MAX_PAGES {
-            let mut body = json!({"jsonrpc": "2.0", "id": 2 + page, "method": "tools/list"});
-            if let Some(c) = &cursor {
-                body["params"] = json!({ "cursor": c });
-            }
+            let params = match &cursor {
+                Some(c) => json!({ "cursor": c }),
+                None => json!({}),
+            };
+            let body = if modern {
+                era::request(2 + page, "tools/list", params)
+            } else {
+                json!({"jsonrpc": "2.0", "id": 2 + page, "method": "tools/list", "params": params})
+            };
             let answer = self.post("tools/list", &body, extra).await.ok()?;
             let crate::session::rpc::Reply::Result(result) = verdict::rpc_reply(&answer) else {
                 return None;

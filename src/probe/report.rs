@@ -100,6 +100,8 @@ pub struct Report {
     pub url: String,
     pub steps: Vec<Step>,
     pub server: Option<Server>,
+    /// Which protocol eras the endpoint answered.
+    pub eras: super::era::Eras,
     pub verdict: Verdict,
     pub exit_code: u8,
 }
@@ -128,6 +130,7 @@ impl Report {
         }
         if let Some(server) = &self.server {
             let _ = writeln!(out, "server:   {}", server_line(server));
+            let _ = writeln!(out, "eras:     {}", self.eras.line());
         }
         let _ = writeln!(out, "verdict:  {}", self.verdict.finding);
         let _ = writeln!(out, "holdfast: {}", self.verdict.holdfast);

@@ -9,6 +9,7 @@ mod deploy_nginx;
 mod deploy_observability;
 mod deploy_pause;
 mod docs;
+mod dual_era;
 mod exactly_once;
 mod forwarding;
 mod graceful;

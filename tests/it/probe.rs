@@ -80,6 +80,7 @@ async fn a_stateful_server_is_described_its_tools_counted_and_its_session_ended(
     assert_eq!(
         steps(&report),
         [
+            ("POST server/discover".to_string(), Some(200)),
             ("POST initialize".to_string(), Some(200)),
             ("POST notifications/initialized".to_string(), Some(202)),
             ("POST tools/list".to_string(), Some(200)),
@@ -101,14 +102,28 @@ async fn a_stateful_server_is_described_its_tools_counted_and_its_session_ended(
         ),
         (6, 1, 1, false)
     );
-    assert!(report.steps[0].headers.contains_key("mcp-session-id"));
+    assert!(report.steps[1].headers.contains_key("mcp-session-id"));
+    // rmcp 3.11 answers both eras: server/discover names 2026-07-28 too.
+    let discovered = report.eras.discover.as_ref().expect("discover answered");
+    assert!(
+        discovered.iter().any(|v| v == "2026-07-28"),
+        "{}",
+        report.text()
+    );
+    assert_eq!(report.eras.initialize.as_deref(), Some("2025-11-25"));
+    assert!(
+        report.verdict.finding.contains("both eras"),
+        "{}",
+        report.text()
+    );
     // The server saw the session the probe opened closed: nothing left behind.
     let seen = server.seen();
     let delete = seen
         .iter()
         .find(|r| r.method == Method::DELETE)
         .expect("a DELETE");
-    assert_eq!(delete.session_id(), seen[0].assigned_session.as_deref());
+    let opened = seen.iter().find_map(|r| r.assigned_session.as_deref());
+    assert_eq!(delete.session_id(), opened);
     assert!(report
         .verdict
         .next
@@ -149,7 +164,8 @@ async fn nothing_listening_is_an_outage_holdfast_would_hold() {
         report.text()
     );
     assert!(report.verdict.holdfast.contains("hold"));
-    assert_eq!(steps(&report), [("POST initialize".to_string(), None)]);
+    // The first step, server/discover, already meets the refusal: nothing more is tried.
+    assert_eq!(steps(&report), [("POST server/discover".to_string(), None)]);
 }
 
 #[tokio::test]
@@ -215,7 +231,10 @@ async fn traefiks_route_missing_404_is_named_and_masked() {
         .holdfast
         .contains("held and sent once the route is back"));
     // A router's 404 is a verdict: no GET follows.
-    assert_eq!(step_names(&report), ["POST initialize"]);
+    assert_eq!(
+        step_names(&report),
+        ["POST server/discover", "POST initialize"]
+    );
 }
 
 #[tokio::test]
@@ -236,7 +255,10 @@ async fn a_web_page_is_not_mcp_at_any_status() {
         "{}",
         report.text()
     );
-    assert_eq!(step_names(&report), ["POST initialize"]);
+    assert_eq!(
+        step_names(&report),
+        ["POST server/discover", "POST initialize"]
+    );
 }
 
 #[tokio::test]
@@ -273,6 +295,7 @@ async fn a_challenge_leads_to_the_resource_metadata_and_its_authorization_server
     assert_eq!(
         steps(&report),
         [
+            ("POST server/discover".to_string(), Some(401)),
             ("POST initialize".to_string(), Some(401)),
             ("GET resource metadata".to_string(), Some(200)),
         ]
@@ -331,6 +354,7 @@ async fn a_legacy_server_is_proven_by_its_endpoint_event_without_waiting_for_the
     assert_eq!(
         steps(&report),
         [
+            ("POST server/discover".to_string(), Some(405)),
             ("POST initialize".to_string(), Some(405)),
             ("GET legacy GET".to_string(), Some(200)),
         ]
@@ -365,7 +389,7 @@ async fn an_sse_stream_without_an_endpoint_event_is_not_mcp() {
     );
     // The GET ran its whole own budget, after the POST's.
     assert!(
-        report.steps[1].note.contains("time budget"),
+        report.steps[2].note.contains("time budget"),
         "{}",
         report.text()
     );
@@ -377,7 +401,7 @@ fn the_command_prints_text_or_json_and_exits_by_kind() {
     let url = format!("{}/mcp", port.url());
     let out = finish(holdfast(&["probe", &url]), "holdfast probe");
     assert_eq!(out.status.code(), Some(5), "{out:?}");
-    assert!(out.stdout.contains("POST   initialize"), "{out:?}");
+    assert!(out.stdout.contains("POST   server/discover"), "{out:?}");
     assert!(
         out.stdout.contains("verdict:  connection refused"),
         "{out:?}"
@@ -582,6 +606,7 @@ async fn the_text_form_reads_as_documented() {
     let report = probe(&format!("{}/sse", server.url())).await;
     let golden = "\
 holdfast probe http://127.0.0.1:PORT/sse
+  POST   server/discover            405 text/plain              T ms  not the 2026-07-28 revision
   POST   initialize                 405 text/plain              T ms
   GET    legacy GET                 200 text/event-stream       T ms
 verdict:  a legacy HTTP+SSE server (2024-11-05 transport): its endpoint event names /messages?s=1 (relative)

@@ -216,3 +216,51 @@ impl PyServer {
         self.seen.join("\n")
     }
 }
+
+/// The Python SDK's client in `mode="auto"` (`tests/python/auto_client.py`), started against
+/// `url`; its output lines come as it prints them.
+pub struct AutoClient {
+    child: Guard,
+    lines: mpsc::Receiver<String>,
+}
+
+impl AutoClient {
+    /// Starts the client: it connects, then makes `calls` calls of `lookup`.
+    pub fn start(url: &str, calls: usize) -> AutoClient {
+        let mut child = Guard(
+            Command::new(require_python_sdk())
+                .arg(repo_path("tests/python/auto_client.py"))
+                .arg(url)
+                .arg(calls.to_string())
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap_or_else(|e| panic!("cannot start the Python SDK client: {e}")),
+        );
+        let (tx, rx) = mpsc::channel();
+        let stdout = child.0.stdout.take().expect("piped stdout");
+        thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        AutoClient { child, lines: rx }
+    }
+
+    /// Every line it printed, once its output ended and it exited (at most [`LIMIT`]).
+    pub async fn output(self) -> Vec<String> {
+        let AutoClient { mut child, lines } = self;
+        // The reader thread's channel closes at the output's end: every line is in by then.
+        let done = tokio::task::spawn_blocking(move || {
+            let printed: Vec<String> = lines.iter().collect();
+            (printed, child.0.wait())
+        });
+        match tokio::time::timeout(LIMIT, done).await {
+            Ok(Ok((printed, Ok(_)))) => printed,
+            other => panic!("the Python SDK client did not finish within {LIMIT:?}: {other:?}"),
+        }
+    }
+}
