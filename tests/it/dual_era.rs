@@ -9,6 +9,7 @@
 //!   is the server's own answer, and passes unchanged, even behind a router.
 //! - `holdfast probe` asks both eras and says which a server answers.
 
+use crate::probe::probe;
 use crate::support::files::TempDir;
 use crate::support::http::{post_json, response, Seen, Upstream};
 use crate::support::proxy::Holdfast;
@@ -134,18 +135,7 @@ async fn a_final_revision_servers_own_404_passes_unchanged() {
 #[tokio::test]
 async fn probe_names_a_server_of_the_final_revision_only() {
     let server = modern_only_server().await;
-    let report = holdfast::probe::run(
-        &holdfast::probe::Options::new(
-            &format!("{}/mcp", server.url()),
-            5.0,
-            &[],
-            holdfast::probe::DEFAULT_PROTOCOL_VERSION.into(),
-            None,
-        )
-        .unwrap(),
-    )
-    .await
-    .unwrap();
+    let report = probe(&format!("{}/mcp", server.url())).await;
     assert_eq!(report.exit_code, 0, "{}", report.text());
     assert!(
         report.verdict.finding.contains("2026-07-28 revision only"),
@@ -195,18 +185,7 @@ async fn probe_names_a_server_of_the_final_revision_only() {
 async fn probe_names_both_eras_of_the_python_sdk_server() {
     let dir = TempDir::new("dual-era-probe");
     let server = PyServer::start(&dir.path().join("ledger")).await;
-    let report = holdfast::probe::run(
-        &holdfast::probe::Options::new(
-            &format!("http://{}/mcp", server.addr()),
-            5.0,
-            &[],
-            holdfast::probe::DEFAULT_PROTOCOL_VERSION.into(),
-            None,
-        )
-        .unwrap(),
-    )
-    .await
-    .unwrap();
+    let report = probe(&format!("http://{}/mcp", server.addr())).await;
     assert!(
         report.verdict.finding.contains("both eras"),
         "{}",

@@ -7,7 +7,6 @@
 //! - A call to a tool the server announced read-only (`lookup`) or idempotent (`put`) never
 //!   fails: holdfast sends it once more, and holds it until the server is back.
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use rmcp::service::Peer;
@@ -20,15 +19,6 @@ use crate::support::within;
 /// How long the killed backend stays down before it is back: long enough that the call sent
 /// once more meets a refused connection and is held.
 const DOWN: Duration = Duration::from_millis(40);
-
-/// Runs of each `tool:id` in the ledger.
-fn runs(server: &McpServer) -> HashMap<String, usize> {
-    let mut runs = HashMap::new();
-    for entry in server.ledger() {
-        *runs.entry(entry).or_default() += 1;
-    }
-    runs
-}
 
 /// Calls `tool` with `id` while the server dies the instant it has read that call, then comes
 /// back after [`DOWN`]. Returns the call's outcome.
@@ -83,7 +73,8 @@ async fn assert_exactly_once_under_deaths(mode: Mode) {
         for tool in ["record", "lookup", "put"] {
             let id = format!("{tool}-{round}");
             let outcome = call_into_a_death(&mut server, &peer, tool, id.clone()).await;
-            let ran = runs(&server)
+            let ran = server
+                .runs()
                 .get(&format!("{tool}:{id}"))
                 .copied()
                 .unwrap_or(0);
@@ -115,7 +106,7 @@ async fn assert_exactly_once_under_deaths(mode: Mode) {
     for n in 0..3 {
         let id = format!("after-{n}");
         assert_eq!(within(call_ledger(&peer, "record", &id)).await.unwrap(), id);
-        assert_eq!(runs(&server)[&format!("record:{id}")], 1);
+        assert_eq!(server.runs()[&format!("record:{id}")], 1);
     }
     eprintln!(
         "exactly_once ({mode:?}): {} deaths; record failed {record_failures} times, never ran \
@@ -160,7 +151,7 @@ async fn deaths_at_random_instants_never_run_a_call_twice() {
         let outcome = within(call).await.expect("the call's task");
         outcomes.push((tool, id, outcome));
     }
-    let runs = runs(&server);
+    let runs = server.runs();
     let mut failed = 0;
     for (tool, id, outcome) in &outcomes {
         let ran = runs.get(&format!("{tool}:{id}")).copied().unwrap_or(0);

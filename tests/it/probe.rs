@@ -37,7 +37,8 @@ async fn probe_with(url: &str, timeout: f64, headers: &[&str]) -> Report {
     within(run(&opts)).await.expect("the probe runs")
 }
 
-async fn probe(url: &str) -> Report {
+/// The probe of `url` with the default options (a 10 s budget per step).
+pub(crate) async fn probe(url: &str) -> Report {
     probe_with(url, 10.0, &[]).await
 }
 

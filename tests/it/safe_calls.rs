@@ -12,8 +12,6 @@
 //! - As a separate process: the official Python SDK's server SIGKILLs itself the instant its
 //!   handler gets the call, and is started again.
 
-use std::collections::HashMap;
-
 use rmcp::model::{CallToolRequestParams, ReadResourceRequestParams};
 use rmcp::service::Peer;
 use rmcp::RoleClient;
@@ -27,13 +25,22 @@ use crate::support::within;
 /// Deaths per kind of call.
 const DEATHS: usize = 30;
 
-/// Runs of each `tool:id` in an rmcp server's ledger.
-fn runs(server: &McpServer) -> HashMap<String, usize> {
-    let mut runs = HashMap::new();
-    for entry in server.ledger() {
-        *runs.entry(entry).or_default() += 1;
-    }
-    runs
+/// holdfast in front of `server`, and an rmcp client connected through it that has listed the
+/// tools: the answer that teaches holdfast which tools are safe passed through it first.
+async fn through_holdfast(
+    server: std::net::SocketAddr,
+) -> (
+    Holdfast,
+    rmcp::service::RunningService<RoleClient, ()>,
+    Peer<RoleClient>,
+) {
+    let holdfast = Holdfast::start(&format!("http://{server}")).await;
+    let client = within(connect(&holdfast.url("/mcp")))
+        .await
+        .expect("connect");
+    let peer = client.peer().clone();
+    within(peer.list_all_tools()).await.expect("tools/list");
+    (holdfast, client, peer)
 }
 
 #[tokio::test]
@@ -43,13 +50,7 @@ async fn safe_calls_outlive_a_server_that_breaks_them_twice_in_process() {
         ..Options::default()
     })
     .await;
-    let holdfast = Holdfast::start(&format!("http://{}", server.addr())).await;
-    let client = within(connect(&holdfast.url("/mcp")))
-        .await
-        .expect("connect");
-    let peer = client.peer().clone();
-    // The answer that teaches holdfast which tools are safe passes through it first.
-    within(peer.list_all_tools()).await.expect("tools/list");
+    let (holdfast, client, peer) = through_holdfast(server.addr()).await;
 
     for n in 0..DEATHS {
         // A read-only method.
@@ -62,14 +63,14 @@ async fn safe_calls_outlive_a_server_that_breaks_them_twice_in_process() {
             server.crash_on_next(&format!("\"{id}\""), 2);
             let got = within(call_ledger(&peer, tool, &id)).await;
             assert_eq!(got.expect("a safe call never fails"), id);
-            assert_eq!(runs(&server)[&format!("{tool}:{id}")], 1, "{id}");
+            assert_eq!(server.runs()[&format!("{tool}:{id}")], 1, "{id}");
         }
         // No annotations: the first break is the client's 502, and it never ran.
         let id = format!("record-{n}");
         server.crash_on_next(&format!("\"{id}\""), 2);
         let got = within(call_ledger(&peer, "record", &id)).await;
         assert!(got.is_err(), "{id}: {got:?}");
-        assert_eq!(runs(&server).get(&format!("record:{id}")), None, "{id}");
+        assert_eq!(server.runs().get(&format!("record:{id}")), None, "{id}");
     }
     // Every safe call broke twice: once sent again at once, once held.
     let held = holdfast
@@ -117,12 +118,7 @@ async fn read_py(peer: &Peer<RoleClient>, n: usize) -> Result<String, String> {
 async fn safe_calls_outlive_a_sigkilled_python_sdk_server() {
     let dir = TempDir::new("safe-calls-sigkill");
     let mut server = PyServer::start(&dir.path().join("ledger")).await;
-    let holdfast = Holdfast::start(&format!("http://{}", server.addr())).await;
-    let client = within(connect(&holdfast.url("/mcp")))
-        .await
-        .expect("connect");
-    let peer = client.peer().clone();
-    within(peer.list_all_tools()).await.expect("tools/list");
+    let (_holdfast, client, peer) = through_holdfast(server.addr()).await;
 
     let mut record_failed = 0;
     for n in 0..DEATHS {

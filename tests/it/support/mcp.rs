@@ -360,6 +360,15 @@ impl McpServer {
         *self.shared.crash_on.lock().expect("crash_on lock") = Some((needle.to_owned(), n));
     }
 
+    /// Runs of each `tool:id` in the ledger, across restarts.
+    pub fn runs(&self) -> std::collections::HashMap<String, usize> {
+        let mut runs = std::collections::HashMap::new();
+        for entry in self.ledger() {
+            *runs.entry(entry).or_default() += 1;
+        }
+        runs
+    }
+
     /// Lets `count` pending and future `wait` calls return.
     pub fn release_waits(&self, count: usize) {
         self.shared.gate.add_permits(count);

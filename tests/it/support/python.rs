@@ -107,17 +107,9 @@ impl PyServer {
                 .spawn()
                 .unwrap_or_else(|e| panic!("cannot start the Python SDK server: {e}")),
         );
-        let (tx, rx) = mpsc::channel();
         let stderr = child.0.stderr.take().expect("piped stderr");
-        thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
         self.child = Some(child);
-        self.lines = Some(rx);
+        self.lines = Some(lines_of(stderr));
         self.wait_for_line("Uvicorn running on").await;
     }
 
@@ -238,16 +230,11 @@ impl AutoClient {
                 .spawn()
                 .unwrap_or_else(|e| panic!("cannot start the Python SDK client: {e}")),
         );
-        let (tx, rx) = mpsc::channel();
         let stdout = child.0.stdout.take().expect("piped stdout");
-        thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        AutoClient { child, lines: rx }
+        AutoClient {
+            lines: lines_of(stdout),
+            child,
+        }
     }
 
     /// Every line it printed, once its output ended and it exited (at most [`LIMIT`]).
@@ -263,4 +250,18 @@ impl AutoClient {
             other => panic!("the Python SDK client did not finish within {LIMIT:?}: {other:?}"),
         }
     }
+}
+
+/// A child's output, line by line as it prints them, from a thread of its own; the channel
+/// closes when the output ends.
+fn lines_of(output: impl std::io::Read + Send + 'static) -> mpsc::Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    thread::spawn(move || {
+        for line in BufReader::new(output).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
 }
