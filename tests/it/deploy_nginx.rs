@@ -21,7 +21,6 @@ use std::time::{Duration, Instant};
 
 use http::{Request, Response};
 use http_body_util::Full;
-use tokio::net::TcpSocket;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -529,11 +528,9 @@ impl ClientLoop {
 /// holds the requests that meet the gap and nginx waits for holdfast. Never a 404, 502 or 503.
 #[tokio::test]
 async fn the_client_behind_nginx_sees_only_200s_while_the_backend_restarts() {
-    let socket = TcpSocket::new_v4().unwrap();
-    socket.set_reuseaddr(true).unwrap();
-    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
-    let addr = socket.local_addr().unwrap();
-    let first = Upstream::serve(socket.listen(1024).unwrap(), echo);
+    let reserved = Reserved::new();
+    let addr = reserved.addr;
+    let first = Upstream::serve(reserved.listen(), echo);
     // Default settings: holding is on.
     let holdfast = Holdfast::start(&format!("http://{addr}")).await;
     let nginx = start_nginx(holdfast.addr).await;

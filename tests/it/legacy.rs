@@ -38,7 +38,8 @@ fn is_call(r: &Routed) -> bool {
 #[tokio::test]
 async fn a_legacy_servers_restart_never_shows_the_client_a_routers_404_and_its_own_404_passes() {
     let dir = TempDir::new("legacy");
-    let mut server = TsServer::start_legacy(0, &dir.path().join("ledger")).await;
+    let mut server =
+        TsServer::start_legacy(crate::support::ports::quiet(), &dir.path().join("ledger")).await;
     let router = FakeRouter::start(server.addr()).await;
     let mut raw = raw_config(&format!("http://{}", router.addr));
     // Only what the stream shows may make /sse and /messages expected routes: not learning

@@ -24,7 +24,7 @@ fn resumes(outcome: &str) -> String {
 /// A TypeScript SDK server recording into a fresh temporary directory (kept alive by the caller).
 async fn ts_server(dir: &TempDir) -> TsServer {
     let (ledger, levels) = (dir.path().join("ledger"), dir.path().join("levels"));
-    TsServer::start(0, &ledger, &levels).await
+    TsServer::start(crate::support::ports::quiet(), &ledger, &levels).await
 }
 
 /// The session id the client was given at `initialize`.

@@ -380,16 +380,18 @@ pub struct Reserved {
 }
 
 impl Reserved {
-    /// A fresh port.
+    /// A fresh port, outside the ephemeral range ([`super::ports`]): once the server on it
+    /// stops, no connection another test opens can take it before [`Reserved::again`].
     pub fn new() -> Reserved {
-        let socket = TcpSocket::new_v4().unwrap();
-        // So that `again` can bind the port after this listener's server-side connections went
-        // to TIME_WAIT: Linux lets a bind pass them only when both sockets set it. It never
-        // lets two listeners share the port.
-        socket.set_reuseaddr(true).unwrap();
-        socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
-        let addr = socket.local_addr().unwrap();
-        Reserved { socket, addr }
+        super::ports::quiet_with(|addr| {
+            let socket = TcpSocket::new_v4().unwrap();
+            // So that `again` can bind the port after this listener's server-side connections
+            // went to TIME_WAIT: Linux lets a bind pass them only when both sockets set it. It
+            // never lets two listeners share the port.
+            socket.set_reuseaddr(true).unwrap();
+            socket.bind(addr).ok()?;
+            Some(Reserved { socket, addr })
+        })
     }
 
     /// `addr` again, once the server that listened there has stopped (its socket must have had

@@ -254,9 +254,14 @@ impl McpServer {
             die_on: Mutex::new(None),
             crash_on: Mutex::new(None),
         });
-        let listener = TcpListener::bind(options.addr)
-            .await
-            .unwrap_or_else(|error| panic!("bind {}: {error}", options.addr));
+        let listener = if options.addr.port() == 0 {
+            // A port no other test's connection can take while this server is stopped.
+            Reserved::new().listen()
+        } else {
+            TcpListener::bind(options.addr)
+                .await
+                .unwrap_or_else(|error| panic!("bind {}: {error}", options.addr))
+        };
         let addr = listener.local_addr().expect("local_addr");
         let running = spawn(listener, &options, &shared);
         Self {

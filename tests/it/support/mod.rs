@@ -8,6 +8,7 @@ pub mod mcp;
 pub mod nginx;
 pub mod node;
 pub mod pod;
+pub mod ports;
 pub mod process;
 pub mod proxy;
 pub mod python;

@@ -9,7 +9,7 @@
 //! same port.
 
 use std::io::{BufRead, BufReader};
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
@@ -53,19 +53,6 @@ pub fn require_python_sdk() -> PathBuf {
     python
 }
 
-/// A port outside the kernel's ephemeral range, free now. A server that stops and starts again
-/// must find its port free: no socket another test binds to port 0, and no outgoing connection,
-/// is given a port from outside that range, so only another such pick could take it.
-fn quiet_port() -> u16 {
-    for _ in 0..1000 {
-        let port = 20_000 + fastrand::u16(..12_000);
-        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            return port;
-        }
-    }
-    panic!("no free port in 20000..32000");
-}
-
 /// A running (or stopped) Python SDK server.
 pub struct PyServer {
     python: PathBuf,
@@ -83,7 +70,7 @@ impl PyServer {
     pub async fn start(ledger: &Path) -> PyServer {
         let mut server = PyServer {
             python: require_python_sdk(),
-            port: quiet_port(),
+            port: super::ports::quiet(),
             ledger: ledger.to_owned(),
             child: None,
             lines: None,
