@@ -31,11 +31,13 @@ use http::Uri;
 use crate::tls::{self, Identity, TlsError};
 
 mod forwarded;
+mod hold;
 mod layers;
 mod messages;
 mod pause;
 mod raw;
 mod retry;
+mod routes;
 mod sessions;
 mod validate;
 

@@ -133,8 +133,6 @@ impl Config {
         );
         let stream_idle_timeout =
             v.secs("streams.idle_timeout_secs", raw.streams.idle_timeout_secs);
-        let learn_ttl = v.secs("routes.learn_ttl_secs", raw.routes.learn_ttl_secs);
-        let horizon = v.secs("routes.horizon_secs", raw.routes.horizon_secs);
         let header_read_timeout = v.secs(
             "limits.header_read_timeout_secs",
             raw.limits.header_read_timeout_secs,
@@ -153,145 +151,16 @@ impl Config {
         } else {
             v.secs("shutdown.accept_grace_secs", grace)
         };
-        let hold_timeout = v.secs("hold.timeout_secs", raw.hold.timeout_secs);
-        let check_interval = if raw.hold.check_interval_secs == 0.0 {
-            Some(None)
-        } else {
-            v.secs("hold.check_interval_secs", raw.hold.check_interval_secs)
-                .map(Some)
-        };
-        let h = &raw.hold;
-        let retry_after_mode = match h.retry_after.as_str() {
-            "observed" => Some(RetryAfter::Observed),
-            "fixed" => Some(RetryAfter::Fixed),
-            other => v.fail(
-                "hold.retry_after",
-                format!("expected `observed` or `fixed`, got `{other}`"),
-            ),
-        };
-        if h.max_body_bytes > h.max_buffered_bytes {
-            v.fail::<()>(
-                "hold.max_body_bytes",
-                format!(
-                    "larger than hold.max_buffered_bytes ({}): no such body could ever be held",
-                    h.max_buffered_bytes
-                ),
-            );
-        }
-        if h.max_requests == 0 {
-            v.fail::<()>("hold.max_requests", "must be at least 1".into());
-        }
-        if h.backoff_initial_ms == 0 {
-            v.fail::<()>("hold.backoff_initial_ms", "must be at least 1".into());
-        }
-        if h.backoff_max_ms < h.backoff_initial_ms {
-            v.fail::<()>(
-                "hold.backoff_max_ms",
-                format!(
-                    "must not be below hold.backoff_initial_ms ({})",
-                    h.backoff_initial_ms
-                ),
-            );
-        }
-        if h.retry_after_min_secs == 0 {
-            v.fail::<()>("hold.retry_after_min_secs", "must be at least 1".into());
-        }
-        let probe_path = match h.probe_path.as_str() {
-            "" => Some(None),
-            path => match http::uri::PathAndQuery::try_from(path) {
-                Ok(pq) if path.starts_with('/') => Some(Some(pq)),
-                _ => v.fail(
-                    "hold.probe_path",
-                    format!(
-                        "must be empty (no health check) or a path starting with `/`; got {path:?}"
-                    ),
-                ),
-            },
-        };
-        if h.retry_after_max_secs < h.retry_after_min_secs {
-            v.fail::<()>(
-                "hold.retry_after_max_secs",
-                format!(
-                    "must not be below hold.retry_after_min_secs ({})",
-                    h.retry_after_min_secs
-                ),
-            );
-        }
+        let hold = v.hold(&raw.hold);
 
-        let mut endpoints = Vec::new();
-        for (i, e) in raw.routes.endpoints.iter().enumerate() {
-            if !e.starts_with('/') {
-                v.fail::<()>(
-                    &format!("routes.endpoints[{i}]"),
-                    format!("a path must start with `/`, got `{e}`"),
-                );
-            } else {
-                // Stored without a trailing slash; matching is segment-aligned (see classify).
-                let trimmed = e.trim_end_matches('/');
-                endpoints.push(if trimmed.is_empty() {
-                    "/".into()
-                } else {
-                    trimmed.into()
-                });
-            }
-        }
-        if raw.routes.max_peek_bytes == 0 || raw.routes.max_peek_bytes > 1 << 20 {
-            v.fail::<()>(
-                "routes.max_peek_bytes",
-                "must be between 1 and 1048576".into(),
-            );
-        }
-        let mut signatures = Vec::new();
-        let behind_router = raw.routes.behind_router.unwrap_or(defaults::BEHIND_ROUTER);
-        if !behind_router && !raw.routes.signatures.is_empty() {
-            v.fail::<()>(
-                "routes.signatures",
-                "signatures recognise a router's own answers, and routes.behind_router = false \
-                 says no router sits in front of the MCP server: remove them, or set \
-                 routes.behind_router = true"
-                    .into(),
-            );
-        }
-        for (i, name) in raw.routes.presets.iter().enumerate() {
-            match crate::signature::Preset::from_name(name) {
-                Some(p) => signatures.push(p.signature()),
-                None => {
-                    v.fail::<()>(
-                        &format!("routes.presets[{i}]"),
-                        format!(
-                            "unknown preset `{name}`; known: {}",
-                            crate::signature::Preset::names().join(", ")
-                        ),
-                    );
-                }
-            }
-        }
-        for (i, s) in raw.routes.signatures.iter().enumerate() {
-            let key = format!("routes.signatures[{i}]");
-            match crate::signature::Signature::from_raw(s) {
-                Ok(sig) => {
-                    if sig.body_len_needed() > raw.routes.max_peek_bytes {
-                        v.fail::<()>(
-                            &key,
-                            format!(
-                                "its body is longer than routes.max_peek_bytes ({}), so it could never match",
-                                raw.routes.max_peek_bytes
-                            ),
-                        );
-                    }
-                    signatures.push(sig);
-                }
-                Err(msg) => {
-                    v.fail::<()>(&key, msg);
-                }
-            }
-        }
+        let routes = v.routes(&raw.routes);
         let sessions = v.sessions(&raw.sessions);
         let retry = v.retry(&raw.retry);
         let pause = v.pause(&raw.pause);
         let trusted_proxies = v.forwarded(&raw.forwarded);
         let admin_token = v.admin_token(raw.admin_token_file.as_deref());
-        // hyper's HTTP/1 read buffer cannot be smaller than 8 KiB.
+        // Below 8 KiB ordinary requests stop fitting: a session token alone is up to 3 KiB
+        // (session::token::MAX_TOKEN_LEN), beside a bearer token and the usual headers.
         if raw.limits.max_header_bytes < 8192 {
             v.fail::<()>("limits.max_header_bytes", "must be at least 8192".into());
         }
@@ -324,22 +193,7 @@ impl Config {
             response_timeout: response_timeout.expect(ok),
             pool_idle_timeout: pool_idle_timeout.expect(ok),
             stream_idle_timeout: stream_idle_timeout.expect(ok),
-            routes: Routes {
-                endpoints,
-                learn: raw.routes.learn,
-                learn_ttl: learn_ttl.expect(ok),
-                horizon: horizon.expect(ok),
-                max_peek_bytes: raw.routes.max_peek_bytes,
-                behind_router,
-                behind_router_said: raw.routes.behind_router.is_some(),
-                // No router, no router's answers: every answer is the application's own (a Go
-                // server's `http.NotFound` is byte for byte Traefik's route-missing 404).
-                signatures: if behind_router {
-                    signatures
-                } else {
-                    Vec::new()
-                },
-            },
+            routes: routes.expect(ok),
             max_header_bytes: raw.limits.max_header_bytes,
             header_read_timeout: header_read_timeout.expect(ok),
             max_connections: raw.limits.max_connections,
@@ -347,20 +201,7 @@ impl Config {
             h2_ping_interval: h2_ping_interval.expect(ok),
             drain_timeout: drain_timeout.expect(ok),
             accept_grace: accept_grace.expect(ok),
-            hold: Hold {
-                enabled: h.enabled,
-                timeout: hold_timeout.expect(ok),
-                max_body_bytes: h.max_body_bytes,
-                max_requests: h.max_requests,
-                max_buffered_bytes: h.max_buffered_bytes,
-                backoff_initial: Duration::from_millis(h.backoff_initial_ms),
-                backoff_max: Duration::from_millis(h.backoff_max_ms),
-                retry_after: retry_after_mode.expect(ok),
-                retry_after_min: Duration::from_secs(h.retry_after_min_secs),
-                retry_after_max: Duration::from_secs(h.retry_after_max_secs),
-                probe_path: probe_path.expect(ok),
-                check_interval: check_interval.expect(ok),
-            },
+            hold: hold.expect(ok),
             tls,
             upstream_tls,
             sessions: sessions.expect(ok),
@@ -379,6 +220,11 @@ pub(super) struct Validator<'a> {
 }
 
 impl Validator<'_> {
+    /// Problems recorded so far (a section's validator compares before and after).
+    pub(super) fn problem_count(&self) -> usize {
+        self.problems.len()
+    }
+
     pub(super) fn fail<T>(&mut self, key: &str, message: String) -> Option<T> {
         // Array elements share their array's origin.
         let base = key.split('[').next().unwrap_or(key);
