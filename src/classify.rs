@@ -242,7 +242,7 @@ pub fn classify(outcome: &Outcome<'_>, cx: &Context<'_>) -> Verdict {
         }
 
         // 1b. The connection closed before the upstream read any byte of the request, as the
-        //     kernel shows (hyper handed it back unwritten, or the upstream's TCP acknowledged
+        //     kernel shows (the pooled connection handed it back unwritten, or the upstream's TCP acknowledged
         //     none of it): the backend stopped or is starting, and the request never reached it.
         Outcome::Error(err) if find_cause::<NeverRead>(*err).is_some() => {
             Verdict::Missing(Missing {

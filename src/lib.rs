@@ -9,7 +9,11 @@
 //! # Layout
 //! - [`config`]: two-phase configuration (figment layers, then validation).
 //! - [`cli`]: command-line flags and subcommands.
-//! - [`server`]: accept loop, TLS handshakes, connection limits, graceful shutdown.
+//! - [`server`]: accept loop, TLS handshakes, connection limits, graceful shutdown; the
+//!   client's HTTP/1 connection served by holdfast itself.
+//! - [`listener`]: binding and accepting on the listening sockets (proxy and admin).
+//! - [`http1`]: HTTP/1.1 on `httparse`, both ways (heads, body framing, buffers), held as
+//!   strict as hyper by a differential test.
 //! - [`tls`]: rustls configurations, the listener's certificate reloading, handshake failures.
 //! - [`proxy`]: forwarding one request; acts on the classifier's verdict; its headers and
 //!   streaming bodies; re-establishing forgotten sessions.
@@ -28,6 +32,9 @@
 //! - [`metrics`]: Prometheus metrics, registered explicitly.
 //! - [`admin`]: `/metrics`, `/healthz`, `/readyz`, and the readiness flag the server sets.
 //! - [`telemetry`]: logging setup.
+//! - [`probe`]: `holdfast probe`, diagnosing an MCP endpoint.
+//! - [`slab`]: values in reusable slots, for registries that take and free an entry per
+//!   request or connection.
 //! - [`demo`]: `holdfast demo`, a self-contained demonstration.
 
 pub mod admin;

@@ -198,8 +198,8 @@ impl Shared {
     }
 
     /// Marks the body complete as soon as the client's body says it has ended (its length is
-    /// reached), without waiting for one more poll: hyper may never make that poll once the
-    /// length is written, and a complete body is what a replay or a recorded `initialize` needs.
+    /// reached), without waiting for one more poll: the connection may never make that poll once
+    /// the length is read, and a complete body is what a replay or a recorded `initialize` needs.
     fn note_end(&mut self) {
         if self.rest.as_ref().is_some_and(|rest| rest.is_end_stream()) {
             self.rest = None;
@@ -348,8 +348,8 @@ impl BodyHandle {
     }
 
     /// Reads the client's body ahead into the buffer until it ends, fails, or passes the cap.
-    /// Meant for a request that is waiting anyway: once its body is read, hyper notices a client
-    /// that hangs up (it watches the connection only after the body). Cancel-safe: the client's
+    /// Meant for a request that is waiting anyway: once its body is read, the client's
+    /// connection notices a client that hangs up (it watches the socket only after the body). Cancel-safe: the client's
     /// body never leaves the shared state, it is only polled in place, so dropping this future
     /// (the request is released) loses nothing.
     pub async fn prefetch(&self) {

@@ -69,7 +69,8 @@ impl Drop for WaitGuard<'_> {
 impl Outages {
     /// Waits in the hold until the outage ends, this request is chosen as the probe, its
     /// deadline passes, or holdfast shuts down. The body is read ahead meanwhile (bounded by the
-    /// replay cap), so hyper notices a client that hangs up, and the request is dropped unsent.
+    /// replay cap), so the client's connection (holdfast's HTTP/1 server, or hyper's HTTP/2)
+    /// notices a client that hangs up, and the request is dropped unsent.
     pub async fn wait(self: &Arc<Self>, ticket: &mut Ticket, body: &BodyHandle) -> Released {
         let (rx, seq, deadline) = {
             let mut st = self.lock();
@@ -148,8 +149,9 @@ impl Outages {
             seq,
             armed: true,
         };
-        // Completes only if the client's body fails (the client went away mid-body): hyper
-        // keeps this future alive after a body error, so the hold must notice by itself.
+        // Completes only if the client's body fails (the client went away mid-body): the
+        // connection keeps this future alive after a body error, so the hold must notice by
+        // itself.
         let client_gone = async {
             body.prefetch().await;
             if !body.has_failed() {

@@ -7,7 +7,7 @@
 //! 41 KiB per stream, against HAProxy's 7. Here a connection holds a buffer only while bytes are
 //! arriving: heads are parsed with `httparse` and copied out (a kept header pins nothing), body
 //! bytes go on as `Bytes` sliced from a buffer allocated for the read that brought them, and an
-//! idle connection holds no buffer at all.
+//! idle plain connection holds no buffer at all (a TLS one keeps rustls's record buffers).
 //!
 //! - [`copied`]: small copies out of a read buffer, in one allocation each.
 //! - [`decode`]: a body's framing (`Content-Length`, chunked, until close) undone.

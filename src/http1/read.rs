@@ -78,7 +78,8 @@ pub fn poll_read_buf<R: Readable>(
 }
 
 /// Lets go of the buffer when nothing is left in it (what was split off keeps its own share of
-/// the allocation): an idle connection holds no buffer. Its spare room goes to the stash.
+/// the allocation): an idle plain connection holds no buffer (a TLS one still has rustls's).
+/// Its spare room goes to the stash.
 pub fn release(buf: &mut BytesMut) {
     if buf.is_empty() && buf.capacity() > 0 {
         let mut spare = std::mem::take(buf);
