@@ -286,6 +286,44 @@ mod tests {
         {"name":"plain","inputSchema":{}}
     ]}}"#;
 
+    /// Memory stays bounded whatever a server announces: past 4096 tools, new names are not
+    /// learned (so not sent twice), while the ones already known still change with the latest
+    /// announcement.
+    #[test]
+    fn at_most_4096_tools_are_remembered() {
+        let safety = safety(&[], &[]);
+        let none = HeaderMap::new();
+        let tools: Vec<String> = (0..MAX_LEARNED_TOOLS + 10)
+            .map(|n| {
+                format!(
+                    r#"{{"name":"t{n}","inputSchema":{{}},"annotations":{{"readOnlyHint":true}}}}"#
+                )
+            })
+            .collect();
+        let list = format!(
+            r#"{{"jsonrpc":"2.0","id":1,"result":{{"tools":[{}]}}}}"#,
+            tools.join(",")
+        );
+        assert_eq!(
+            safety.learn_from(None, false, list.as_bytes()),
+            MAX_LEARNED_TOOLS + 10,
+            "every tool is counted as announced"
+        );
+        assert_eq!(safety.learned(), MAX_LEARNED_TOOLS);
+        let first = call("t0");
+        let past = call(&format!("t{}", MAX_LEARNED_TOOLS + 1));
+        assert_eq!(
+            safety.judge(None, &none, first.as_bytes()),
+            Some(SafeKind::AnnotatedTool)
+        );
+        assert_eq!(safety.judge(None, &none, past.as_bytes()), None);
+        // A known tool announced again without the hint is no longer safe, even when full.
+        let again =
+            r#"{"jsonrpc":"2.0","id":2,"result":{"tools":[{"name":"t0","inputSchema":{}}]}}"#;
+        safety.learn_from(None, false, again.as_bytes());
+        assert_eq!(safety.judge(None, &none, first.as_bytes()), None);
+    }
+
     #[test]
     fn read_only_methods_are_safe_and_others_are_not() {
         let safety = safety(&[], &[]);

@@ -528,8 +528,13 @@ mod tests {
             cert.pem().into_bytes(),
             Path::new("k.pem"),
             a.serialize_pem().into_bytes(),
+        )
+        .expect("the matching key loads");
+        assert_eq!(
+            ok.certified_key().cert.first().map(|c| c.as_ref()),
+            Some(cert.der().as_ref()),
+            "the identity serves the certificate it was given"
         );
-        assert!(ok.is_ok());
         let err = Identity::from_pem(
             Path::new("c.pem"),
             b"nothing here".to_vec(),

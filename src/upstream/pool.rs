@@ -130,3 +130,69 @@ async fn reap<C: Reusable>(pool: Weak<Pool<C>>, timeout: Duration) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A connection the test names, open or not.
+    #[derive(Debug)]
+    struct Fake(usize, Liveness);
+
+    impl Reusable for Fake {
+        fn check(&self) -> Liveness {
+            self.1
+        }
+    }
+
+    fn pool() -> (Arc<Pool<Fake>>, Counter) {
+        let closed = Counter::default();
+        (Pool::new(Duration::from_secs(4), closed.clone()), closed)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_most_recently_used_connection_goes_first() {
+        let (pool, _) = pool();
+        for n in 0..3 {
+            pool.checkin(Fake(n, Liveness::Open));
+        }
+        let order: Vec<usize> = std::iter::from_fn(|| pool.checkout().map(|c| c.0)).collect();
+        assert_eq!(order, [2, 1, 0]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn at_most_1024_are_kept_and_more_are_closed() {
+        let (pool, _) = pool();
+        for n in 0..MAX_IDLE + 5 {
+            pool.checkin(Fake(n, Liveness::Open));
+        }
+        assert_eq!(pool.idle(), MAX_IDLE);
+        // The ones that came back past the cap were dropped (closed), not the older ones.
+        assert_eq!(pool.checkout().map(|c| c.0), Some(MAX_IDLE - 1));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn closed_and_expired_connections_are_never_handed_out() {
+        let (pool, closed) = pool();
+        pool.checkin(Fake(0, Liveness::Open));
+        tokio::time::advance(Duration::from_secs(3)).await;
+        pool.checkin(Fake(1, Liveness::Open));
+        pool.checkin(Fake(2, Liveness::Closed));
+        pool.checkin(Fake(3, Liveness::Unasked));
+        // 3 and 2 are skipped (and counted), 1 is fine.
+        assert_eq!(pool.checkout().map(|c| c.0), Some(1));
+        assert_eq!(closed.get(), 2);
+        // 0 is past the idle timeout by now: not used, and the pool is empty.
+        tokio::time::advance(Duration::from_secs(2)).await;
+        assert!(pool.checkout().is_none());
+        assert_eq!(closed.get(), 2, "an expired connection is not a closed one");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_reaper_closes_what_expired_without_a_checkout() {
+        let (pool, _) = pool();
+        pool.checkin(Fake(0, Liveness::Open));
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert_eq!(pool.idle(), 0);
+    }
+}

@@ -563,9 +563,18 @@ fn check_compose_holdfast(rel: &str, holdfast: &Value) -> BTreeMap<String, Strin
         compose_secs(grace) > drain,
         "{rel}: stop_grace_period {grace} must exceed the {drain} s drain"
     );
-    if let Some(presets) = env.get("HOLDFAST_ROUTES__PRESETS") {
-        assert!(presets.contains("traefik-404"), "{rel}: presets {presets}");
-    }
+    // The recipe's presets, or holdfast's default ones when it sets none: either way
+    // Traefik's route-missing 404 is recognised.
+    let presets = env
+        .get("HOLDFAST_ROUTES__PRESETS")
+        .cloned()
+        .unwrap_or_else(|| {
+            holdfast::config::RawConfig::default()
+                .routes
+                .presets
+                .join(",")
+        });
+    assert!(presets.contains("traefik-404"), "{rel}: presets {presets}");
     env
 }
 
