@@ -186,3 +186,83 @@ async fn h2c_clients_are_served_over_http1_upstream() {
 }
 
 // Reusing pooled upstream connections: upstream_pool.rs.
+
+/// A raw upstream: reads one request head and its `Content-Length` body, writes `answer`, and
+/// closes when `close` (else keeps the connection until the peer goes).
+async fn raw_upstream(answer: &'static [u8], close: bool) -> std::net::SocketAddr {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                // The head, then as many body bytes as it declares.
+                let end = loop {
+                    if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                        break i + 4;
+                    }
+                    match stream.read(&mut chunk).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    }
+                };
+                let head = String::from_utf8_lossy(&buf[..end]).to_lowercase();
+                let length: usize = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length:"))
+                    .map_or(0, |v| v.trim().parse().unwrap());
+                while buf.len() < end + length {
+                    match stream.read(&mut chunk).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    }
+                }
+                let _ = stream.write_all(answer).await;
+                if !close {
+                    let _ = stream.read(&mut chunk).await;
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// `100 Continue` and `103 Early Hints` from the upstream are read past: the client gets the
+/// final answer alone (docs/forwarding.md).
+#[tokio::test]
+async fn informational_answers_from_the_upstream_are_read_past() {
+    let upstream = raw_upstream(
+        b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nlink: </style.css>; rel=preload\r\n\r\n\
+          HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}",
+        false,
+    )
+    .await;
+    let hf = Holdfast::start(&format!("http://{upstream}")).await;
+    let ping = r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
+    let mut conn = http::raw_post(hf.addr, ping, ping.len()).await;
+    let head = http::read_head(&mut conn).await;
+    assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{head}");
+    assert!(!head.to_lowercase().contains("link:"), "{head}");
+    assert!(!head.contains("103"), "{head}");
+}
+
+/// A 502 on HTTP/1.1 closes the client's connection: after a failure mid-request its state is
+/// unknown (docs/holding.md).
+#[tokio::test]
+async fn a_502_closes_the_client_connection() {
+    use tokio::io::AsyncReadExt;
+    // Reads the whole request, then closes without a byte: "sent, then reset".
+    let upstream = raw_upstream(b"", true).await;
+    let hf = Holdfast::start(&format!("http://{upstream}")).await;
+    let call = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"record"}}"#;
+    let mut conn = http::raw_post(hf.addr, call, call.len()).await;
+    let head = http::read_head(&mut conn).await;
+    assert!(head.starts_with("HTTP/1.1 502 "), "{head}");
+    assert!(head.to_lowercase().contains("connection: close"), "{head}");
+    // The body, then the end of the connection.
+    let mut rest = Vec::new();
+    let read = crate::support::within(conn.read_to_end(&mut rest)).await;
+    assert!(read.is_ok(), "{read:?}");
+}
