@@ -35,6 +35,7 @@ async fn a_slow_request_head_is_cut_off() {
     s.write_all(b"GET /mcp HTTP/1.1\r\nhost: x\r\n")
         .await
         .unwrap();
+    let began = std::time::Instant::now();
     // Never finish the head: holdfast must close the connection by itself.
     let mut buf = [0u8; 1024];
     within(async {
@@ -46,6 +47,13 @@ async fn a_slow_request_head_is_cut_off() {
         }
     })
     .await;
+    // Cut by the head timeout, not before it (holdfast's clock started a moment before this
+    // one; a later cut only means a busy machine).
+    assert!(
+        began.elapsed() >= Duration::from_millis(250),
+        "cut after {:?}, before limits.header_read_timeout_secs",
+        began.elapsed()
+    );
     assert!(up.seen().is_empty());
 }
 
@@ -365,8 +373,17 @@ async fn an_h2_client_that_stops_answering_pings_is_disconnected() {
         .write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0")
         .await
         .unwrap();
+    let began = std::time::Instant::now();
     let mut frames = Vec::new();
     within(silent.read_to_end(&mut frames)).await.ok();
+    // Disconnected for not answering: not before the first ping (0.3 s) went unanswered for
+    // two thirds of the interval (0.2 s more), give or take the moment holdfast's clock started
+    // before this one.
+    assert!(
+        began.elapsed() >= Duration::from_millis(450),
+        "disconnected after {:?}",
+        began.elapsed()
+    );
     // Frame types in order: each frame is a 9-byte header (24-bit length, type, flags, stream).
     let mut types = Vec::new();
     let mut at = 0;
