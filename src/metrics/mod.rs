@@ -106,6 +106,20 @@ pub struct Metrics {
 impl Metrics {
     /// Creates every metric and registers it under the `holdfast_` prefix.
     pub fn register(registry: &mut Registry) -> Self {
+        let (m, closed) = Metrics::new();
+        m.precreate();
+        let r = registry.sub_registry_with_prefix("holdfast");
+        m.register_traffic(r);
+        m.register_upstream(r, closed);
+        m.register_hold(r);
+        m.register_sessions(r);
+        m
+    }
+
+    /// Every metric, unregistered, and the family behind `upstream_closed`'s counters.
+    fn new() -> (Metrics, Family<ClosedLabel, Counter>) {
+        let closed = Family::<ClosedLabel, Counter>::default();
+        let when = |when| closed.get_or_create(&ClosedLabel { when }).clone();
         let m = Metrics {
             rewrites: Family::default(),
             requests: RequestCounters::new(Family::default()),
@@ -129,10 +143,21 @@ impl Metrics {
             session_tokens_refused: Family::default(),
             session_store_errors: Counter::default(),
             safe_retries: Family::default(),
-            upstream_closed: ClosedCounters::default(),
+            upstream_closed: ClosedCounters {
+                idle: when(ClosedWhen::idle),
+                before_request: when(ClosedWhen::before_request),
+                unacknowledged: when(ClosedWhen::unacknowledged),
+            },
             paused: Gauge::default(),
             pauses: Family::default(),
         };
+        (m, closed)
+    }
+
+    /// Every labelled series that alerts or dashboards read, created at 0 (and `upstream_up` at
+    /// 1), so `increase()` sees their first event and dashboards show zeros instead of gaps.
+    fn precreate(&self) {
+        let m = self;
         // Start "up": holdfast has no evidence of an outage until a request meets one.
         m.upstream_up.set(1);
         // Pre-create every reason so dashboards show zeros instead of gaps.
@@ -204,22 +229,49 @@ impl Metrics {
         for outcome in [PauseOutcome::drained, PauseOutcome::drain_timeout] {
             let _ = m.pauses.get_or_create(&outcome.into());
         }
-        let closed = Family::<ClosedLabel, Counter>::default();
-        let when = |when| closed.get_or_create(&ClosedLabel { when }).clone();
-        let m = Metrics {
-            upstream_closed: ClosedCounters {
-                idle: when(ClosedWhen::idle),
-                before_request: when(ClosedWhen::before_request),
-                unacknowledged: when(ClosedWhen::unacknowledged),
-            },
-            ..m
-        };
-        let r = registry.sub_registry_with_prefix("holdfast");
+    }
+
+    /// Registers what clients sent and got: requests, their MCP methods, latency, streams.
+    fn register_traffic(&self, r: &mut Registry) {
         r.register(
-            "safe_retries",
-            "Requests sent once more after the upstream failed once they may have reached it, \
-             because running them twice is safe (read-only methods, idempotent tools)",
-            m.safe_retries.clone(),
+            "requests",
+            "Requests answered, by method and the status the client saw",
+            self.requests.family().clone(),
+        );
+        r.register(
+            "mcp_requests",
+            "POSTs by the MCP method they carry (the Mcp-Method header, else the body's method); \
+             other for a method the spec does not name, a response, a batch or an unkept body",
+            self.mcp_requests.family().clone(),
+        );
+        r.register(
+            "request_duration_seconds",
+            "Time from receiving a request to sending the response head",
+            self.request_duration.clone(),
+        );
+        r.register(
+            "sse_streams_active",
+            "SSE responses currently streaming to clients",
+            self.sse_streams_active.clone(),
+        );
+        r.register(
+            "response_aborts",
+            "Responses cut off after their head was sent (upstream failure or idle timeout)",
+            self.response_aborts.clone(),
+        );
+    }
+
+    /// Registers what the upstream did and what holdfast made of it.
+    fn register_upstream(&self, r: &mut Registry, closed: Family<ClosedLabel, Counter>) {
+        r.register(
+            "upstream_up",
+            "1 while the upstream answers, 0 while an outage is open",
+            self.upstream_up.clone(),
+        );
+        r.register(
+            "upstream_failures",
+            "Requests answered 502 after they may have reached the application",
+            self.upstream_failures.clone(),
         );
         r.register(
             "upstream_closed_connections",
@@ -227,114 +279,95 @@ impl Metrics {
             closed,
         );
         r.register(
-            "rewrites",
-            "Backend-missing answers kept from the client, by reason and by what it got instead (a 503, or a hold)",
-            m.rewrites.clone(),
-        );
-        r.register(
-            "requests",
-            "Requests answered, by method and the status the client saw",
-            m.requests.family().clone(),
-        );
-        r.register(
-            "mcp_requests",
-            "POSTs by the MCP method they carry (the Mcp-Method header, else the body's method); \
-             other for a method the spec does not name, a response, a batch or an unkept body",
-            m.mcp_requests.family().clone(),
-        );
-        r.register(
-            "request_duration_seconds",
-            "Time from receiving a request to sending the response head",
-            m.request_duration.clone(),
-        );
-        r.register(
-            "upstream_up",
-            "1 while the upstream answers, 0 while an outage is open",
-            m.upstream_up.clone(),
-        );
-        r.register(
-            "sse_streams_active",
-            "SSE responses currently streaming to clients",
-            m.sse_streams_active.clone(),
+            "safe_retries",
+            "Requests sent again after the upstream failed once they may have reached it, \
+             because running them twice is safe (read-only methods, idempotent tools)",
+            self.safe_retries.clone(),
         );
         r.register(
             "passthrough_404",
             "The MCP server's own 404s, passed through untouched",
-            m.passthrough_404.clone(),
+            self.passthrough_404.clone(),
         );
         r.register(
             "router_passthrough",
             "Router 404s passed through unmasked (path not expected, or horizon exceeded)",
-            m.router_passthrough.clone(),
+            self.router_passthrough.clone(),
         );
         r.register(
-            "upstream_failures",
-            "Requests answered 502 after they may have reached the application",
-            m.upstream_failures.clone(),
+            "rewrites",
+            "Backend-missing answers kept from the client, by reason and by what it got instead (a 503, or a hold)",
+            self.rewrites.clone(),
         );
-        r.register("holds", "Exits from the hold, by outcome", m.holds.clone());
+    }
+
+    /// Registers outages, the hold and pauses.
+    fn register_hold(&self, r: &mut Registry) {
+        r.register(
+            "holds",
+            "Exits from the hold, by outcome",
+            self.holds.clone(),
+        );
         r.register(
             "held_requests",
             "Requests held now, waiting for the upstream",
-            m.held_requests.clone(),
+            self.held_requests.clone(),
         );
         r.register(
             "hold_duration_seconds",
             "How long each hold lasted",
-            m.hold_duration.clone(),
+            self.hold_duration.clone(),
         );
-        r.register("outages", "Upstream outages opened", m.outages.clone());
+        r.register("outages", "Upstream outages opened", self.outages.clone());
         r.register(
             "outage_duration_seconds",
             "How long closed upstream outages lasted",
-            m.outage_duration.clone(),
+            self.outage_duration.clone(),
         );
         r.register(
             "replays",
             "Requests sent again after being held",
-            m.replays.clone(),
-        );
-        r.register(
-            "sessions_tracked",
-            "MCP sessions holdfast could re-establish after a backend restart",
-            m.sessions_tracked.clone(),
-        );
-        r.register(
-            "session_resumes",
-            "The application's 404s to requests on a session, by what holdfast made of them",
-            m.session_resumes.clone(),
-        );
-        r.register(
-            "session_reestablished",
-            "MCP sessions re-established upstream, by why the upstream did not know them",
-            m.session_reestablished.clone(),
-        );
-        r.register(
-            "session_tokens_refused",
-            "Session tokens not used (passed through as opaque ids or not re-established), by why",
-            m.session_tokens_refused.clone(),
-        );
-        r.register(
-            "session_store_errors",
-            "Commands to the shared session store (sessions.store) that failed",
-            m.session_store_errors.clone(),
+            self.replays.clone(),
         );
         r.register(
             "paused",
             "1 while holdfast is paused for a planned restart (new requests are held)",
-            m.paused.clone(),
+            self.paused.clone(),
         );
         r.register(
             "pauses",
             "Pauses for a planned restart, by how their drain ended",
-            m.pauses.clone(),
+            self.pauses.clone(),
+        );
+    }
+
+    /// Registers the sessions carried across restarts.
+    fn register_sessions(&self, r: &mut Registry) {
+        r.register(
+            "sessions_tracked",
+            "MCP sessions holdfast could re-establish after a backend restart",
+            self.sessions_tracked.clone(),
         );
         r.register(
-            "response_aborts",
-            "Responses cut off after their head was sent (upstream failure or idle timeout)",
-            m.response_aborts.clone(),
+            "session_resumes",
+            "The application's 404s to requests on a session, by what holdfast made of them",
+            self.session_resumes.clone(),
         );
-        m
+        r.register(
+            "session_reestablished",
+            "MCP sessions re-established upstream, by why the upstream did not know them",
+            self.session_reestablished.clone(),
+        );
+        r.register(
+            "session_tokens_refused",
+            "Session tokens not used (passed through as opaque ids or not re-established), by why",
+            self.session_tokens_refused.clone(),
+        );
+        r.register(
+            "session_store_errors",
+            "Commands to the shared session store (sessions.store) that failed",
+            self.session_store_errors.clone(),
+        );
     }
 }
 
