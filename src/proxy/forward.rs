@@ -8,6 +8,7 @@ use http::{Method, Request, Response, StatusCode, Version};
 use tokio::time::Instant;
 
 use super::answer::{client_gone, Answer};
+use super::attempts::{AfterBreak, Attempts};
 use super::body::ProxyBody;
 use super::in_flight::Flight;
 use super::resume::Gone;
@@ -40,32 +41,14 @@ pub(super) struct Exchange {
     outages: Arc<Outages>,
     /// The client's HTTP version (for synthetic answers).
     version: Version,
-    /// Re-establishments of its session this request caused or waited for.
-    resumes: u32,
-    /// The next attempt is a replay after a hold.
-    replay: bool,
-    /// Sent again after a hold at least once (for the access log: `replayed`); set where
-    /// `replay` is consumed, so only a replay that went out counts.
-    replayed: bool,
-    /// Waited in the hold before its first attempt (for the access log: `held`).
-    held_first: bool,
-    /// Times it broke the upstream's connection after it may have reached the application, and
-    /// was sent again as safe to run twice (see [`MAX_BREAKS`]).
-    breaks: u8,
-    /// Sent again at once after its connection closed unread: the next such close is held.
-    closed_once: bool,
+    /// What happened to its attempts so far: the only place that decides whether it goes again.
+    attempts: Attempts,
     /// In flight (for a pause's drain) from its first attempt until its answer's body ends;
     /// not while it waits in the hold.
     flight: Option<Flight>,
     /// Its MCP method, found once ([`Proxy::mcp_method`]).
     mcp: std::sync::OnceLock<McpMethod>,
 }
-
-/// Most times a request safe to run twice is sent again after it broke the upstream's connection
-/// (see [`Proxy::broke`]): the first time at once, then from the hold. A request that breaks the
-/// server every time (a crash it causes itself) gets its 502 after the third break, instead of
-/// crashing the server again after every backoff until the hold times out.
-const MAX_BREAKS: u8 = 3;
 
 /// What the attempt loop does after one attempt.
 enum Next {
@@ -100,12 +83,7 @@ impl Proxy {
             ),
             ticket: Ticket::default(),
             version,
-            resumes: 0,
-            replay: false,
-            replayed: false,
-            held_first: false,
-            breaks: 0,
-            closed_once: false,
+            attempts: Attempts::default(),
             flight: None,
             mcp: std::sync::OnceLock::new(),
         })
@@ -135,7 +113,7 @@ impl Proxy {
         if self.hold.enabled() && ex.outages.holds_before_dispatch(self.horizon) {
             // Cold paths are boxed: the request's future stays small, and hyper moves it.
             match Box::pin(ex.outages.wait(&mut ex.ticket, &ex.handle)).await {
-                Released::Go => ex.held_first = true,
+                Released::Go => ex.attempts.held_before_sending(),
                 Released::NotHeld => {}
                 Released::Cancelled => return client_gone(version),
                 Released::TimedOut | Released::QueueFull | Released::Shutdown => {
@@ -150,9 +128,8 @@ impl Proxy {
                 // waited (it failed, or was superseded). Nothing of it went out again.
                 return Box::pin(self.unavailable_now(ex)).await;
             };
-            if std::mem::take(&mut ex.replay) {
+            if ex.attempts.sending() {
                 self.metrics.replays.inc();
-                ex.replayed = true;
             }
             // Every attempt asks again which upstream session stands for the client's: another
             // request may have re-established it meanwhile.
@@ -206,8 +183,7 @@ impl Proxy {
                 // before calling it an outage.
                 (Verdict::Missing(missing), _)
                     if missing.reason == RewriteReason::ConnectionClosed
-                        && !std::mem::replace(&mut ex.closed_once, true)
-                        && ex.handle.is_replayable() =>
+                        && ex.attempts.closed_unread(ex.handle.is_replayable()) =>
                 {
                     ex.handle.supersede();
                     Next::Again
@@ -289,7 +265,7 @@ impl Proxy {
                 &ex.target,
                 ex.carried.as_ref(),
                 &ex.handle,
-                &mut ex.resumes,
+                &mut ex.attempts.resumes,
             ))
             .await;
             match gone {
@@ -307,15 +283,7 @@ impl Proxy {
             .await;
         let note = Note {
             upstream_status: Some(head.status),
-            action: if ex.resumes > 0 {
-                "resumed"
-            } else if ex.replayed {
-                "replayed"
-            } else if ex.held_first {
-                "held"
-            } else {
-                "passed"
-            },
+            action: ex.attempts.path().as_str(),
         };
         let learn = (head.status.is_success() && self.answers_tools_list(ex))
             .then(|| ex.target.headers.get(HOST).cloned());
@@ -439,7 +407,7 @@ impl Proxy {
             .inc();
         match outages.wait(ticket, handle).await {
             Released::Go | Released::NotHeld => {
-                ex.replay = true;
+                ex.attempts.released();
                 Next::Again
             }
             Released::Cancelled => Next::Answer(client_gone(ex.version)),
@@ -451,47 +419,55 @@ impl Proxy {
     }
 
     /// The upstream broke after the request may have reached the application (a reset, a close
-    /// before the answer; `status`: the head, when one came). A request safe to run twice goes
-    /// once more at once the first time (a one-off: one worker's crash, a keep-alive race). If
-    /// it breaks again, the server is dying or restarting under it: it is held like a request
-    /// that never reached it, the upstream-wide outage opens (reason `upstream_reset`), and it
-    /// goes once the server is back, within `hold.timeout_secs` (with holding off: a 502). Any
-    /// other request, or one that broke [`MAX_BREAKS`] times: a 502.
+    /// before the answer; `status`: the head, when one came). What comes next is
+    /// [`Attempts::broke`]'s: a request safe to run twice goes once more at once (a one-off: one
+    /// worker's crash, a keep-alive race); if it breaks again the server is dying or restarting
+    /// under it, so it is held like a request that never reached it (the upstream-wide outage
+    /// opens, reason `upstream_reset`) and goes once the server is back; a 502 otherwise.
     async fn broke(&self, ex: &mut Exchange, status: Option<StatusCode>) -> Next {
-        if self.may_send_again(ex) {
-            return Next::Again;
+        let kind = self.safe_to_repeat(ex);
+        let next = ex.attempts.broke(kind.is_some(), self.hold.enabled());
+        if let (Some(kind), AfterBreak::SendNow | AfterBreak::Hold) = (kind, next) {
+            self.metrics.safe_retries.get_or_create(&kind.into()).inc();
+            tracing::info!(
+                kind = kind.as_str(),
+                breaks = ex.attempts.breaks(),
+                "the upstream failed after a request safe to run twice may have reached it: \
+                 {}",
+                if next == AfterBreak::SendNow {
+                    "it goes once more"
+                } else {
+                    "held until the upstream is back"
+                }
+            );
         }
-        if self.hold.enabled() && ex.breaks + 1 < MAX_BREAKS {
-            if let Some(kind) = self.safe_to_repeat(ex) {
-                ex.breaks += 1;
-                self.metrics.safe_retries.get_or_create(&kind.into()).inc();
-                tracing::info!(
-                    kind = kind.as_str(),
-                    breaks = ex.breaks,
-                    "the upstream broke again after a request safe to run twice: held until it \
-                     is back"
-                );
+        match next {
+            AfterBreak::SendNow => {
+                ex.handle.supersede();
+                Next::Again
+            }
+            AfterBreak::Hold => {
                 let missing = Missing {
                     reason: RewriteReason::UpstreamReset,
                     never_reached_app: false,
                 };
-                return Box::pin(self.hold_for(missing, true, ex)).await;
+                Box::pin(self.hold_for(missing, true, ex)).await
+            }
+            AfterBreak::Fail => {
+                Next::Answer(self.failed(FailReason::UpstreamReset, ex.version, status))
             }
         }
-        Next::Answer(self.failed(FailReason::UpstreamReset, ex.version, status))
     }
 
     /// Whether a request that failed after it may have reached the application goes once more
-    /// at once: it is safe to run twice, it has not been sent again after such a failure yet,
-    /// and its body was kept whole. The failed attempt's body is stopped first.
+    /// at once ([`Attempts::once_more`]: safe to run twice, its body kept whole, the first
+    /// time). The failed attempt's body is stopped first.
     fn may_send_again(&self, ex: &mut Exchange) -> bool {
-        if ex.breaks > 0 {
+        let kind = self.safe_to_repeat(ex);
+        if !ex.attempts.once_more(kind.is_some()) {
             return false;
         }
-        let Some(kind) = self.safe_to_repeat(ex) else {
-            return false;
-        };
-        ex.breaks = 1;
+        let kind = kind.expect("once_more said it is safe");
         ex.handle.supersede();
         self.metrics.safe_retries.get_or_create(&kind.into()).inc();
         tracing::info!(

@@ -16,6 +16,7 @@
 //! # Layout
 //! - `forward`: the attempt loop and the one decision per verdict.
 //! - `attempt`: one attempt at the upstream and its verdict.
+//! - `attempts`: what happened to a request's attempts so far, and whether it goes again.
 //! - `answer`: what the client gets: passed through, 503, 502.
 //! - `resume`: re-establishing a session the upstream forgot.
 //! - [`headers`]: hop-by-hop removal, Host, X-Forwarded-*.
@@ -31,6 +32,7 @@
 
 mod answer;
 mod attempt;
+mod attempts;
 pub mod body;
 mod endpoint;
 mod forward;
