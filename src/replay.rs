@@ -327,11 +327,6 @@ impl BodyHandle {
         self.lock().failed
     }
 
-    /// Bytes held in memory for this request.
-    pub fn buffered_bytes(&self) -> usize {
-        self.lock().buffered
-    }
-
     /// The body bytes this request is expected to hold while it waits: what is read already plus
     /// what the client declared it will still send, at most `cap` in all. A body of unknown
     /// length (chunked, HTTP/2) counts only what was read: reserving the whole cap for each would
@@ -447,14 +442,6 @@ impl BodyHandle {
 /// Whether a request body has been read to its end, asked after the body itself was handed on.
 #[derive(Clone)]
 pub struct Completion(Arc<Mutex<Shared>>);
-
-impl Completion {
-    /// True once the client's body has ended (every byte of it was read, so an attempt sending
-    /// it has nothing more to wait for from the client).
-    pub fn is_complete(&self) -> bool {
-        self.0.lock().expect("request body lock").complete
-    }
-}
 
 impl Completion {
     /// Completes `timeout` after the body was read to its end: the response timeout, counted

@@ -73,11 +73,6 @@ impl Decoder {
         self.state == State::Done
     }
 
-    /// Whether the body ends only with the connection.
-    pub fn is_close_delimited(&self) -> bool {
-        self.state == State::Close
-    }
-
     /// The bytes left of a body whose whole length is known (0 once complete).
     pub fn length_rest(&self) -> Option<u64> {
         match self.state {

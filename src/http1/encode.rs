@@ -190,11 +190,6 @@ where
         !self.started
     }
 
-    /// Whether the head has been written whole.
-    pub fn head_written(&self) -> bool {
-        self.head_at == self.head.len()
-    }
-
     /// Whether anything is waiting to be written.
     fn pending(&self) -> bool {
         self.head_at < self.head.len()

@@ -8,8 +8,8 @@
 use std::net::IpAddr;
 
 use http::header::{
-    HeaderMap, HeaderName, HeaderValue, CONNECTION, HOST, PROXY_AUTHENTICATE, PROXY_AUTHORIZATION,
-    TE, TRAILER, TRANSFER_ENCODING, UPGRADE,
+    HeaderMap, HeaderName, HeaderValue, CONNECTION, PROXY_AUTHENTICATE, PROXY_AUTHORIZATION, TE,
+    TRAILER, TRANSFER_ENCODING, UPGRADE,
 };
 
 /// Always hop-by-hop (RFC 9110 §7.6.1, plus the RFC 2616 §13.5.1 proxy-auth pair and the
@@ -195,13 +195,6 @@ pub fn is_event_stream(headers: &HeaderMap) -> bool {
                 .get(..17)
                 .is_some_and(|p| p.eq_ignore_ascii_case("text/event-stream"))
         })
-}
-
-/// Sets `Host`.
-pub fn set_host(headers: &mut HeaderMap, host: &str) {
-    if let Ok(v) = HeaderValue::from_str(host) {
-        headers.insert(HOST, v);
-    }
 }
 
 #[cfg(test)]
