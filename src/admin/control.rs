@@ -155,7 +155,7 @@ impl Control {
             .map(|p| {
                 json!({
                     "method": p.method.as_str(),
-                    "age_secs": round_ms(p.age),
+                    "age_secs": round_secs(p.age),
                     "stream": p.stream,
                 })
             })
@@ -168,11 +168,11 @@ impl Control {
                 "url": url,
                 "up": outage.is_none(),
                 "outage_reason": outage.map(|(r, _)| r.as_str()),
-                "outage_secs": outage.map(|(_, age)| round_ms(age)),
+                "outage_secs": outage.map(|(_, age)| round_secs(age)),
             },
             "paused": pause.is_some(),
-            "paused_secs": pause.as_ref().map(|p| round_ms(p.age)),
-            "resumes_in_secs": pause.as_ref().map(|p| round_ms(p.remaining)),
+            "paused_secs": pause.as_ref().map(|p| round_secs(p.age)),
+            "resumes_in_secs": pause.as_ref().map(|p| round_secs(p.remaining)),
             "upstream_gone": pause.as_ref().map(|p| p.upstream_gone),
             "held": pause.as_ref().map_or(0, |p| p.held),
             "in_flight": in_flight.len(),
@@ -186,7 +186,7 @@ impl Control {
 struct Refused(String);
 
 /// Seconds to the millisecond: a report, not a measurement.
-fn round_ms(d: Duration) -> f64 {
+fn round_secs(d: Duration) -> f64 {
     (d.as_secs_f64() * 1000.0).round() / 1000.0
 }
 
