@@ -41,7 +41,7 @@ fn jittered(every: Duration, jitter: f64) -> Duration {
     every.mul_f64(0.9 + 0.2 * jitter.clamp(0.0, 1.0))
 }
 
-impl Outages {
+impl RouteOutage {
     /// The check at rest, for the upstream-wide outage: none without `hold.probe_path` or with
     /// `hold.check_interval_secs` 0.
     pub(super) fn at_rest(
@@ -126,14 +126,14 @@ mod tests {
     fn upstream_with(
         health: Option<Arc<Fake>>,
         every: Option<Duration>,
-    ) -> (Arc<Outages>, Arc<Metrics>) {
+    ) -> (Arc<RouteOutage>, Arc<Metrics>) {
         let cfg = HoldConfig {
             check_interval: every,
             ..config(Duration::from_secs(5))
         };
         let (mut template, metrics) = template(cfg);
         template.health = health.map(|h| h as Arc<dyn Health>);
-        let o = Outages::new(&template, Shared::new(), "(all)".into(), None);
+        let o = RouteOutage::new(&template, Shared::new(), "(all)".into(), None);
         (Arc::new(o), metrics)
     }
 

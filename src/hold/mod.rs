@@ -105,7 +105,7 @@ pub struct Template {
 }
 
 /// One route's outage state and the requests held for it.
-pub struct Outages {
+pub struct RouteOutage {
     cfg: HoldConfig,
     /// What every route shares.
     shared: Arc<Shared>,
@@ -188,7 +188,7 @@ enum Wake {
     Shutdown,
 }
 
-impl Outages {
+impl RouteOutage {
     /// Starts healthy: the horizon counts from now.
     fn new(
         template: &Template,

@@ -85,7 +85,7 @@ impl Hold {
     }
 }
 
-impl Outages {
+impl RouteOutage {
     fn pause(self: &Arc<Self>, max: Duration, who: &str, host: Option<HeaderValue>) -> PauseStart {
         if !self.cfg.enabled {
             return PauseStart::HoldDisabled;

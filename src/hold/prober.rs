@@ -26,7 +26,7 @@ pub fn backoff(initial: Duration, max: Duration, attempt: u32, jitter: f64) -> D
     full / 2 + full.mul_f64(jitter.clamp(0.0, 1.0) / 2.0)
 }
 
-impl Outages {
+impl RouteOutage {
     /// Probes until the outage closes or nobody is held. One probe at a time.
     pub(super) async fn probe_loop(self: Arc<Self>) {
         let mut attempt = 0u32;

@@ -53,7 +53,7 @@ pub enum Released {
 
 /// Removes a waiter whose request was dropped while held (its client went away).
 struct WaitGuard<'a> {
-    outages: &'a Outages,
+    outages: &'a RouteOutage,
     seq: u64,
     armed: bool,
 }
@@ -66,7 +66,7 @@ impl Drop for WaitGuard<'_> {
     }
 }
 
-impl Outages {
+impl RouteOutage {
     /// Waits in the hold until the outage ends, this request is chosen as the probe, its
     /// deadline passes, or holdfast shuts down. The body is read ahead meanwhile (bounded by the
     /// replay cap), so the client's connection (holdfast's HTTP/1 server, or hyper's HTTP/2)

@@ -3,7 +3,7 @@
 
 use super::*;
 
-impl Outages {
+impl RouteOutage {
     /// Retry-After for a 503 of a request that waited `waited`: from observed outages (their
     /// median, minus the time already waited, within bounds) or the fixed value.
     pub fn retry_after(&self, waited: Duration) -> Duration {

@@ -4,7 +4,7 @@
 //! route-missing 404 for a Host it has no router for while it routes every other Host as usual.
 //! A single outage for the whole upstream would let one request with a bogus Host hold every
 //! other client's requests (and, as the oldest held request, be sent again as the probe and
-//! reopen the outage) for the whole hold timeout. So each route has its own [`Outages`]: its own
+//! reopen the outage) for the whole hold timeout. So each route has its own [`RouteOutage`]: its own
 //! queue, prober and horizon. What they share ([`Shared`]) is what is one per holdfast: the caps
 //! on held requests and bytes, shutdown, the Retry-After history and `holdfast_upstream_up`
 //! (1 while no route is in an outage).
@@ -43,9 +43,9 @@ pub struct Hold {
     shared: Arc<Shared>,
     /// Whether routes are told apart (a router sits in between).
     per_route: bool,
-    routes: RwLock<HashMap<RouteKey, Arc<Outages>>>,
+    routes: RwLock<HashMap<RouteKey, Arc<RouteOutage>>>,
     /// The one route without a router, and where routes go past [`MAX_ROUTES`].
-    shared_route: Arc<Outages>,
+    shared_route: Arc<RouteOutage>,
 }
 
 impl Hold {
@@ -53,7 +53,7 @@ impl Hold {
     /// application).
     pub fn new(template: Template, per_route: bool) -> Self {
         let shared = Shared::new();
-        let shared_route = Arc::new(Outages::new(
+        let shared_route = Arc::new(RouteOutage::new(
             &template,
             shared.clone(),
             if per_route { "(other routes)" } else { "(all)" }.to_owned(),
@@ -75,7 +75,7 @@ impl Hold {
 
     /// The outage state of the route a request takes: the Host it sends upstream, and the
     /// endpoint (index into `routes.endpoints`) its path falls under.
-    pub fn route(&self, host: Option<&HeaderValue>, endpoint: Option<usize>) -> Arc<Outages> {
+    pub fn route(&self, host: Option<&HeaderValue>, endpoint: Option<usize>) -> Arc<RouteOutage> {
         if !self.per_route {
             return self.shared_route.clone();
         }
@@ -114,7 +114,7 @@ impl Hold {
             key.endpoint
                 .map_or_else(|| "(other paths)".to_owned(), |i| format!("endpoint {i}"))
         );
-        let route = Arc::new(Outages::new(
+        let route = Arc::new(RouteOutage::new(
             &self.template,
             self.shared.clone(),
             name,
@@ -126,7 +126,7 @@ impl Hold {
 
     /// The upstream-wide outage: connection failures (refused, DNS, a connection closed unread)
     /// are the upstream's, whichever route met them, and any application answer ends it.
-    pub fn upstream(&self) -> &Arc<Outages> {
+    pub fn upstream(&self) -> &Arc<RouteOutage> {
         &self.shared_route
     }
 

@@ -26,7 +26,7 @@ pub(super) fn config(timeout: Duration) -> HoldConfig {
     }
 }
 
-fn outages(timeout: Duration) -> (Arc<Outages>, Arc<Metrics>) {
+fn outages(timeout: Duration) -> (Arc<RouteOutage>, Arc<Metrics>) {
     outages_with(config(timeout))
 }
 
@@ -46,14 +46,14 @@ pub(super) fn template(cfg: HoldConfig) -> (Template, Arc<Metrics>) {
     (template, metrics)
 }
 
-fn outages_with(cfg: HoldConfig) -> (Arc<Outages>, Arc<Metrics>) {
+fn outages_with(cfg: HoldConfig) -> (Arc<RouteOutage>, Arc<Metrics>) {
     let (template, metrics) = template(cfg);
-    let o = Outages::new(&template, Shared::new(), "test".into(), None);
+    let o = RouteOutage::new(&template, Shared::new(), "test".into(), None);
     (Arc::new(o), metrics)
 }
 
 /// A request waiting in the hold on its own task: its outcome, and whether it was the probe.
-fn spawn_waiter(o: &Arc<Outages>) -> tokio::task::JoinHandle<(Released, bool)> {
+fn spawn_waiter(o: &Arc<RouteOutage>) -> tokio::task::JoinHandle<(Released, bool)> {
     let o = o.clone();
     tokio::spawn(async move {
         let mut ticket = Ticket::default();
@@ -330,11 +330,16 @@ fn backoff_doubles_to_the_cap_with_equal_jitter() {
     assert_eq!(backoff(i, m, u32::MAX, 0.5), Duration::from_micros(187_500));
 }
 
-/// Outages of an upstream at `uri` (the prober connects there first), with `timeout`.
-fn upstream_outages(uri: &str, timeout: Duration) -> Arc<Outages> {
+/// The outage state of an upstream at `uri` (the prober connects there first), with `timeout`.
+fn upstream_outages(uri: &str, timeout: Duration) -> Arc<RouteOutage> {
     let (mut template, _metrics) = template(config(timeout));
     template.probe_uri = uri.parse().unwrap();
-    Arc::new(Outages::new(&template, Shared::new(), "test".into(), None))
+    Arc::new(RouteOutage::new(
+        &template,
+        Shared::new(),
+        "test".into(),
+        None,
+    ))
 }
 
 #[tokio::test(start_paused = true)]

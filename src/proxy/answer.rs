@@ -13,7 +13,7 @@ use super::body::{ProxyBody, Timed};
 use super::in_flight::Flight;
 use super::{headers, Note, Proxy, BODY_ID_WAIT};
 use crate::classify::{FailReason, RewriteReason};
-use crate::hold::{Outages, Ticket};
+use crate::hold::{RouteOutage, Ticket};
 use crate::metrics::{ReasonLabel, RewriteAction};
 use crate::replay::BodyHandle;
 use crate::respond;
@@ -41,7 +41,7 @@ impl Proxy {
     pub(super) async fn unavailable(
         &self,
         reason: RewriteReason,
-        outages: &Outages,
+        outages: &RouteOutage,
         ticket: &Ticket,
         handle: &BodyHandle,
     ) -> (Response<ProxyBody>, Note) {

@@ -6,7 +6,7 @@ use tokio::time::Instant;
 use super::answer::{Answer, Peeked};
 use super::{Proxy, Target};
 use crate::classify::{self, ErrorChain, FailReason, Outcome, Verdict};
-use crate::hold::Outages;
+use crate::hold::RouteOutage;
 use crate::replay::ReplayBody;
 
 impl Proxy {
@@ -17,7 +17,7 @@ impl Proxy {
     pub(super) async fn attempt(
         &self,
         target: &Target,
-        route: Option<&Outages>,
+        route: Option<&RouteOutage>,
         body: ReplayBody,
     ) -> (Verdict, Option<Answer>) {
         // The upstream connection speaks HTTP/1.1 whatever the client spoke, unless it is TLS

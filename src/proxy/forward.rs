@@ -15,7 +15,7 @@ use super::resume::Gone;
 use super::unanswered::{self, First};
 use super::{Carried, Note, Proxy, Target};
 use crate::classify::{ErrorChain, FailReason, Missing, PassReason, RewriteReason, Verdict};
-use crate::hold::{Outages, Released, Ticket};
+use crate::hold::{Released, RouteOutage, Ticket};
 use crate::mcp_method::McpMethod;
 use crate::metrics::{Pass, PassLabel, ReasonLabel, RewriteAction};
 use crate::replay::BodyHandle;
@@ -36,9 +36,9 @@ pub(super) struct Exchange {
     carried: Option<Carried>,
     /// The outage state of its route (a router's answers), looked up only when an outage is
     /// open somewhere: see [`Proxy::route`].
-    route: std::sync::OnceLock<Arc<Outages>>,
+    route: std::sync::OnceLock<Arc<RouteOutage>>,
     /// The outage it waits in, or last met: its route's, or the upstream-wide one.
-    outages: Arc<Outages>,
+    outages: Arc<RouteOutage>,
     /// The client's HTTP version (for synthetic answers).
     version: Version,
     /// What happened to its attempts so far: the only place that decides whether it goes again.
@@ -203,7 +203,7 @@ impl Proxy {
     }
 
     /// The outage state of the request's route, looked up once, when first needed.
-    fn route<'a>(&self, ex: &'a Exchange) -> &'a Arc<Outages> {
+    fn route<'a>(&self, ex: &'a Exchange) -> &'a Arc<RouteOutage> {
         ex.route.get_or_init(|| self.route_of(&ex.target))
     }
 
@@ -329,7 +329,7 @@ impl Proxy {
         &self,
         reason: PassReason,
         answer: Answer,
-        outages: &Outages,
+        outages: &RouteOutage,
         flight: Option<Flight>,
     ) -> (Response<ProxyBody>, Note) {
         let (mut head, peek) = answer;

@@ -56,7 +56,7 @@ use tokio::time::Instant;
 
 use crate::classify::ExpectedRoutes;
 use crate::config::{Config, HostHeader};
-use crate::hold::{Health, Hold, Outages, PauseStart, PauseStatus, Template};
+use crate::hold::{Health, Hold, PauseStart, PauseStatus, RouteOutage, Template};
 use crate::metrics::Metrics;
 use crate::replay::CopyBudget;
 use crate::session::Sessions;
@@ -389,7 +389,7 @@ impl Proxy {
 
     /// The outage state of the route `target` takes: the Host it sends upstream, and the
     /// endpoint its path falls under.
-    fn route_of(&self, target: &Target) -> Arc<Outages> {
+    fn route_of(&self, target: &Target) -> Arc<RouteOutage> {
         self.hold.route(
             target.headers.get(http::header::HOST),
             self.routes.endpoint_of(target.client.path()),

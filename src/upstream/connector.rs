@@ -136,12 +136,12 @@ pub(crate) enum Resolver {
     /// Answers the tests change between connections, as a DNS server's answer changes when a
     /// container is recreated at a new address.
     #[cfg(test)]
-    Table(std::sync::Arc<Answer>),
+    Table(std::sync::Arc<Lookup>),
 }
 
 /// A test's resolver: name and port to addresses.
 #[cfg(test)]
-pub(crate) type Answer = dyn Fn(&str, u16) -> Vec<SocketAddr> + Send + Sync;
+pub(crate) type Lookup = dyn Fn(&str, u16) -> Vec<SocketAddr> + Send + Sync;
 
 impl Resolver {
     async fn resolve(&self, host: &str, port: u16) -> Result<Vec<SocketAddr>, ConnectError> {

@@ -23,7 +23,7 @@ use http_body::{Frame, SizeHint};
 use tokio::net::TcpStream;
 
 use super::pool::{Pool, Reusable};
-use super::tcp::{self, Idle};
+use super::tcp::{self, Liveness};
 use super::Head;
 use crate::http1::decode::{Decoded, Decoder};
 use crate::http1::encode::{self, BodyWriter, Framing};
@@ -61,7 +61,7 @@ impl Conn {
     }
 
     /// What the kernel says about this idle connection (see [`tcp::check`]).
-    pub fn check(&self) -> Idle {
+    pub fn check(&self) -> Liveness {
         tcp::check(&self.tcp)
     }
 
@@ -74,7 +74,7 @@ impl Conn {
 }
 
 impl Reusable for Conn {
-    fn check(&self) -> Idle {
+    fn check(&self) -> Liveness {
         Conn::check(self)
     }
 }

@@ -304,7 +304,7 @@ impl Http1 {
                 // Unwritten, on a new connection the upstream closed or reset as soon as it
                 // opened: a port that accepts before anything serves it. Never read. (An
                 // upstream that spoke first, not HTTP, is no missing backend: a 502.)
-                Err(Retry::Failed(if conn.check() == tcp::Idle::Closed {
+                Err(Retry::Failed(if conn.check() == tcp::Liveness::Closed {
                     self.closed.before_request.inc();
                     never_read(Unread::BeforeRequest, error)
                 } else {

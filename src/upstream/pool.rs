@@ -18,7 +18,7 @@ use std::time::Duration;
 use prometheus_client::metrics::counter::Counter;
 use tokio::time::Instant;
 
-use super::tcp::Idle as Liveness;
+use super::tcp::Liveness;
 
 /// A connection the pool can keep: it says whether the upstream closed it while it sat idle.
 /// (The pool knows no more of it, so the HTTP/1 connection that uses the pool is not a
@@ -34,7 +34,7 @@ const MAX_IDLE: usize = 1024;
 /// The idle connections.
 #[derive(Debug)]
 pub struct Pool<C> {
-    idle: Mutex<Vec<Idle<C>>>,
+    idle: Mutex<Vec<Parked<C>>>,
     timeout: Duration,
     /// Idle connections found closed by the upstream when they were about to be used.
     closed_idle: Counter,
@@ -42,8 +42,9 @@ pub struct Pool<C> {
     reaping: std::sync::atomic::AtomicBool,
 }
 
+/// An idle connection, and since when.
 #[derive(Debug)]
-struct Idle<C> {
+struct Parked<C> {
     conn: C,
     since: Instant,
 }
@@ -60,7 +61,7 @@ impl<C: Reusable> Pool<C> {
         })
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Idle<C>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Parked<C>>> {
         self.idle.lock().expect("pool lock")
     }
 
@@ -96,7 +97,7 @@ impl<C: Reusable> Pool<C> {
             if idle.len() >= MAX_IDLE {
                 return;
             }
-            idle.push(Idle {
+            idle.push(Parked {
                 conn,
                 since: Instant::now(),
             });

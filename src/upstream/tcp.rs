@@ -18,7 +18,7 @@ use tokio::net::TcpStream;
 
 /// What the kernel says about an idle connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Idle {
+pub enum Liveness {
     /// Open, nothing waiting: it can carry a request.
     Open,
     /// The upstream closed it (FIN) or reset it (RST): never reuse it.
@@ -30,16 +30,16 @@ pub enum Idle {
 
 /// Asks the kernel whether the upstream closed this idle connection: a non-blocking peek,
 /// which reads nothing.
-pub fn check(tcp: &TcpStream) -> Idle {
+pub fn check(tcp: &TcpStream) -> Liveness {
     let mut byte = [MaybeUninit::<u8>::uninit(); 1];
     match socket2::SockRef::from(tcp).peek(&mut byte) {
         // Nothing to read: open and quiet, as an idle HTTP/1 connection should be.
-        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Idle::Open,
-        Err(e) if e.kind() == io::ErrorKind::Interrupted => Idle::Open,
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Liveness::Open,
+        Err(e) if e.kind() == io::ErrorKind::Interrupted => Liveness::Open,
         // 0: the upstream's FIN; an error: its RST.
-        Ok(0) | Err(_) => Idle::Closed,
+        Ok(0) | Err(_) => Liveness::Closed,
         // An answer to nothing.
-        Ok(_) => Idle::Unasked,
+        Ok(_) => Liveness::Unasked,
     }
 }
 
@@ -120,7 +120,7 @@ mod tests {
     /// Waits, bounded, until the kernel reports the peer's close of `tcp`.
     async fn until_closed(tcp: &TcpStream) {
         tokio::time::timeout(std::time::Duration::from_secs(10), async {
-            while check(tcp) == Idle::Open {
+            while check(tcp) == Liveness::Open {
                 tokio::task::yield_now().await;
             }
         })
@@ -131,7 +131,7 @@ mod tests {
     #[tokio::test]
     async fn an_open_quiet_connection_is_open() {
         let (ours, _theirs) = pair().await;
-        assert_eq!(check(&ours), Idle::Open);
+        assert_eq!(check(&ours), Liveness::Open);
     }
 
     #[tokio::test]
@@ -139,7 +139,7 @@ mod tests {
         let (ours, theirs) = pair().await;
         drop(theirs);
         until_closed(&ours).await;
-        assert_eq!(check(&ours), Idle::Closed);
+        assert_eq!(check(&ours), Liveness::Closed);
     }
 
     #[tokio::test]
@@ -147,7 +147,7 @@ mod tests {
         let (ours, mut theirs) = pair().await;
         theirs.write_all(b"HTTP/1.1 200 OK\r\n").await.unwrap();
         until_closed(&ours).await;
-        assert_eq!(check(&ours), Idle::Unasked);
+        assert_eq!(check(&ours), Liveness::Unasked);
     }
 
     #[test]

@@ -10,7 +10,7 @@ use bytes::Bytes;
 use http::Request;
 
 use super::pool::Pool;
-use super::tcp::Idle;
+use super::tcp::Liveness;
 use super::*;
 use crate::replay::BodyHandle;
 
@@ -18,7 +18,7 @@ use crate::replay::BodyHandle;
 /// the kernel reports the upstream's close of `conn`, bounded.
 fn block_until_closed(conn: &Conn) {
     let deadline = Instant::now() + Duration::from_secs(10);
-    while conn.check() == Idle::Open {
+    while conn.check() == Liveness::Open {
         assert!(
             Instant::now() < deadline,
             "the upstream's close never arrived"
