@@ -163,7 +163,8 @@ pub const MAX_LEARN_BYTES: usize = 1024 * 1024;
 pin_project_lite::pin_project! {
     /// A `tools/list` answer on its way to the client: forwarded frame by frame as ever, with a
     /// copy (at most [`MAX_LEARN_BYTES`], within the learning budget shared by every answer in
-    /// flight) read for tool annotations once it has ended.
+    /// flight) read for tool annotations once it holds the answer, before its last frame goes
+    /// on.
     pub struct Learn {
         #[pin]
         inner: ProxyBody,
@@ -245,8 +246,17 @@ impl Body for Learn {
                         *this.copy = None;
                     }
                 }
-                // hyper may not poll again once the body says it has ended.
-                if inner.is_end_stream() {
+                // Learned before this frame goes on: a client that lists the tools and calls one
+                // at once must find it learned. A JSON answer has ended (hyper may not poll again
+                // once the body says so); an event stream may stay open after the event that
+                // answers, so it is learned as soon as that event is complete.
+                let answered = inner.is_end_stream()
+                    || (*this.is_sse
+                        && this.copy.as_ref().is_some_and(|c| {
+                            crate::session::rpc::reply(true, &c.bytes)
+                                != crate::session::rpc::Reply::Nothing
+                        }));
+                if answered {
                     if let Some(copy) = this.copy.take() {
                         copy.learn(*this.is_sse);
                     }

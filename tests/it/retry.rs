@@ -15,6 +15,7 @@ use tokio::net::{TcpListener, TcpStream};
 
 use crate::support::http::post_json;
 use crate::support::proxy::{raw_config, Holdfast};
+use crate::support::within;
 
 /// What the scripted server does with one request.
 enum Act {
@@ -347,4 +348,84 @@ async fn retry_off_sends_nothing_twice() {
     let got = post_json(&hf.url("/mcp"), &request(1, "ping", "{}")).await;
     assert_eq!(got.status, 502);
     assert_eq!(upstream.count("ping"), 1);
+}
+
+/// A `tools/list` answered on an event stream that stays open after its answer (a server may
+/// keep the POST's stream for notifications): holdfast learns the annotations from the answer's
+/// event, before it reaches the client, so a call the client makes at once is known safe. (It
+/// was learned only when the stream ended: never, here.)
+#[tokio::test]
+async fn tools_are_learned_from_an_event_stream_that_stays_open() {
+    use http_body::Frame;
+    use tokio::sync::mpsc;
+
+    use crate::support::http::{ChannelBody, Seen, TestBody};
+
+    let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    // Senders kept alive so the tools/list stream never ends.
+    let open: Arc<Mutex<Vec<mpsc::Sender<_>>>> = Arc::default();
+    let upstream = {
+        let (calls, open) = (calls.clone(), open.clone());
+        crate::support::http::Upstream::start(move |seen: Seen| {
+            let (calls, open) = (calls.clone(), open.clone());
+            async move {
+                let body = String::from_utf8_lossy(&seen.body).to_string();
+                let request: serde_json::Value = serde_json::from_str(&body).unwrap();
+                let id = request["id"].as_u64().unwrap();
+                let (tx, rx) = mpsc::channel(4);
+                let mut resp = http::Response::new(TestBody::new(ChannelBody(rx)));
+                resp.headers_mut()
+                    .insert("content-type", "text/event-stream".parse().unwrap());
+                if request["method"] == "tools/list" {
+                    let event = format!(
+                        "event: message\ndata: {}\n\n",
+                        result(id, &TOOLS.replace('\n', ""))
+                    );
+                    tx.send(Ok(Frame::data(event.into()))).await.unwrap();
+                    open.lock().unwrap().push(tx);
+                } else if calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0 {
+                    // The first call: the stream breaks before its first event.
+                    tx.send(Err("the server died".into())).await.unwrap();
+                } else {
+                    let event = format!("data: {}\n\n", result(id, r#"{"content":[]}"#));
+                    tx.send(Ok(Frame::data(event.into()))).await.unwrap();
+                }
+                resp
+            }
+        })
+        .await
+    };
+    let mut raw = raw_config(&upstream.url());
+    raw.routes.endpoints = vec!["/".into()];
+    let hf = Holdfast::start_with(raw).await;
+
+    // The client reads the answer's event; the stream stays open.
+    let list = request(1, "tools/list", "{}");
+    let resp = crate::support::http::send(
+        http::Request::post(hf.url("/mcp"))
+            .header("host", crate::support::http::host_of(&hf.url("/mcp")))
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .body(http_body_util::Full::new(bytes::Bytes::from(list)))
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(resp.status(), 200);
+    let mut body = resp.into_body();
+    let first = within(http_body_util::BodyExt::frame(&mut body)).await;
+    let first = first
+        .expect("a frame")
+        .expect("not an error")
+        .into_data()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&first).contains("lookup"),
+        "the answer's event arrives: {first:?}"
+    );
+
+    // At once, a call of a tool the answer announced read-only: it breaks, and goes once more.
+    let got = post_json(&hf.url("/mcp"), &tool_call(2, "lookup")).await;
+    assert_eq!(got.status, 200, "{}", got.text());
+    assert_eq!(retries(&hf, "annotated_tool").await, 1.0);
+    drop(body);
 }
