@@ -2,7 +2,7 @@
 //!
 //! An outage opens with the first "backend missing" verdict and closes with the first answer
 //! from the application. Outages are kept **per route** (the Host sent upstream, and the
-//! configured endpoint the path falls under; [`Hold`]): behind a router, one request for a route
+//! configured endpoint the path falls under; [`OutageRoutes`]): behind a router, one request for a route
 //! the router does not know (a bogus Host) gets the router's 404 and is held, but nobody else's
 //! requests are. While one is open:
 //!
@@ -55,7 +55,7 @@ mod shared;
 pub use pause::{PauseStart, PauseStatus};
 pub use prober::backoff;
 pub use queue::{Released, Ticket};
-pub use routes::Hold;
+pub use routes::OutageRoutes;
 use shared::Shared;
 
 /// How many past outage durations inform an observed Retry-After.
@@ -432,7 +432,7 @@ impl RouteOutage {
         }
     }
 
-    /// holdfast is shutting down ([`Hold::shutdown`] says so to every route): every held request
+    /// holdfast is shutting down ([`OutageRoutes::shutdown`] says so to every route): every held request
     /// gets its 503 now, and none is held again, on any route (the flag is shared; it is set
     /// before this route's lock is taken, so a request queuing meanwhile is woken here).
     fn shutdown(&self) {

@@ -59,7 +59,7 @@ pub struct PauseStatus {
     pub held: usize,
 }
 
-impl Hold {
+impl OutageRoutes {
     /// Pauses for a planned restart, for at most `max`. `who` asked (for the log); `host` is the
     /// Host the presence check sends (the upstream's own when `None`).
     pub fn pause(&self, max: Duration, who: &str, host: Option<HeaderValue>) -> PauseStart {
@@ -284,16 +284,16 @@ mod tests {
         }
     }
 
-    fn hold(timeout: Duration, presence: Option<Arc<Scripted>>) -> (Hold, Arc<Metrics>) {
+    fn hold(timeout: Duration, presence: Option<Arc<Scripted>>) -> (OutageRoutes, Arc<Metrics>) {
         let cfg = crate::hold::tests::config(timeout);
         let (mut template, metrics) = crate::hold::tests::template(cfg);
         template.presence = presence.map(|p| p as Arc<dyn Health>);
-        (Hold::new(template, false), metrics)
+        (OutageRoutes::new(template, false), metrics)
     }
 
     /// A request held in the upstream-wide outage on its own task: its outcome, whether it went
     /// as the probe, and when it left.
-    fn held(hold: &Hold) -> tokio::task::JoinHandle<(Released, bool, Instant)> {
+    fn held(hold: &OutageRoutes) -> tokio::task::JoinHandle<(Released, bool, Instant)> {
         let up = hold.upstream().clone();
         tokio::spawn(async move {
             let mut ticket = Ticket::default();
@@ -439,7 +439,7 @@ mod tests {
             ..crate::hold::tests::config(Duration::from_secs(60))
         };
         let (template, _) = crate::hold::tests::template(cfg);
-        let off = Hold::new(template, false);
+        let off = OutageRoutes::new(template, false);
         assert_eq!(
             off.pause(Duration::from_secs(60), "test", None),
             PauseStart::HoldDisabled

@@ -12,7 +12,7 @@
 //! A route is the Host sent upstream and the configured endpoint (`routes.endpoints`) the path
 //! falls under; paths under no endpoint share one route per Host. Only a router's own answers
 //! (route-missing 404, its 503) open a route's outage: connection failures are the upstream's,
-//! whichever route met them, and open the one upstream-wide outage ([`Hold::upstream`]) that
+//! whichever route met them, and open the one upstream-wide outage ([`OutageRoutes::upstream`]) that
 //! any application answer ends. With no router in between (`routes.behind_router = false`)
 //! there is only that one. A route's outage goes dormant once nobody waits in it (it no longer
 //! holds new requests nor keeps `holdfast_upstream_up` at 0, and remembers its start for the
@@ -38,7 +38,7 @@ struct RouteKey {
 }
 
 /// Every route's outage state.
-pub struct Hold {
+pub struct OutageRoutes {
     template: Template,
     shared: Arc<Shared>,
     /// Whether routes are told apart (a router sits in between).
@@ -48,7 +48,7 @@ pub struct Hold {
     shared_route: Arc<RouteOutage>,
 }
 
-impl Hold {
+impl OutageRoutes {
     /// No outage yet. `per_route`: tell routes apart (a router sits between holdfast and the
     /// application).
     pub fn new(template: Template, per_route: bool) -> Self {
@@ -163,7 +163,7 @@ mod tests {
     use super::*;
     use crate::replay::BodyHandle;
 
-    fn hold_with(max_requests: usize, per_route: bool) -> (Hold, Arc<Metrics>) {
+    fn hold_with(max_requests: usize, per_route: bool) -> (OutageRoutes, Arc<Metrics>) {
         let cfg = HoldConfig {
             enabled: true,
             timeout: Duration::from_secs(60),
@@ -179,11 +179,11 @@ mod tests {
             check_interval: None,
         };
         let (template, metrics) = crate::hold::tests::template(cfg);
-        let hold = Hold::new(template, per_route);
+        let hold = OutageRoutes::new(template, per_route);
         (hold, metrics)
     }
 
-    fn hold(max_requests: usize) -> (Hold, Arc<Metrics>) {
+    fn hold(max_requests: usize) -> (OutageRoutes, Arc<Metrics>) {
         hold_with(max_requests, true)
     }
 

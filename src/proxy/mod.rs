@@ -56,7 +56,7 @@ use tokio::time::Instant;
 
 use crate::classify::ExpectedRoutes;
 use crate::config::{Config, HostHeader};
-use crate::hold::{Health, Hold, PauseStart, PauseStatus, RouteOutage, Template};
+use crate::hold::{Health, OutageRoutes, PauseStart, PauseStatus, RouteOutage, Template};
 use crate::metrics::Metrics;
 use crate::replay::CopyBudget;
 use crate::session::Sessions;
@@ -99,7 +99,7 @@ pub struct Proxy {
     /// All request-body copies together stay within `hold.max_buffered_bytes`.
     copy_budget: Arc<CopyBudget>,
     /// Outages, per route.
-    hold: Hold,
+    hold: OutageRoutes,
     /// MCP sessions carried across backend restarts.
     sessions: Sessions,
     /// Longest a request waits for another request's re-establishment of its session.
@@ -288,7 +288,7 @@ impl Proxy {
                 ID_COPY_CAP
             },
             copy_budget: CopyBudget::new(cfg.hold.max_buffered_bytes),
-            hold: Hold::new(
+            hold: OutageRoutes::new(
                 Template {
                     cfg: cfg.hold.clone(),
                     retry_after: cfg.retry_after,
