@@ -145,11 +145,6 @@ impl<'a> Message<'a> {
         (self.kind() == Kind::Request).then(|| Id::new(self.raw.id.get()?))?
     }
 
-    /// The id of a response, as written (null for an error about an unreadable request).
-    pub fn response_id(&self) -> Option<Id> {
-        (self.kind() == Kind::Response).then(|| Id::new(self.raw.id.get()?))?
-    }
-
     /// `params.<key>` when it is a string (a tool's `name`, a level, a URI).
     pub fn param_str(&self, key: &str) -> Option<String> {
         let params = self.raw.params.get()?;
@@ -221,24 +216,6 @@ impl Id {
     /// The raw value, for embedding in a message holdfast writes.
     pub fn raw(&self) -> &RawValue {
         &self.0
-    }
-
-    /// As a JSON value (a number written `1e3` becomes 1000.0).
-    pub fn value(&self) -> serde_json::Value {
-        serde_json::from_str(self.0.get()).unwrap_or(serde_json::Value::Null)
-    }
-}
-
-/// Two ids are the same when they are the same string, or numbers of the same value (`1`, `1.0`
-/// and `1e0` name one request: a server may write back the id it parsed).
-impl PartialEq for Id {
-    fn eq(&self, other: &Id) -> bool {
-        match (self.value(), other.value()) {
-            (serde_json::Value::Number(a), serde_json::Value::Number(b)) => {
-                a == b || a.as_f64() == b.as_f64()
-            }
-            (a, b) => a == b,
-        }
     }
 }
 

@@ -177,6 +177,10 @@ pin_project_lite::pin_project! {
 /// the copy is read or dropped.
 struct LearnCopy {
     bytes: bytes::BytesMut,
+    /// An event stream's events as they arrive (`None` for a JSON answer), to see its answer.
+    events: Option<crate::sse::Parser>,
+    /// The answer is complete: an event carrying a JSON-RPC response has arrived.
+    answered: bool,
     idempotency: std::sync::Arc<crate::idempotent::Idempotency>,
     /// The Host the request went to: whose tools these are.
     host: Option<http::HeaderValue>,
@@ -198,6 +202,13 @@ impl LearnCopy {
             return false;
         }
         self.bytes.extend_from_slice(data);
+        if let Some(events) = self.events.as_mut() {
+            let answered = &mut self.answered;
+            events.feed(data, |event| {
+                *answered |= crate::jsonrpc::one(event.data.as_bytes())
+                    .is_some_and(|m| m.kind() == crate::jsonrpc::Kind::Response);
+            });
+        }
         true
     }
 
@@ -220,6 +231,8 @@ impl Learn {
             inner,
             copy: Some(LearnCopy {
                 bytes: bytes::BytesMut::new(),
+                events: is_sse.then(|| crate::sse::Parser::new(MAX_LEARN_BYTES)),
+                answered: false,
                 idempotency,
                 host,
             }),
@@ -250,12 +263,8 @@ impl Body for Learn {
                 // at once must find it learned. A JSON answer has ended (hyper may not poll again
                 // once the body says so); an event stream may stay open after the event that
                 // answers, so it is learned as soon as that event is complete.
-                let answered = inner.is_end_stream()
-                    || (*this.is_sse
-                        && this.copy.as_ref().is_some_and(|c| {
-                            crate::session::rpc::reply(true, &c.bytes)
-                                != crate::session::rpc::Reply::Nothing
-                        }));
+                let answered =
+                    inner.is_end_stream() || this.copy.as_ref().is_some_and(|c| c.answered);
                 if answered {
                     if let Some(copy) = this.copy.take() {
                         copy.learn(*this.is_sse);

@@ -426,36 +426,25 @@ impl Proxy {
     /// opens, reason `upstream_reset`) and goes once the server is back; a 502 otherwise.
     async fn broke(&self, ex: &mut Exchange, status: Option<StatusCode>) -> Next {
         let kind = self.safe_to_repeat(ex);
-        let next = ex.attempts.broke(kind.is_some(), self.hold.enabled());
-        if let (Some(kind), AfterBreak::SendNow | AfterBreak::Hold) = (kind, next) {
-            self.metrics.safe_retries.get_or_create(&kind.into()).inc();
-            tracing::info!(
-                kind = kind.as_str(),
-                breaks = ex.attempts.breaks(),
-                "the upstream failed after a request safe to run twice may have reached it: \
-                 {}",
-                if next == AfterBreak::SendNow {
-                    "it goes once more"
-                } else {
-                    "held until the upstream is back"
-                }
-            );
-        }
-        match next {
-            AfterBreak::SendNow => {
+        match (ex.attempts.broke(kind.is_some(), self.hold.enabled()), kind) {
+            (AfterBreak::SendNow, Some(kind)) => {
                 ex.handle.supersede();
+                self.count_resend(kind, ex.attempts.breaks(), "it goes once more");
                 Next::Again
             }
-            AfterBreak::Hold => {
+            (AfterBreak::Hold, Some(kind)) => {
+                self.count_resend(
+                    kind,
+                    ex.attempts.breaks(),
+                    "held until the upstream is back",
+                );
                 let missing = Missing {
                     reason: RewriteReason::UpstreamReset,
                     never_reached_app: false,
                 };
                 Box::pin(self.hold_for(missing, true, ex)).await
             }
-            AfterBreak::Fail => {
-                Next::Answer(self.failed(FailReason::UpstreamReset, ex.version, status))
-            }
+            _ => Next::Answer(self.failed(FailReason::UpstreamReset, ex.version, status)),
         }
     }
 
@@ -464,18 +453,24 @@ impl Proxy {
     /// time). The failed attempt's body is stopped first.
     fn may_send_again(&self, ex: &mut Exchange) -> bool {
         let kind = self.safe_to_repeat(ex);
-        if !ex.attempts.once_more(kind.is_some()) {
-            return false;
+        match kind {
+            Some(kind) if ex.attempts.once_more(true) => {
+                ex.handle.supersede();
+                self.count_resend(kind, ex.attempts.breaks(), "it goes once more");
+                true
+            }
+            _ => false,
         }
-        let kind = kind.expect("once_more said it is safe");
-        ex.handle.supersede();
+    }
+
+    /// Counts and says one resend of a request safe to run twice after an ambiguous failure.
+    fn count_resend(&self, kind: crate::idempotent::SafeKind, breaks: u8, what: &str) {
         self.metrics.safe_retries.get_or_create(&kind.into()).inc();
         tracing::info!(
             kind = kind.as_str(),
-            "the upstream failed after the request may have reached it; it is safe to run \
-             twice, so it goes once more"
+            breaks,
+            "the upstream failed after a request safe to run twice may have reached it: {what}"
         );
-        true
     }
 
     /// Why the request is safe to run twice, if it is and its body was kept whole.
