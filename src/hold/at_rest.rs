@@ -61,11 +61,11 @@ impl RouteOutage {
     /// One tick of the check at rest.
     async fn check_at_rest(&self, health: &dyn Health) {
         let step = {
-            let st = self.lock();
+            let m = self.lock();
             next_step(
-                st.outage.is_some(),
-                st.prober_running,
-                st.paused.is_some(),
+                m.is_open(),
+                m.prober_running(),
+                m.pause().is_some(),
                 self.shared.shutting_down.load(Ordering::Acquire),
             )
         };

@@ -21,15 +21,18 @@
 //! from the hold is counted in `holdfast_holds_total{outcome}`.
 //!
 //! # Layout
-//! - here: one route's outage state, opened by "missing" and closed by the application's
-//!   answer, and what every route shares.
+//! - `machine`: one route's outage state as a plain state machine (events in, effects out),
+//!   opened by "missing" and closed by the application's answer; a pause is a phase of it.
+//! - here: the route's outage as the proxy sees it: the machine behind a lock, its effects
+//!   carried out (wakes, metrics, logs, the prober).
+//! - `shared`: what every route shares.
 //! - `routes`: the routes, bounded, each with its own outage.
 //! - `queue`: waiting in the hold, and every way out of it.
 //! - `prober`: probing the upstream during an outage.
 //! - `retry_after`: Retry-After from observed outages, and the horizon.
 //! - `at_rest`: checking the upstream without traffic (`hold.check_interval_secs`).
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -45,6 +48,7 @@ use crate::replay::BodyHandle;
 use crate::upstream::Connector;
 
 mod at_rest;
+mod machine;
 mod pause;
 mod prober;
 mod queue;
@@ -52,6 +56,7 @@ mod retry_after;
 mod routes;
 mod shared;
 
+use machine::{Effect, Ended, Machine, WakeAs};
 pub use pause::{PauseStart, PauseStatus};
 pub use prober::backoff;
 pub use queue::{Released, Ticket};
@@ -104,7 +109,8 @@ pub struct Template {
     pub metrics: Arc<Metrics>,
 }
 
-/// One route's outage state and the requests held for it.
+/// One route's outage state and the requests held for it: a [`Machine`] behind a lock, whose
+/// effects are carried out here (wakes, metrics, logs, the prober).
 pub struct RouteOutage {
     cfg: HoldConfig,
     /// What every route shares.
@@ -121,61 +127,12 @@ pub struct RouteOutage {
     health: Option<Arc<dyn Health>>,
     presence: Option<Arc<dyn Health>>,
     metrics: Arc<Metrics>,
-    /// Fast path: requests read this before taking the lock. An outage exists (it may be
-    /// dormant).
+    /// The machine's [`Machine::is_open`], for requests to read without the lock (the hot
+    /// path); written only by [`RouteOutage::apply`], under the lock.
     in_outage: AtomicBool,
-    /// The outage holds requests and counts against `holdfast_upstream_up` (it is not dormant).
+    /// The machine's [`Machine::holds`], likewise.
     active: AtomicBool,
-    /// Whether this route's outage goes dormant once nobody waits in it: a route's, not the
-    /// upstream's (a refused connection stays an outage until the application answers).
-    may_sleep: bool,
-    state: Mutex<State>,
-}
-
-struct State {
-    outage: Option<Outage>,
-    /// Held requests by arrival order: the first is the oldest, the next probe.
-    waiters: BTreeMap<u64, Waiter>,
-    next_seq: u64,
-    /// Outages opened on this route: the open one's [`Outage::id`].
-    outages_opened: u64,
-    prober_running: bool,
-    /// A pause for a planned restart (the upstream-wide outage only).
-    paused: Option<pause::Paused>,
-    /// Pauses begun, to tell a pause's watcher from the next one's.
-    pauses: u64,
-    /// What the failure that is about to open an outage said (the OS error, the name that did
-    /// not resolve), for the outage's first log line.
-    cause: Option<String>,
-}
-
-struct Outage {
-    /// Which of the route's outages this is (1, 2, ...; 0 for [`Outage::detached`]): a request
-    /// is counted in each outage's line once, whatever its number of entries and exits.
-    id: u64,
-    started: Instant,
-    first_reason: RewriteReason,
-    last_reason: RewriteReason,
-    /// Requests answered 503 during this outage.
-    answered_503: u64,
-    /// Requests held in this outage (each once).
-    held: u64,
-    /// Of them, released (a probe that met the gap and was held again is not counted twice).
-    released: u64,
-    timed_out: u64,
-    cancelled: u64,
-    rejected: u64,
-    /// The horizon's warning was logged for this outage.
-    horizon_warned: bool,
-    /// Opened by a pause, and nothing has shown the upstream gone yet: not counted as an
-    /// outage (`holdfast_upstream_up` stays 1), and it closes without an outage duration.
-    paused_only: bool,
-}
-
-struct Waiter {
-    wake: oneshot::Sender<Wake>,
-    bytes: usize,
-    since: Instant,
+    state: Mutex<Machine<oneshot::Sender<Wake>>>,
 }
 
 /// Why a held request stops waiting.
@@ -188,6 +145,22 @@ enum Wake {
     Shutdown,
 }
 
+type Held = Machine<oneshot::Sender<Wake>>;
+
+/// What carrying out an event's effects leaves to its caller.
+#[derive(Default)]
+struct Applied {
+    /// Start the prober (once the lock is dropped).
+    start_prober: bool,
+    /// The horizon's warning is due.
+    horizon_warning: bool,
+}
+
+/// Now, as the machine counts time (a paused test clock included).
+fn now() -> std::time::Instant {
+    Instant::now().into_std()
+}
+
 impl RouteOutage {
     /// Starts healthy: the horizon counts from now.
     fn new(
@@ -197,7 +170,8 @@ impl RouteOutage {
         host: Option<http::HeaderValue>,
     ) -> Self {
         let t = template.clone();
-        // Routes have a Host; the upstream-wide outage (connection failures) has none.
+        // Routes have a Host; the upstream-wide outage (connection failures) has none, and
+        // stays open until the application answers.
         let may_sleep = host.is_some();
         Self {
             cfg: t.cfg,
@@ -212,22 +186,132 @@ impl RouteOutage {
             metrics: t.metrics,
             in_outage: AtomicBool::new(false),
             active: AtomicBool::new(false),
-            may_sleep,
-            state: Mutex::new(State {
-                outage: None,
-                waiters: BTreeMap::new(),
-                next_seq: 0,
-                outages_opened: 0,
-                prober_running: false,
-                paused: None,
-                pauses: 0,
-                cause: None,
-            }),
+            state: Mutex::new(Machine::new(may_sleep)),
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, State> {
+    fn lock(&self) -> MutexGuard<'_, Held> {
         self.state.lock().expect("outage lock")
+    }
+
+    /// Carries out what an event asked, in order, under the lock (a wake sent after it would
+    /// race with the waiter's own deadline), and mirrors the machine into the atomics.
+    fn apply(&self, m: &Held, effects: Vec<Effect<oneshot::Sender<Wake>>>) -> Applied {
+        let mut applied = Applied::default();
+        for effect in effects {
+            match effect {
+                Effect::OutageStarted { reason, cause } => {
+                    self.count_outage_start(reason, cause.as_deref())
+                }
+                Effect::RouteOutage(true) => {
+                    self.shared.route_outages.fetch_add(1, Ordering::AcqRel);
+                }
+                Effect::RouteOutage(false) => {
+                    self.shared.route_outages.fetch_sub(1, Ordering::AcqRel);
+                }
+                Effect::Counted(awake) => {
+                    self.shared.outage_count(awake, &self.metrics.upstream_up);
+                    if !awake {
+                        tracing::debug!(route = self.route, "nobody waits in the outage: dormant");
+                    }
+                }
+                Effect::Wake {
+                    waiters,
+                    outcome,
+                    wake,
+                } => self.wake(waiters, outcome, wake),
+                Effect::Ended(ended) => self.ended(ended),
+                Effect::PauseEnded {
+                    by,
+                    lasted,
+                    upstream_was_gone,
+                    held,
+                } => {
+                    self.metrics.paused.set(0);
+                    tracing::info!(
+                        by,
+                        paused_ms = lasted.as_millis() as u64,
+                        upstream_was_gone,
+                        held,
+                        "resumed"
+                    );
+                }
+                Effect::GoneWhilePaused(reason) => tracing::info!(
+                    reason = reason.as_str(),
+                    "paused: the upstream is gone; resuming when a new instance answers"
+                ),
+                Effect::HorizonWarning => applied.horizon_warning = true,
+                Effect::StartProber => applied.start_prober = true,
+            }
+        }
+        self.in_outage.store(m.is_open(), Ordering::Release);
+        self.active.store(m.holds(), Ordering::Release);
+        applied
+    }
+
+    /// Wakes held requests that left the queue, counting each exit.
+    fn wake(
+        &self,
+        waiters: Vec<machine::Waiter<oneshot::Sender<Wake>>>,
+        outcome: HoldOutcome,
+        wake: WakeAs,
+    ) {
+        let (count, bytes) = (waiters.len(), waiters.iter().map(|w| w.bytes).sum());
+        for waiter in waiters {
+            self.record_exit(&waiter, outcome);
+            let _ = waiter.wake.send(match wake {
+                WakeAs::Release => Wake::Release,
+                WakeAs::Shutdown => Wake::Shutdown,
+            });
+        }
+        self.shared.release(count, bytes);
+        self.metrics.held_requests.set(self.shared.held());
+    }
+
+    /// Counts one exit from the hold, and gives its place back.
+    fn record_exit(&self, waiter: &machine::Waiter<oneshot::Sender<Wake>>, outcome: HoldOutcome) {
+        self.metrics.holds.get_or_create(&outcome.into()).inc();
+        self.metrics
+            .hold_duration
+            .observe(now().saturating_duration_since(waiter.since).as_secs_f64());
+    }
+
+    /// An outage (or a pause that never saw the upstream gone) is over.
+    fn ended(&self, ended: Ended) {
+        let Ended::Outage {
+            duration,
+            first_reason,
+            counts,
+            counted,
+        } = ended
+        else {
+            // A pause that never saw the upstream gone was no outage at all; its own line says
+            // how it ended.
+            return;
+        };
+        // A dormant outage was already counted out, and its length (a route nobody asked for
+        // in hours) says nothing about how long a restart takes.
+        if counted {
+            self.shared.outage_count(false, &self.metrics.upstream_up);
+            self.metrics.outage_duration.observe(duration.as_secs_f64());
+            let mut history = self.shared.history.lock().expect("history lock");
+            history.push_back(duration);
+            if history.len() > OUTAGE_HISTORY {
+                history.pop_front();
+            }
+        }
+        tracing::info!(
+            route = self.route,
+            duration_ms = duration.as_millis() as u64,
+            first_reason = first_reason.as_str(),
+            held = counts.held,
+            released = counts.released,
+            timed_out = counts.timed_out,
+            cancelled = counts.cancelled,
+            rejected = counts.rejected(),
+            answered_503 = counts.answered_503,
+            "upstream outage ended"
+        );
     }
 
     /// Whether holding is on.
@@ -256,9 +340,8 @@ impl RouteOutage {
         if !self.is_active() {
             return None;
         }
-        let st = self.lock();
-        let o = st.outage.as_ref().filter(|o| !o.paused_only)?;
-        Some((o.first_reason, o.started.elapsed()))
+        let (reason, started) = self.lock().outage()?;
+        Some((reason, now().saturating_duration_since(started)))
     }
 
     /// The application answered: close any open outage and release every held request.
@@ -267,107 +350,29 @@ impl RouteOutage {
         if !self.in_outage() {
             return;
         }
-        let mut st = self.lock();
-        if st.outage.is_none() || !self.pause_ends_on_answer(&mut st) {
-            return;
-        }
-        self.close(&mut st);
-    }
-
-    /// Closes the open outage and releases every held request, oldest first.
-    fn close(&self, st: &mut State) {
-        let now = Instant::now();
-        self.wake_all(st, HoldOutcome::released, || Wake::Release);
-        let Some(outage) = st.outage.take() else {
-            return;
-        };
-        self.in_outage.store(false, Ordering::Release);
-        if self.may_sleep {
-            self.shared.route_outages.fetch_sub(1, Ordering::AcqRel);
-        }
-        let duration = now.saturating_duration_since(outage.started);
-        // A dormant outage was already counted out, and its length (a route nobody asked for
-        // in hours) says nothing about how long a restart takes. A pause that never saw the
-        // upstream gone was no outage at all.
-        if self.active.swap(false, Ordering::AcqRel) && !outage.paused_only {
-            self.shared.outage_count(false, &self.metrics.upstream_up);
-            self.metrics.outage_duration.observe(duration.as_secs_f64());
-            let mut history = self.shared.history.lock().expect("history lock");
-            history.push_back(duration);
-            if history.len() > OUTAGE_HISTORY {
-                history.pop_front();
-            }
-        }
-        if outage.paused_only {
-            // The pause's own line says how it ended.
-            return;
-        }
-        tracing::info!(
-            route = self.route,
-            duration_ms = duration.as_millis() as u64,
-            first_reason = outage.first_reason.as_str(),
-            held = outage.held,
-            released = outage.released,
-            timed_out = outage.timed_out,
-            cancelled = outage.cancelled,
-            rejected = outage.rejected,
-            answered_503 = outage.answered_503,
-            "upstream outage ended"
-        );
+        let mut m = self.lock();
+        let effects = m.answered(now());
+        self.apply(&m, effects);
     }
 
     /// The open outage's (held, released, timed_out) counts, as its closing line will say them.
     #[cfg(test)]
     fn line_counts(&self) -> Option<(u64, u64, u64)> {
-        let st = self.lock();
-        st.outage
-            .as_ref()
-            .map(|o| (o.held, o.released, o.timed_out))
+        let c = self.lock().counts()?;
+        Some((c.held, c.released_so_far(), c.timed_out))
     }
 
     /// A request met a missing backend: open an outage if none is open.
     pub fn missing(&self, reason: RewriteReason) {
-        let mut st = self.lock();
-        self.open(&mut st, reason).last_reason = reason;
-        self.mark_gone(&mut st, reason);
+        let mut m = self.lock();
+        let effects = m.missing(reason, now(), self.shared.next_id());
+        self.apply(&m, effects);
     }
 
     /// Keeps what a failed connection said, for the log line of the outage it is about to
     /// open; none is kept while an outage is open (its line has been written).
     pub fn note_cause(&self, cause: impl FnOnce() -> String) {
-        let mut st = self.lock();
-        // A pause's outage has not been said yet either: the gap starts with this failure.
-        if st.outage.as_ref().is_none_or(|o| o.paused_only) {
-            st.cause = Some(cause());
-        }
-    }
-
-    fn open<'a>(&self, st: &'a mut State, reason: RewriteReason) -> &'a mut Outage {
-        let cause = st.cause.take();
-        // A dormant outage wakes up: its route is still missing, and someone asks for it.
-        if st.outage.is_some() && !self.active.swap(true, Ordering::AcqRel) {
-            self.shared.outage_count(true, &self.metrics.upstream_up);
-        }
-        if st.outage.is_none() {
-            st.outages_opened += 1;
-        }
-        let id = st.outages_opened;
-        st.outage.get_or_insert_with(|| {
-            self.in_outage.store(true, Ordering::Release);
-            self.active.store(true, Ordering::Release);
-            if self.may_sleep {
-                self.shared.route_outages.fetch_add(1, Ordering::AcqRel);
-            }
-            let paused = reason == RewriteReason::Paused;
-            if !paused {
-                self.count_outage_start(reason, cause.as_deref());
-            }
-            Outage {
-                id,
-                paused_only: paused,
-                ..Outage::new(reason)
-            }
-        })
+        self.lock().note_cause(cause);
     }
 
     /// An outage begins: counted, and said.
@@ -385,51 +390,25 @@ impl RouteOutage {
         );
     }
 
-    /// The prober stopped because nobody waits in this route's outage any more: it goes dormant.
-    /// A route that nobody asks for again (a bogus Host, a router restart longer than the hold)
-    /// must not keep `holdfast_upstream_up` at 0, nor keep its slot in the routes; it still
-    /// remembers when it began, for the horizon. Only a prober's end puts it to sleep: a 503
-    /// answered at once (a router's 502, which is never held) leaves the outage awake, so the
-    /// next request is held before it is sent into the gap. (With holding off nothing is ever
-    /// held, so a route's outage stays awake until the application answers on it.)
-    fn sleep_if_idle(&self, st: &State) {
-        if self.may_sleep
-            && st.outage.is_some()
-            && st.waiters.is_empty()
-            && !st.prober_running
-            && self.active.swap(false, Ordering::AcqRel)
-        {
-            self.shared.outage_count(false, &self.metrics.upstream_up);
-            tracing::debug!(route = self.route, "nobody waits in the outage: dormant");
-        }
-    }
-
     /// A request is being answered 503 because the backend is missing.
     pub fn answering_503(&self) {
-        // Counted in the open outage only: if an answer closed it meanwhile, this 503 must not
-        // reopen a phantom one.
-        if let Some(o) = self.lock().outage.as_mut() {
-            o.answered_503 += 1;
-        }
+        self.lock().answering_503();
     }
 
     /// The reason of the open outage's latest failure (for requests that never got an attempt).
     pub fn current_reason(&self) -> Option<RewriteReason> {
-        self.lock().outage.as_ref().map(|o| o.last_reason)
+        self.lock().last_reason()
     }
 
     /// A request that cannot be held because its body is too large to replay.
     pub fn body_too_large(&self) {
-        let mut st = self.lock();
-        self.refuse(&mut st, HoldOutcome::body_too_large);
+        self.count_refusal(HoldOutcome::body_too_large);
+        self.lock().refuse();
     }
 
-    /// Counts a request that leaves without entering the queue (or re-entering it).
-    fn refuse(&self, st: &mut State, outcome: HoldOutcome) {
+    /// Counts a request turned away at the door of the hold.
+    fn count_refusal(&self, outcome: HoldOutcome) {
         self.metrics.holds.get_or_create(&outcome.into()).inc();
-        if let Some(o) = st.outage.as_mut() {
-            o.count(outcome);
-        }
     }
 
     /// holdfast is shutting down ([`OutageRoutes::shutdown`] says so to every route): every held request
@@ -437,44 +416,9 @@ impl RouteOutage {
     /// before this route's lock is taken, so a request queuing meanwhile is woken here).
     fn shutdown(&self) {
         self.shared.shutting_down.store(true, Ordering::Release);
-        let mut st = self.lock();
-        self.wake_all(&mut st, HoldOutcome::shutdown, || Wake::Shutdown);
-    }
-}
-
-impl Outage {
-    /// Counts one exit for the outage's closing log line.
-    fn count(&mut self, outcome: HoldOutcome) {
-        match outcome {
-            HoldOutcome::released => self.released += 1,
-            HoldOutcome::timed_out => self.timed_out += 1,
-            HoldOutcome::cancelled => self.cancelled += 1,
-            HoldOutcome::queue_full | HoldOutcome::body_too_large => self.rejected += 1,
-            HoldOutcome::shutdown => {}
-        }
-    }
-
-    /// An outage starting now, all counters at zero.
-    fn new(reason: RewriteReason) -> Outage {
-        Outage {
-            id: 0,
-            started: Instant::now(),
-            first_reason: reason,
-            last_reason: reason,
-            answered_503: 0,
-            held: 0,
-            released: 0,
-            timed_out: 0,
-            cancelled: 0,
-            rejected: 0,
-            horizon_warned: false,
-            paused_only: false,
-        }
-    }
-
-    /// Counters for a waiter that leaves after its outage closed (nothing to log them in).
-    fn detached() -> Outage {
-        Outage::new(RewriteReason::ConnectError)
+        let mut m = self.lock();
+        let effects = m.shutdown();
+        self.apply(&m, effects);
     }
 }
 

@@ -22,17 +22,6 @@ use http::HeaderValue;
 
 use super::*;
 
-/// A pause in progress.
-pub(super) struct Paused {
-    /// Which pause, so a watcher stops with its own pause and not the next one's.
-    id: u64,
-    since: Instant,
-    /// When it ends by itself.
-    pub(super) until: Instant,
-    /// What first showed the upstream gone since the pause began.
-    pub(super) gone: Option<RewriteReason>,
-}
-
 /// What asking for a pause did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PauseStart {
@@ -73,14 +62,13 @@ impl OutageRoutes {
 
     /// The pause in progress, if any.
     pub fn pause_status(&self) -> Option<PauseStatus> {
-        let up = self.upstream();
-        let st = up.lock();
-        let now = Instant::now();
-        st.paused.as_ref().map(|p| PauseStatus {
-            age: now.saturating_duration_since(p.since),
-            remaining: p.until.saturating_duration_since(now),
-            upstream_gone: p.gone.is_some(),
-            held: st.waiters.len(),
+        let view = self.upstream().lock().pause()?;
+        let now = now();
+        Some(PauseStatus {
+            age: now.saturating_duration_since(view.pause.since),
+            remaining: view.pause.until.saturating_duration_since(now),
+            upstream_gone: view.upstream_gone,
+            held: view.held,
         })
     }
 }
@@ -90,36 +78,24 @@ impl RouteOutage {
         if !self.cfg.enabled {
             return PauseStart::HoldDisabled;
         }
-        let mut st = self.lock();
+        let mut m = self.lock();
         if self.shared.shutting_down.load(Ordering::Acquire) {
             return PauseStart::ShuttingDown;
         }
-        if st.paused.is_some() {
+        let Ok((pause, gone, effects)) = m.begin_pause(now(), max, self.shared.next_id()) else {
             return PauseStart::Already;
-        }
-        // An outage already open: the upstream is gone now, and the application's first
-        // answer ends the outage and the pause together.
-        let gone = st.outage.as_ref().map(|o| o.last_reason);
-        self.open(&mut st, RewriteReason::Paused);
-        st.pauses += 1;
-        let id = st.pauses;
-        let now = Instant::now();
-        st.paused = Some(Paused {
-            id,
-            since: now,
-            until: now + max,
-            gone,
-        });
-        drop(st);
+        };
+        self.apply(&m, effects);
+        drop(m);
         self.metrics.paused.set(1);
         tracing::info!(
             peer = who,
             max_secs = max.as_secs_f64(),
-            upstream_gone = gone.is_some(),
+            upstream_gone = gone,
             "paused: new requests are held until a new instance answers, `holdfast resume`, \
              or pause.max_secs"
         );
-        tokio::spawn(self.clone().watch(id, host));
+        tokio::spawn(self.clone().watch(pause.id, host));
         PauseStart::Started
     }
 
@@ -129,81 +105,24 @@ impl RouteOutage {
 
     /// Ends the pause in progress (pause `id` only, if given). False when there was none.
     fn end(&self, id: Option<u64>, who: &str) -> bool {
-        let mut st = self.lock();
-        if id.is_some() && st.paused.as_ref().map(|p| p.id) != id {
-            return false;
-        }
-        let Some(paused) = self.end_pause(&mut st, who) else {
-            return false;
-        };
-        if paused.gone.is_none() {
-            // Never seen gone: release everyone to whatever answers now.
-            self.close(&mut st);
-        }
-        // Gone and not back: an outage like any other from here on; its prober runs while
-        // anyone is held (it started with the first of them).
-        true
+        let mut m = self.lock();
+        let (ended, effects) = m.end_pause(id, who, now());
+        self.apply(&m, effects);
+        ended
     }
 
-    /// Ends the pause, if one is in progress, saying why (`who` asked, or what happened).
-    fn end_pause(&self, st: &mut State, who: &str) -> Option<Paused> {
-        let paused = st.paused.take()?;
-        self.metrics.paused.set(0);
-        tracing::info!(
-            by = who,
-            paused_ms = paused.since.elapsed().as_millis() as u64,
-            upstream_was_gone = paused.gone.is_some(),
-            held = st.waiters.len(),
-            "resumed"
-        );
-        Some(paused)
-    }
-
-    /// An application answer while an outage is open: whether it ends the outage. While
-    /// paused, only once the upstream has been seen gone (before that it is the old instance
-    /// finishing what is in flight); it then ends the pause too.
-    pub(super) fn pause_ends_on_answer(&self, st: &mut State) -> bool {
-        match &st.paused {
-            None => true,
-            Some(p) if p.gone.is_none() => false,
-            Some(_) => {
-                self.end_pause(st, "a new instance answered");
-                true
-            }
-        }
-    }
-
-    /// Something showed the upstream gone (`reason`). While paused, the pause is from now on
-    /// waiting for a new instance, and its outage counts as one.
-    pub(super) fn mark_gone(&self, st: &mut State, reason: RewriteReason) {
-        let Some(p) = st.paused.as_mut() else {
-            return;
-        };
-        if p.gone.is_none() {
-            p.gone = Some(reason);
-            tracing::info!(
-                reason = reason.as_str(),
-                "paused: the upstream is gone; resuming when a new instance answers"
-            );
-        }
-        let cause = st.cause.take();
-        if let Some(o) = st.outage.as_mut() {
-            o.last_reason = reason;
-            if std::mem::replace(&mut o.paused_only, false) {
-                // The outage is the gap between instances: it starts now, not with the pause.
-                o.started = Instant::now();
-                o.first_reason = reason;
-                self.count_outage_start(reason, cause.as_deref());
-            }
-        }
-    }
-
-    /// A route's outage met the upstream missing (`reason`): a pause learns it is gone.
+    /// Something showed the upstream gone (`reason`) without a request of this route meeting
+    /// it: a pause is from now on waiting for a new instance, and its outage counts as one.
     pub fn saw_gone(&self, reason: RewriteReason) {
         if self.in_outage() {
-            let mut st = self.lock();
-            self.mark_gone(&mut st, reason);
+            let mut m = self.lock();
+            self.mark_gone(&mut m, reason);
         }
+    }
+
+    fn mark_gone(&self, m: &mut Held, reason: RewriteReason) {
+        let effects = m.saw_gone(reason, now());
+        self.apply(m, effects);
     }
 
     /// Watches pause `id` until it ends: asks the upstream, with jittered backoff, whether the
@@ -213,8 +132,8 @@ impl RouteOutage {
         let presence = self.health.clone().or_else(|| self.presence.clone());
         let mut attempt = 0u32;
         loop {
-            let until = match &self.lock().paused {
-                Some(p) if p.id == id => p.until,
+            let until = match self.lock().pause() {
+                Some(v) if v.pause.id == id => Instant::from_std(v.pause.until),
                 _ => return,
             };
             let delay = backoff(
@@ -237,23 +156,23 @@ impl RouteOutage {
                 continue;
             };
             let checked = presence.check(host.as_ref()).await;
-            let mut st = self.lock();
-            let gone = match &st.paused {
-                Some(p) if p.id == id => p.gone.is_some(),
+            let mut m = self.lock();
+            let gone = match m.pause() {
+                Some(v) if v.pause.id == id => v.upstream_gone,
                 _ => return,
             };
             match checked {
                 Checked::Up if gone => {
-                    drop(st);
+                    drop(m);
                     self.answered();
                     return;
                 }
                 Checked::Up => {}
                 Checked::NotUp(status) if status == http::StatusCode::NOT_FOUND => {
-                    self.mark_gone(&mut st, RewriteReason::RouteMissing404)
+                    self.mark_gone(&mut m, RewriteReason::RouteMissing404)
                 }
-                Checked::NotUp(_) => self.mark_gone(&mut st, RewriteReason::RouterUnavailable),
-                Checked::NoAnswer => self.mark_gone(&mut st, RewriteReason::ConnectError),
+                Checked::NotUp(_) => self.mark_gone(&mut m, RewriteReason::RouterUnavailable),
+                Checked::NoAnswer => self.mark_gone(&mut m, RewriteReason::ConnectError),
             }
         }
     }

@@ -2,6 +2,7 @@
 //! connect where that tells enough, then the oldest held request itself, or (with
 //! `hold.probe_path`) a health request instead.
 
+use super::machine::ProbeStep;
 use super::*;
 
 /// Longest wait for a probe's verdict before the next held request is sent as the next probe.
@@ -44,25 +45,21 @@ impl RouteOutage {
             .await;
             attempt = attempt.saturating_add(1);
             let (reason, started, outage) = {
-                let mut st = self.lock();
-                match &st.outage {
-                    Some(o)
-                        if !st.waiters.is_empty()
-                            && !self.shared.shutting_down.load(Ordering::Acquire) =>
-                    {
-                        // Paused before the upstream went: the instance that would answer is the
-                        // one about to stop. Nothing is sent until it is gone (the pause watches
-                        // for that).
-                        if st.paused.as_ref().is_some_and(|p| p.gone.is_none()) {
-                            continue;
-                        }
-                        (o.last_reason, o.started, o.id)
-                    }
-                    _ => {
-                        st.prober_running = false;
-                        self.sleep_if_idle(&st);
-                        return;
-                    }
+                let mut m = self.lock();
+                let (step, effects) =
+                    m.probe_step(self.shared.shutting_down.load(Ordering::Acquire));
+                self.apply(&m, effects);
+                match step {
+                    ProbeStep::Stop => return,
+                    // Paused before the upstream went: the instance that would answer is the
+                    // one about to stop. Nothing is sent until it is gone (the pause watches
+                    // for that).
+                    ProbeStep::Wait => continue,
+                    ProbeStep::Probe {
+                        reason,
+                        started,
+                        held_in,
+                    } => (reason, Instant::from_std(started), held_in),
                 }
             };
             // Where the failure was a connection failure, a bare connect tells whether anything
@@ -137,14 +134,14 @@ impl RouteOutage {
 
     /// Wakes the oldest held request as the probe. False when there is none.
     pub(super) fn release_oldest_as_probe(&self, mut report: oneshot::Sender<bool>) -> bool {
-        let mut st = self.lock();
+        let mut m = self.lock();
         loop {
-            let Some(&oldest) = st.waiters.keys().next() else {
+            let Some(waiter) = m.take_oldest() else {
                 return false;
             };
-            let waiter = self
-                .remove_waiter(&mut st, oldest, HoldOutcome::released)
-                .expect("the oldest waiter is in the queue");
+            self.record_exit(&waiter, HoldOutcome::released);
+            self.shared.release(1, waiter.bytes);
+            self.metrics.held_requests.set(self.shared.held());
             match waiter.wake.send(Wake::Probe(report)) {
                 Ok(()) => return true,
                 // Its client went away between wake and pop: try the next one.

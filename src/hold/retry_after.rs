@@ -33,22 +33,21 @@ impl RouteOutage {
         if !self.in_outage() {
             return false;
         }
-        let Some(started) = self.lock().outage.as_ref().map(|o| o.started) else {
+        let Some(since) = self.lock().since() else {
             return false;
         };
-        Instant::now().saturating_duration_since(started) > horizon
+        now().saturating_duration_since(since) > horizon
     }
 
     /// A route-missing 404 passed through because of the horizon. Warns once per outage and
     /// releases every held request: past the horizon they are to
     /// get the router's 404 at once, not wait for their turn as the probe.
     pub fn horizon_exceeded(&self, horizon: Duration, upstream: &str) {
-        let mut st = self.lock();
+        let mut m = self.lock();
         // Still an outage for the metrics and alerts (`holdfast_upstream_up` 0), and now a
         // route-missing one, whatever it started as: new requests are no longer held for it.
-        let outage = self.open(&mut st, RewriteReason::RouteMissing404);
-        outage.last_reason = RewriteReason::RouteMissing404;
-        if !std::mem::replace(&mut outage.horizon_warned, true) {
+        let effects = m.horizon_exceeded(now(), self.shared.next_id());
+        if self.apply(&m, effects).horizon_warning {
             tracing::warn!(
                 horizon_secs = horizon.as_secs_f64(),
                 upstream,
@@ -56,7 +55,6 @@ impl RouteOutage {
                  through. Check the upstream URL and the router's configuration"
             );
         }
-        self.wake_all(&mut st, HoldOutcome::released, || Wake::Release);
     }
 
     /// Whether a new request should wait before being sent: an outage is open and awake, and it
@@ -66,11 +64,6 @@ impl RouteOutage {
             return false;
         }
         let past_horizon = self.beyond_horizon(horizon);
-        !(past_horizon
-            && self
-                .lock()
-                .outage
-                .as_ref()
-                .is_some_and(|o| o.last_reason == RewriteReason::RouteMissing404))
+        !(past_horizon && self.lock().last_reason() == Some(RewriteReason::RouteMissing404))
     }
 }

@@ -282,10 +282,8 @@ mod tests {
         assert!(a.is_active());
         // A held request that gives up: the prober finds nobody waiting and stops; dormant.
         let body = BodyHandle::empty();
-        let mut ticket = Ticket {
-            deadline: Some(tokio::time::Instant::now() + Duration::from_secs(1)),
-            ..Ticket::default()
-        };
+        let mut ticket =
+            Ticket::with_deadline(tokio::time::Instant::now() + Duration::from_secs(1));
         assert_eq!(a.wait(&mut ticket, &body).await, Released::TimedOut);
         for _ in 0..100 {
             tokio::time::advance(Duration::from_secs(30)).await;
@@ -304,10 +302,8 @@ mod tests {
         // The upstream-wide outage never sleeps: a refused upstream stays down until it answers.
         let up = hold.upstream();
         up.missing(RewriteReason::ConnectRefused);
-        let mut ticket = Ticket {
-            deadline: Some(tokio::time::Instant::now() + Duration::from_secs(1)),
-            ..Ticket::default()
-        };
+        let mut ticket =
+            Ticket::with_deadline(tokio::time::Instant::now() + Duration::from_secs(1));
         assert_eq!(up.wait(&mut ticket, &body).await, Released::TimedOut);
         for _ in 0..10 {
             tokio::time::advance(Duration::from_secs(30)).await;

@@ -19,6 +19,9 @@ pub(super) struct Shared {
     pub(super) route_outages: AtomicUsize,
     /// Durations of the last outages, newest last.
     pub(super) history: Mutex<VecDeque<Duration>>,
+    /// The last outage's or pause's id: unique over every route, so a request that moves
+    /// from one route's outage to another's is counted held in each.
+    last_id: std::sync::atomic::AtomicU64,
 }
 
 impl Shared {
@@ -30,7 +33,13 @@ impl Shared {
             shutting_down: AtomicBool::new(false),
             route_outages: AtomicUsize::new(0),
             history: Mutex::new(VecDeque::new()),
+            last_id: std::sync::atomic::AtomicU64::new(0),
         })
+    }
+
+    /// An id for an outage or pause that may begin (never 0: a request never held has 0).
+    pub(super) fn next_id(&self) -> u64 {
+        self.last_id.fetch_add(1, Ordering::Relaxed) + 1
     }
 
     /// Takes one place and `bytes` in the hold, if both caps allow.
