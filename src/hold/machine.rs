@@ -34,9 +34,9 @@ mod pause;
 
 use io::Effects;
 pub(super) use io::{Counts, Effect, Ended, Entry, Place, ProbeStep, Waiter, WakeAs};
-use pause::Pause;
 #[cfg(test)]
 use pause::NoPause;
+use pause::Pause;
 
 /// One route's outage state: its phase, and the requests held in it.
 pub(super) struct Machine<W> {

@@ -136,7 +136,13 @@ impl<W> Machine<W> {
         }
     }
 
-    pub(super) fn pause_ended(&self, pause: &Pause, by: &str, gone: bool, now: Instant) -> Effect<W> {
+    pub(super) fn pause_ended(
+        &self,
+        pause: &Pause,
+        by: &str,
+        gone: bool,
+        now: Instant,
+    ) -> Effect<W> {
         Effect::PauseEnded {
             by: by.to_owned(),
             lasted: now.saturating_duration_since(pause.since),
