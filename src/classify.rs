@@ -11,14 +11,11 @@
 //! include a router's own 502/504 (the row 3: Traefik sends them for dial failures too);
 //! those are never replayed, because Traefik also sends them after the backend read the request.
 
-use std::error::Error as StdError;
-use std::io;
-
 use http::header::HeaderMap;
 use http::StatusCode;
 
 use crate::signature::Signature;
-use crate::upstream::{ConnectError, ConnectErrorKind, NeverRead};
+use crate::upstream::{ConnectErrorKind, FailedSend};
 
 /// What one attempt at the upstream means for the client.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -190,8 +187,8 @@ impl FailReason {
 
 /// One attempt's outcome, as the classifier sees it.
 pub enum Outcome<'a> {
-    /// Sending failed. The error's source chain is walked.
-    Error(&'a (dyn StdError + 'static)),
+    /// Sending failed, as decided where it failed.
+    Failed(FailedSend),
     /// The response headers arrived waiting longer than allowed.
     ResponseTimeout,
     /// A response arrived. `body` is the complete body when it was peeked (a candidate status
@@ -224,32 +221,23 @@ pub fn classify(outcome: &Outcome<'_>, cx: &Context<'_>) -> Verdict {
         //     Nothing was sent, but a restarting container does not cause this and waiting does
         //     not fix it: it is a configuration error, answered 502 at once and never held.
         //     (A TLS connection that fails on I/O, refused or timed out, is row 1.)
-        Outcome::Error(err)
-            if find_cause::<ConnectError>(*err)
-                .is_some_and(|c| c.kind() == ConnectErrorKind::Tls) =>
-        {
-            Verdict::Failed(FailReason::UpstreamTls)
-        }
-
         // 1. The connection failed before anything was sent: the backend is missing, and the
         //    request certainly never reached it.
-        Outcome::Error(err) if find_cause::<ConnectError>(*err).is_some() => {
-            let connect = find_cause::<ConnectError>(*err).expect("checked by the guard");
-            Verdict::Missing(Missing {
-                reason: RewriteReason::of_connect(connect.kind()).expect("row 1a"),
+        Outcome::Failed(FailedSend::NotConnected(kind)) => match RewriteReason::of_connect(*kind) {
+            None => Verdict::Failed(FailReason::UpstreamTls),
+            Some(reason) => Verdict::Missing(Missing {
+                reason,
                 never_reached_app: true,
-            })
-        }
+            }),
+        },
 
         // 1b. The connection closed before the upstream read any byte of the request, as the
         //     kernel shows (the pooled connection handed it back unwritten, or the upstream's TCP acknowledged
         //     none of it): the backend stopped or is starting, and the request never reached it.
-        Outcome::Error(err) if find_cause::<NeverRead>(*err).is_some() => {
-            Verdict::Missing(Missing {
-                reason: RewriteReason::ConnectionClosed,
-                never_reached_app: true,
-            })
-        }
+        Outcome::Failed(FailedSend::NeverRead) => Verdict::Missing(Missing {
+            reason: RewriteReason::ConnectionClosed,
+            never_reached_app: true,
+        }),
 
         // 2. and 3. A router answered by itself (a known signature).
         Outcome::Response {
@@ -284,69 +272,11 @@ pub fn classify(outcome: &Outcome<'_>, cx: &Context<'_>) -> Verdict {
 
         // 5. Sent, then no answer in time: it may be executing right now.
         Outcome::ResponseTimeout => Verdict::Failed(FailReason::ResponseTimeout),
-        Outcome::Error(err) => {
-            if find_cause::<crate::replay::ClientBodyError>(*err).is_some() {
-                Verdict::Failed(FailReason::ClientBody)
-            } else if find_cause::<rustls::Error>(*err).is_some() {
-                // TLS failed after the handshake: with TLS 1.3 an upstream that refuses
-                // holdfast's client certificate says so only after the request was written.
-                Verdict::Failed(FailReason::UpstreamTls)
-            } else if let Some(h) = find_cause::<crate::http1::Error>(*err) {
-                if h.is_parse() {
-                    Verdict::Failed(FailReason::Protocol)
-                } else {
-                    // Closed, reset, incomplete: the request may have been written, so the
-                    // application may have executed it.
-                    Verdict::Failed(FailReason::UpstreamReset)
-                }
-            } else if let Some(h) = find_cause::<hyper::Error>(*err) {
-                if h.is_parse() || h.is_parse_status() {
-                    Verdict::Failed(FailReason::Protocol)
-                } else {
-                    // Closed, reset, incomplete message, canceled: the request may have been
-                    // written, so the application may have executed it.
-                    Verdict::Failed(FailReason::UpstreamReset)
-                }
-            } else if find_cause::<io::Error>(*err).is_some() {
-                Verdict::Failed(FailReason::UpstreamReset)
-            } else {
-                // The unexpected arm: still a 502 (never assume "not sent"), but say so loudly.
-                tracing::warn!(error = %ErrorChain(*err), "unexpected upstream error; answering 502");
-                Verdict::Failed(FailReason::UpstreamReset)
-            }
-        }
-    }
-}
-
-/// Walks an error's source chain for a cause of type `E`.
-pub fn find_cause<'a, E: StdError + 'static>(err: &'a (dyn StdError + 'static)) -> Option<&'a E> {
-    let mut cur: Option<&'a (dyn StdError + 'static)> = Some(err);
-    while let Some(e) = cur {
-        if let Some(found) = e.downcast_ref::<E>() {
-            return Some(found);
-        }
-        // `io::Error::source` skips the error it wraps (it returns the wrapped error's source),
-        // so step into the wrapped error explicitly.
-        cur = match e.downcast_ref::<io::Error>().and_then(|io| io.get_ref()) {
-            Some(inner) => Some(inner as &(dyn StdError + 'static)),
-            None => e.source(),
-        };
-    }
-    None
-}
-
-/// Displays an error with all its causes (`a: b: c`), for logs.
-pub struct ErrorChain<'a>(pub &'a (dyn StdError + 'static));
-
-impl std::fmt::Display for ErrorChain<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}", self.0)?;
-        let mut cur = self.0.source();
-        while let Some(e) = cur {
-            write!(f, ": {e}")?;
-            cur = e.source();
-        }
-        Ok(())
+        // 6. Sent, then failed: the application may have executed it.
+        Outcome::Failed(FailedSend::ClientBody) => Verdict::Failed(FailReason::ClientBody),
+        Outcome::Failed(FailedSend::Tls) => Verdict::Failed(FailReason::UpstreamTls),
+        Outcome::Failed(FailedSend::Protocol) => Verdict::Failed(FailReason::Protocol),
+        Outcome::Failed(FailedSend::Broke) => Verdict::Failed(FailReason::UpstreamReset),
     }
 }
 
@@ -531,7 +461,7 @@ mod tests {
     }
 
     #[test]
-    fn connect_errors_are_missing_and_others_failed() {
+    fn failed_connections_are_missing_and_sent_requests_failed() {
         let sigs = presets();
         let cx = Context {
             signatures: &sigs,
@@ -545,39 +475,43 @@ mod tests {
             (ConnectErrorKind::Unreachable, RewriteReason::Unreachable),
             (ConnectErrorKind::Other, RewriteReason::ConnectError),
         ] {
-            // Wrapped, as hyper-util wraps it, to prove the chain is walked.
-            let inner = ConnectError::new(kind, io::Error::other("x"));
-            let outer = io::Error::other(inner);
             assert_eq!(
-                classify(&Outcome::Error(&outer), &cx),
+                classify(&Outcome::Failed(FailedSend::NotConnected(kind)), &cx),
                 Verdict::Missing(Missing {
                     reason,
                     never_reached_app: true
                 })
             );
         }
-        let reset = io::Error::from(io::ErrorKind::ConnectionReset);
         assert_eq!(
-            classify(&Outcome::Error(&reset), &cx),
-            Verdict::Failed(FailReason::UpstreamReset)
+            classify(&Outcome::Failed(FailedSend::NeverRead), &cx),
+            Verdict::Missing(Missing {
+                reason: RewriteReason::ConnectionClosed,
+                never_reached_app: true
+            })
         );
-        // A certificate error is a configuration error, not a missing backend.
-        let bad_cert = rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer);
-        let handshake = ConnectError::new(
-            ConnectErrorKind::Tls,
-            io::Error::new(io::ErrorKind::InvalidData, bad_cert.clone()),
-        );
-        assert_eq!(
-            classify(&Outcome::Error(&io::Error::other(handshake)), &cx),
-            Verdict::Failed(FailReason::UpstreamTls)
-        );
-        // So is a TLS alert read after the request was written (TLS 1.3 client certificates).
-        let alert = rustls::Error::AlertReceived(rustls::AlertDescription::CertificateRequired);
-        let after_send = io::Error::other(io::Error::new(io::ErrorKind::InvalidData, alert));
-        assert_eq!(
-            classify(&Outcome::Error(&after_send), &cx),
-            Verdict::Failed(FailReason::UpstreamTls)
-        );
+        // A refused handshake is a configuration error, not a missing backend; so is a TLS
+        // alert read after the request was written (TLS 1.3 client certificates).
+        for failed in [
+            FailedSend::NotConnected(ConnectErrorKind::Tls),
+            FailedSend::Tls,
+        ] {
+            assert_eq!(
+                classify(&Outcome::Failed(failed), &cx),
+                Verdict::Failed(FailReason::UpstreamTls)
+            );
+        }
+        for (failed, reason) in [
+            (FailedSend::Broke, FailReason::UpstreamReset),
+            (FailedSend::Protocol, FailReason::Protocol),
+            (FailedSend::ClientBody, FailReason::ClientBody),
+        ] {
+            assert!(failed.sent());
+            assert_eq!(
+                classify(&Outcome::Failed(failed), &cx),
+                Verdict::Failed(reason)
+            );
+        }
         assert_eq!(
             classify(&Outcome::ResponseTimeout, &cx),
             Verdict::Failed(FailReason::ResponseTimeout)

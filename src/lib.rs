@@ -21,6 +21,7 @@
 //! - [`replay`]: the request body, forwarded as it streams and kept (capped) for a replay.
 //! - [`upstream`]: connecting (TCP, then TLS; typed failures), our own HTTP/1 pool, sending.
 //! - [`classify`]: the one flat decision of what an upstream outcome means.
+//! - [`errors`]: reading error chains (a cause of one type; the whole chain for logs).
 //! - [`signature`]: router signatures (presets and user-defined), matched by [`classify`].
 //! - [`hold`]: outages, holding requests through them, probing, Retry-After from history.
 //! - [`idempotent`]: which MCP requests are safe to send twice (read-only methods, annotated tools).
@@ -42,6 +43,7 @@ pub mod classify;
 pub mod cli;
 pub mod config;
 pub mod demo;
+pub mod errors;
 pub mod hold;
 pub mod http1;
 pub mod idempotent;

@@ -282,7 +282,7 @@ fn run(cli: &ProxyArgs) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            tracing::error!(error = %holdfast::classify::ErrorChain(&e), "holdfast failed");
+            tracing::error!(error = %holdfast::errors::ErrorChain(&e), "holdfast failed");
             ExitCode::FAILURE
         }
     }

@@ -1,10 +1,7 @@
-//! Properties of [`classify`] over generated upstream answers and failures: what it must never
-//! do whatever the upstream sends. The unit tests beside it pin the table row by row; these look
-//! for the answer nobody thought to write down.
-
-use std::error::Error as StdError;
-use std::fmt;
-use std::io;
+//! Properties of [`classify`] over generated upstream answers: what it must never do whatever
+//! the upstream sends. The unit tests beside it pin the table row by row; these look for the
+//! answer nobody thought to write down. (Failed sends are read where they fail:
+//! src/upstream/failed.rs has their property.)
 
 use http::header::{HeaderMap, HeaderName, HeaderValue};
 use http::StatusCode;
@@ -107,37 +104,6 @@ fn mutated(body: &[u8], at: usize, how: u8) -> Vec<u8> {
     out
 }
 
-/// An error as a failed exchange leaves it: an I/O error of any kind, under a few layers.
-#[derive(Debug)]
-struct Layer(Box<dyn StdError + Send + Sync + 'static>);
-
-impl fmt::Display for Layer {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("the exchange failed")
-    }
-}
-
-impl StdError for Layer {
-    fn source(&self) -> Option<&(dyn StdError + 'static)> {
-        Some(&*self.0)
-    }
-}
-
-fn io_kind() -> impl Strategy<Value = io::ErrorKind> {
-    prop::sample::select(vec![
-        io::ErrorKind::ConnectionRefused,
-        io::ErrorKind::ConnectionReset,
-        io::ErrorKind::ConnectionAborted,
-        io::ErrorKind::NotConnected,
-        io::ErrorKind::BrokenPipe,
-        io::ErrorKind::TimedOut,
-        io::ErrorKind::UnexpectedEof,
-        io::ErrorKind::WouldBlock,
-        io::ErrorKind::Interrupted,
-        io::ErrorKind::Other,
-    ])
-}
-
 proptest! {
     /// Only 404s and the routers' 5xx statuses are ever taken for a router: any other status is
     /// the application's answer, whatever its headers and body.
@@ -199,21 +165,6 @@ proptest! {
                 prop_assert_eq!(&body[..], &b"no available server\n"[..]);
             }
         }
-    }
-
-    /// A failed exchange that is not a failed connection (no `ConnectError`, no `NeverRead` in
-    /// its chain) may have reached the application: never held for a replay, whatever I/O
-    /// error it carries and however deep.
-    #[test]
-    fn an_exchange_error_is_never_replay_safe(kind in io_kind(), depth in 0usize..4) {
-        let mut err: Box<dyn StdError + Send + Sync> = Box::new(io::Error::from(kind));
-        for _ in 0..depth {
-            err = Box::new(Layer(err));
-        }
-        let sigs = presets();
-        let cx = Context { signatures: &sigs, route_expected: true, beyond_horizon: false };
-        let v = classify(&Outcome::Error(&*err), &cx);
-        prop_assert!(matches!(v, Verdict::Failed(_)), "{kind:?} at depth {depth}: {v:?}");
     }
 }
 

@@ -80,7 +80,7 @@ impl RouteOutage {
                     return;
                 };
                 self.note_cause(|| {
-                    format!("{} (the check at rest)", crate::classify::ErrorChain(&err))
+                    format!("{} (the check at rest)", crate::errors::ErrorChain(&err))
                 });
                 self.missing(reason);
             }

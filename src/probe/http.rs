@@ -14,7 +14,7 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client as Legacy;
 use hyper_util::rt::TokioExecutor;
 
-use crate::classify::ErrorChain;
+use crate::errors::ErrorChain;
 use crate::upstream::{ConnectError, ConnectErrorKind, UpstreamConnector};
 
 /// Most body bytes read of any answer: enough for a `tools/list` page or an error page's text.
@@ -178,7 +178,7 @@ impl Client {
 
 /// What a failed request says, in holdfast's terms (the classifier's own cause search).
 fn failure(e: &hyper_util::client::legacy::Error) -> Failure {
-    match crate::classify::find_cause::<ConnectError>(e) {
+    match crate::errors::find_cause::<ConnectError>(e) {
         // The cause without holdfast's own "connecting to the upstream failed" prefix.
         Some(connect) => Failure::Connect {
             kind: connect.kind(),

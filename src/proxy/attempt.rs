@@ -5,7 +5,8 @@ use tokio::time::Instant;
 
 use super::answer::{Answer, Peeked};
 use super::{Proxy, Target};
-use crate::classify::{self, ErrorChain, FailReason, Outcome, Verdict};
+use crate::classify::{self, FailReason, Outcome, Verdict};
+use crate::errors::{find_cause, ErrorChain};
 use crate::hold::RouteOutage;
 use crate::replay::ReplayBody;
 
@@ -50,7 +51,7 @@ impl Proxy {
                 )
             }
             Ok(Err(err)) => {
-                let verdict = classify::classify(&Outcome::Error(&err), &cx(true, None));
+                let verdict = classify::classify(&Outcome::Failed(err.failed()), &cx(true, None));
                 if verdict == Verdict::Failed(FailReason::UpstreamTls) {
                     // A configuration error: say what is wrong, every time, loudly.
                     tracing::error!(
@@ -67,7 +68,7 @@ impl Proxy {
                         matches!(verdict, Verdict::Missing(m) if m.reason.is_connect_failure());
                     if connect && !self.hold.upstream().is_active() {
                         self.hold.upstream().note_cause(|| {
-                            match classify::find_cause::<crate::upstream::ConnectError>(&err) {
+                            match find_cause::<crate::upstream::ConnectError>(&err) {
                                 Some(connect) => ErrorChain(connect).to_string(),
                                 None => ErrorChain(&err).to_string(),
                             }

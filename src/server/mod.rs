@@ -247,7 +247,7 @@ pub async fn try_upstream_once(upstream: crate::config::UpstreamUrl, connect_tim
         ),
         Err(e) => tracing::warn!(
             upstream = %upstream.authority,
-            error = %crate::classify::ErrorChain(&e),
+            error = %crate::errors::ErrorChain(&e),
             "the upstream cannot be reached now: requests will be held (then answered 503) until \
              it can; check the upstream URL if it should be up"
         ),

@@ -21,6 +21,7 @@
 //! reached the application, so it may be held and sent again.
 
 pub mod connector;
+mod failed;
 pub mod h1;
 pub mod pool;
 pub mod tcp;
@@ -39,13 +40,14 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 use prometheus_client::metrics::counter::Counter;
 
 pub use connector::{ConnectError, ConnectErrorKind, Connector, UpstreamConnector, UpstreamIo};
+pub use failed::FailedSend;
 use h1::{Conn, Failure, Limits, Outgoing};
 use pool::Pool;
 
 use crate::replay::ReplayBody;
 
-/// Why sending failed. Each variant keeps its cause: the classifier walks the chain to a
-/// [`ConnectError`] (never sent) or a `hyper::Error` (may have been sent).
+/// Why sending failed. Each variant keeps its cause; [`SendError::failed`] says what it means
+/// for the request (never sent, or may have been).
 #[derive(Debug, thiserror::Error)]
 pub enum SendError {
     /// No connection could be made.

@@ -147,7 +147,7 @@ async fn a_request_written_into_a_closed_connection_is_proven_unread() {
         beyond_horizon: false,
     };
     assert_eq!(
-        crate::classify::classify(&crate::classify::Outcome::Error(&err), &cx),
+        crate::classify::classify(&crate::classify::Outcome::Failed(err.failed()), &cx),
         crate::classify::Verdict::Missing(crate::classify::Missing {
             reason: crate::classify::RewriteReason::ConnectionClosed,
             never_reached_app: true,
