@@ -22,6 +22,7 @@
 
 mod planned;
 pub mod replaced;
+mod summary;
 
 pub use planned::{Planned, DURING};
 pub use replaced::Replaced;
@@ -116,92 +117,30 @@ pub async fn run(opts: DemoOptions) -> std::io::Result<Tally> {
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let backend_addr = listener.local_addr()?;
     let mut serving = Some(tokio::spawn(serve_backend(listener, backend.clone())));
-
-    // holdfast with its defaults, in front of the backend, which plays a router too (its
-    // route-missing phase answers Traefik's 404): said so, since it listens on loopback.
-    let mut raw = RawConfig {
-        upstream: format!("http://{backend_addr}"),
-        listen: "127.0.0.1:0".into(),
-        admin: "127.0.0.1:0".into(),
-        ..RawConfig::default()
-    };
-    raw.routes.behind_router = Some(true);
-    let config = Config::from_raw(&raw, &|_| "demo".into()).map_err(std::io::Error::other)?;
-    let holdfast = crate::server::spawn(config).await?;
+    let holdfast = start_holdfast(backend_addr).await?;
     let (proxy_addr, admin_addr) = (holdfast.addr, holdfast.admin);
-
-    println!(
-        "holdfast demo: an MCP backend on {backend_addr} is recreated every {:.1} s:",
-        opts.period.as_secs_f64()
-    );
-    println!(
-        "  its router answers `404 page not found` for a while, then the port refuses connections,"
-    );
-    println!(
-        "  then the backend comes back with its sessions gone. Two clients call a tool in a loop,"
-    );
-    println!(
-        "  one straight to the backend, one through holdfast on {proxy_addr}; like the TypeScript"
-    );
-    println!("  SDK's client, neither ever opens a second session.\n");
+    summary::intro(&opts, backend_addr, proxy_addr);
 
     let direct = Arc::new(Counts::default());
     let through = Arc::new(Counts::default());
     let stop = Arc::new(AtomicBool::new(false));
     let mut clients = JoinSet::new();
-    clients.spawn(client_loop(
-        format!("http://{backend_addr}/mcp"),
-        direct.clone(),
-        stop.clone(),
-    ));
-    clients.spawn(client_loop(
-        format!("http://{proxy_addr}/mcp"),
-        through.clone(),
-        stop.clone(),
-    ));
-
-    let start = Instant::now();
-    let mut next_tick = start + Duration::from_secs(1);
-    let mut restarts = 0;
-    let half = opts.period / 2;
-    let quarter = opts.period / 4;
-    loop {
-        let now = Instant::now();
-        if now >= start + opts.duration {
-            break;
-        }
-        // Where in its cycle is the backend now?
-        let into_cycle =
-            Duration::from_nanos(((now - start).as_nanos() % opts.period.as_nanos().max(1)) as u64);
-        let want = if into_cycle < half {
-            Phase::Up
-        } else if into_cycle < half + quarter {
-            Phase::RouteMissing
-        } else {
-            Phase::Refused
-        };
-        if backend.switch(want, &mut serving, backend_addr).await? {
-            restarts += 1;
-        }
-        if now >= next_tick {
-            let m = scrape(admin_addr).await;
-            println!(
-                "t={:>3}s  backend {:<10}  direct: {:>4} ok {:>4} failed   via holdfast: {:>4} ok {:>4} failed   masked {:>3}  held now {:>2}  released {:>4}  sessions resumed {:>2}",
-                (now - start).as_secs(),
-                backend.phase().label(),
-                direct.ok.load(Ordering::Relaxed),
-                direct.failed.load(Ordering::Relaxed),
-                through.ok.load(Ordering::Relaxed),
-                through.failed.load(Ordering::Relaxed),
-                m.rewrites,
-                m.held,
-                m.released,
-                m.resumed,
-            );
-            next_tick += Duration::from_secs(1);
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
+    for (url, counts) in [(backend_addr, &direct), (proxy_addr, &through)] {
+        clients.spawn(client_loop(
+            format!("http://{url}/mcp"),
+            counts.clone(),
+            stop.clone(),
+        ));
     }
+    let mut restarts = 0;
+    let mut cycle = Cycle {
+        backend: &backend,
+        serving: &mut serving,
+        backend_addr,
+        admin_addr,
+        counts: (&direct, &through),
+    };
+    restarts += cycle.run(&opts).await?;
     // The run ends with the backend up, and every call the clients started gets its answer:
     // a call cut off here would be executed and counted nowhere.
     if backend
@@ -239,53 +178,74 @@ pub async fn run(opts: DemoOptions) -> std::io::Result<Tally> {
         planned,
         replaced,
     };
-    println!("\nsummary after {:.0} s:", opts.duration.as_secs_f64());
-    println!(
-        "  straight to the backend: {} calls ok, {} failed",
-        tally.direct_ok, tally.direct_failed
-    );
-    println!(
-        "  through holdfast:        {} calls ok, {} failed",
-        tally.holdfast_ok, tally.holdfast_failed
-    );
-    println!(
-        "  the backend was recreated {} times, forgetting every session; through holdfast the \
-         client's {} session lived on (holdfast re-established it {} times)",
-        tally.restarts,
-        if tally.holdfast_sessions == 1 {
-            "one"
-        } else {
-            "first"
-        },
-        tally.resumed
-    );
-    println!(
-        "  planned recreation with `holdfast pause`: the slow call in flight {}, {} of {} calls \
-         made during the recreation ok, {} failed",
-        if planned.slow_ok {
-            "completed"
-        } else {
-            "FAILED"
-        },
-        planned.held_ok,
-        planned::DURING,
-        planned.held_failed
-    );
-    println!(
-        "  pod replacement (holdfast and its backend): {} calls ok, {} failed",
-        replaced.ok, replaced.failed
-    );
-    let answered = tally.direct_ok + tally.holdfast_ok + planned.ok() + replaced.ok;
-    println!(
-        "  the backend executed {} tool calls: {}",
-        tally.executed,
-        if tally.executed == answered {
-            "each successful call exactly once, no failed one"
-        } else {
-            "NOT one per successful call"
-        }
-    );
+    summary::print(&opts, &tally);
     Ok(tally)
+}
+
+/// holdfast with its defaults, in front of the backend, which plays a router too (its
+/// route-missing phase answers Traefik's 404): said so, since it listens on loopback.
+async fn start_holdfast(backend_addr: SocketAddr) -> std::io::Result<crate::server::Spawned> {
+    let mut raw = RawConfig {
+        upstream: format!("http://{backend_addr}"),
+        listen: "127.0.0.1:0".into(),
+        admin: "127.0.0.1:0".into(),
+        ..RawConfig::default()
+    };
+    raw.routes.behind_router = Some(true);
+    let config = Config::from_raw(&raw, &|_| "demo".into()).map_err(std::io::Error::other)?;
+    crate::server::spawn(config).await
+}
+
+/// The unplanned part of the run: the backend goes through its cycle (up, a router's 404,
+/// refused) every period while the clients call, and a line of counts is printed every second.
+struct Cycle<'a> {
+    backend: &'a Arc<Backend>,
+    serving: &'a mut Option<tokio::task::JoinHandle<()>>,
+    backend_addr: SocketAddr,
+    admin_addr: SocketAddr,
+    /// Straight to the backend, and through holdfast.
+    counts: (&'a Counts, &'a Counts),
+}
+
+impl Cycle<'_> {
+    /// Runs for `opts.duration`; the number of times the backend was recreated.
+    async fn run(&mut self, opts: &DemoOptions) -> std::io::Result<u64> {
+        let start = Instant::now();
+        let mut next_tick = start + Duration::from_secs(1);
+        let mut restarts = 0;
+        let half = opts.period / 2;
+        let quarter = opts.period / 4;
+        loop {
+            let now = Instant::now();
+            if now >= start + opts.duration {
+                return Ok(restarts);
+            }
+            // Where in its cycle is the backend now?
+            let into_cycle = Duration::from_nanos(
+                ((now - start).as_nanos() % opts.period.as_nanos().max(1)) as u64,
+            );
+            let want = if into_cycle < half {
+                Phase::Up
+            } else if into_cycle < half + quarter {
+                Phase::RouteMissing
+            } else {
+                Phase::Refused
+            };
+            if self
+                .backend
+                .switch(want, self.serving, self.backend_addr)
+                .await?
+            {
+                restarts += 1;
+            }
+            if now >= next_tick {
+                let m = scrape(self.admin_addr).await;
+                summary::tick(now - start, self.backend.phase(), self.counts, &m);
+                next_tick += Duration::from_secs(1);
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
 }
 
 impl Backend {
