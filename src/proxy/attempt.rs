@@ -9,6 +9,7 @@ use crate::classify::{self, FailReason, Outcome, Verdict};
 use crate::errors::{find_cause, ErrorChain};
 use crate::hold::RouteOutage;
 use crate::replay::ReplayBody;
+use crate::upstream::SendError;
 
 impl Proxy {
     /// One attempt at the upstream and its verdict. The response comes back with verdicts that
@@ -50,33 +51,7 @@ impl Proxy {
                     None,
                 )
             }
-            Ok(Err(err)) => {
-                let verdict = classify::classify(&Outcome::Failed(err.failed()), &cx(true, None));
-                if verdict == Verdict::Failed(FailReason::UpstreamTls) {
-                    // A configuration error: say what is wrong, every time, loudly.
-                    tracing::error!(
-                        upstream = %self.upstream.original,
-                        error = %ErrorChain(&err),
-                        "TLS to the upstream failed; check its certificate against client.ca \
-                         (or the system roots) and its name, and client.cert/client.key"
-                    );
-                } else {
-                    tracing::debug!(error = %ErrorChain(&err), ?verdict, "upstream request failed");
-                    // Only a failed connection opens the upstream-wide outage whose first line
-                    // this is for; any other cause would wait there for an unrelated outage.
-                    let connect =
-                        matches!(verdict, Verdict::Missing(m) if m.reason.is_connect_failure());
-                    if connect && !self.hold.upstream().is_active() {
-                        self.hold.upstream().note_cause(|| {
-                            match find_cause::<crate::upstream::ConnectError>(&err) {
-                                Some(connect) => ErrorChain(connect).to_string(),
-                                None => ErrorChain(&err).to_string(),
-                            }
-                        });
-                    }
-                }
-                return (verdict, None);
-            }
+            Ok(Err(err)) => return (self.send_failed(&err, &cx(true, None)), None),
             Ok(Ok(resp)) => resp,
         };
         let (head, body) = resp.into_parts();
@@ -87,28 +62,9 @@ impl Proxy {
             tracing::debug!("the upstream answered 101 to a request that asked for no upgrade");
             return (Verdict::Failed(FailReason::Protocol), None);
         }
-        let peek = if self.signatures.iter().any(|s| s.status == head.status) {
-            // Boxed: only a status some signature could match is peeked at.
-            match Box::pin(self.peek(&head.headers, body)).await {
-                Ok(p) => p,
-                Err(err) => {
-                    // The upstream broke (or stalled) before its small body arrived: nothing
-                    // reached the client yet, and the request did reach the upstream.
-                    tracing::debug!(error = %ErrorChain(err.as_ref()), "upstream body failed while peeking");
-                    let reason = if err.is::<super::body::IdleTimeout>() {
-                        FailReason::ResponseTimeout
-                    } else {
-                        FailReason::UpstreamReset
-                    };
-                    return (Verdict::Failed(reason), None);
-                }
-            }
-        } else {
-            Peeked {
-                complete: None,
-                prefix: None,
-                rest: body,
-            }
+        let peek = match self.peek_if_signed(&head, body).await {
+            Ok(peek) => peek,
+            Err(reason) => return (Verdict::Failed(reason), None),
         };
         let verdict = classify::classify(
             &Outcome::Response {
@@ -123,5 +79,59 @@ impl Proxy {
             ),
         );
         (verdict, Some((head, peek)))
+    }
+
+    /// A send that failed: its verdict, and what it says in the log.
+    fn send_failed(&self, err: &SendError, cx: &classify::Context<'_>) -> Verdict {
+        let verdict = classify::classify(&Outcome::Failed(err.failed()), cx);
+        if verdict == Verdict::Failed(FailReason::UpstreamTls) {
+            // A configuration error: say what is wrong, every time, loudly.
+            tracing::error!(
+                upstream = %self.upstream.original,
+                error = %ErrorChain(err),
+                "TLS to the upstream failed; check its certificate against client.ca \
+                 (or the system roots) and its name, and client.cert/client.key"
+            );
+            return verdict;
+        }
+        tracing::debug!(error = %ErrorChain(err), ?verdict, "upstream request failed");
+        // Only a failed connection opens the upstream-wide outage whose first line this is
+        // for; any other cause would wait there for an unrelated outage.
+        let connect = matches!(verdict, Verdict::Missing(m) if m.reason.is_connect_failure());
+        if connect && !self.hold.upstream().is_active() {
+            self.hold.upstream().note_cause(|| {
+                match find_cause::<crate::upstream::ConnectError>(err) {
+                    Some(connect) => ErrorChain(connect).to_string(),
+                    None => ErrorChain(err).to_string(),
+                }
+            });
+        }
+        verdict
+    }
+
+    /// The response body, peeked at when its status is one a signature could match (only then:
+    /// boxed, it is the rare path). A body that breaks or stalls before its small end arrives is
+    /// the reason to answer 502: nothing reached the client yet, and the request did reach the
+    /// upstream.
+    async fn peek_if_signed(
+        &self,
+        head: &http::response::Parts,
+        body: crate::upstream::UpstreamBody,
+    ) -> Result<Peeked, FailReason> {
+        if !self.signatures.iter().any(|s| s.status == head.status) {
+            return Ok(Peeked {
+                complete: None,
+                prefix: None,
+                rest: body,
+            });
+        }
+        Box::pin(self.peek(&head.headers, body)).await.map_err(|err| {
+            tracing::debug!(error = %ErrorChain(err.as_ref()), "upstream body failed while peeking");
+            if err.is::<super::body::IdleTimeout>() {
+                FailReason::ResponseTimeout
+            } else {
+                FailReason::UpstreamReset
+            }
+        })
     }
 }
