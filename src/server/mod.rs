@@ -270,34 +270,12 @@ async fn serve_proxy(
     // to free one at once.
     let permits = Arc::new(Semaphore::new(config.max_connections));
     let idle = Idle::new();
-    tokio::pin!(shutdown);
-    // One accepted connection's task.
-    let spawn = |connections: &mut JoinSet<()>, stream: tokio::net::TcpStream, peer, permit| {
-        let registered = Arc::new(idle.register());
-        let _ = stream.set_nodelay(true);
-        let (served, tls) = (served.clone(), tls.clone());
-        connections.spawn(async move {
-            match tls {
-                None => served.plain(stream, peer, registered).await,
-                // Boxed: a TLS stream and its connection state are large, and the plain
-                // connection's task (a sidecar's usual case) would otherwise be as large as
-                // the TLS one for as long as it lives.
-                Some(tls) => {
-                    Box::pin(async move {
-                        let handshake = tokio::select! {
-                            stream = tls.handshake(stream, peer) => stream,
-                            () = registered.closed() => None,
-                        };
-                        if let Some(stream) = handshake {
-                            served.tls(stream, peer, registered).await
-                        }
-                    })
-                    .await
-                }
-            }
-            drop(permit);
-        });
+    let spawner = Spawner {
+        served,
+        tls,
+        idle: idle.clone(),
     };
+    tokio::pin!(shutdown);
 
     // After SIGTERM with `shutdown.accept_grace_secs`: when accepting stops. Until then
     // readiness fails but connections are still accepted and served, so a balancer that takes a
@@ -334,7 +312,7 @@ async fn serve_proxy(
                 permit
             }
         };
-        spawn(&mut connections, stream, peer, permit);
+        spawner.spawn(&mut connections, stream, peer, permit);
         // Reap finished connection tasks so the set does not grow.
         while connections.try_join_next().is_some() {}
     }
@@ -343,16 +321,7 @@ async fn serve_proxy(
     // sent a request already, and closing the listener over them would reset them (a request
     // lost that nothing retries). Each is served like any other (and the drain gives a new
     // connection a moment for its first request: h1.rs, FRESH_DRAIN_GRACE).
-    {
-        // Polled once each, never awaited: what is queued now, and nothing more.
-        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-        while let std::task::Poll::Ready(Ok((stream, peer))) = listener.poll_accept(&mut cx) {
-            let Ok(permit) = permits.clone().try_acquire_owned() else {
-                break;
-            };
-            spawn(&mut connections, stream, peer, permit);
-        }
-    }
+    spawner.accept_queued(&listener, &permits, &mut connections);
     // Not ready from the moment accepting stops, so load balancers move away during the drain.
     ready.set(false);
     // Held requests would wait for an upstream that may never come back before the drain ends:
@@ -360,6 +329,66 @@ async fn serve_proxy(
     proxy.begin_shutdown();
     drop(listener);
     drain_all(connections, drain, config.drain_timeout).await;
+}
+
+/// Starts each accepted connection's task.
+struct Spawner {
+    served: Served,
+    tls: Option<ListenerTls>,
+    idle: Arc<Idle>,
+}
+
+impl Spawner {
+    /// One accepted connection's task; it gives `permit` back when it ends.
+    fn spawn(
+        &self,
+        connections: &mut JoinSet<()>,
+        stream: TcpStream,
+        peer: SocketAddr,
+        permit: tokio::sync::OwnedSemaphorePermit,
+    ) {
+        let registered = Arc::new(self.idle.register());
+        let _ = stream.set_nodelay(true);
+        let (served, tls) = (self.served.clone(), self.tls.clone());
+        connections.spawn(async move {
+            match tls {
+                None => served.plain(stream, peer, registered).await,
+                // Boxed: a TLS stream and its connection state are large, and the plain
+                // connection's task (a sidecar's usual case) would otherwise be as large as
+                // the TLS one for as long as it lives.
+                Some(tls) => {
+                    Box::pin(async move {
+                        let handshake = tokio::select! {
+                            stream = tls.handshake(stream, peer) => stream,
+                            () = registered.closed() => None,
+                        };
+                        if let Some(stream) = handshake {
+                            served.tls(stream, peer, registered).await
+                        }
+                    })
+                    .await
+                }
+            }
+            drop(permit);
+        });
+    }
+
+    /// Serves the connections queued in the kernel now, while there are permits: each polled
+    /// once, never awaited (what is queued now, and nothing more).
+    fn accept_queued(
+        &self,
+        listener: &TcpListener,
+        permits: &Arc<Semaphore>,
+        connections: &mut JoinSet<()>,
+    ) {
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        while let std::task::Poll::Ready(Ok((stream, peer))) = listener.poll_accept(&mut cx) {
+            let Ok(permit) = permits.clone().try_acquire_owned() else {
+                break;
+            };
+            self.spawn(connections, stream, peer, permit);
+        }
+    }
 }
 
 /// Waits until `deadline`; for ever without one.
