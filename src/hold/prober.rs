@@ -64,28 +64,12 @@ impl RouteOutage {
             };
             // Where the failure was a connection failure, a bare connect tells whether anything
             // listens again, without spending a client's request on it.
-            if reason.is_connect_failure() {
-                use tower_service::Service;
-                if self
-                    .connector
-                    .clone()
-                    .call(self.probe_uri.clone())
+            if reason.is_connect_failure()
+                && !self
+                    .connects(reason, started, outage, &mut refused_in)
                     .await
-                    .is_err()
-                {
-                    refused_in = Some(outage);
-                    continue;
-                }
-                // A stream ended unanswered: the server is shutting down, and in its first
-                // moments it still accepts (and drops what it is sent). A held request goes out
-                // once a connection was refused (the old instance is gone), or when it was
-                // not going away after all.
-                if reason == RewriteReason::Unanswered
-                    && refused_in != Some(outage)
-                    && started.elapsed() < UNANSWERED_GRACE
-                {
-                    continue;
-                }
+            {
+                continue;
             }
             // With hold.probe_path the health check decides, and no held request goes out before
             // the application has answered it: a port that accepts before anything serves it
@@ -95,26 +79,7 @@ impl RouteOutage {
             // requests probe again, as without a health path.
             if let Some(health) = &self.health {
                 if not_up < HEALTH_ANSWERS_TRUSTED {
-                    match health.check(self.host.as_ref()).await {
-                        Checked::Up => {
-                            tracing::debug!(route = self.route, "the health check passed");
-                            self.answered();
-                        }
-                        Checked::NotUp(status) => {
-                            not_up += 1;
-                            if not_up == HEALTH_ANSWERS_TRUSTED {
-                                tracing::warn!(
-                                    route = self.route,
-                                    status = status.as_u16(),
-                                    answers = not_up,
-                                    "hold.probe_path keeps answering without passing; held \
-                                     requests probe the upstream instead. Check the path (it is \
-                                     sent as is, without the upstream URL's path prefix)"
-                                );
-                            }
-                        }
-                        Checked::NoAnswer => {}
-                    }
+                    self.check_health(health.as_ref(), &mut not_up).await;
                     continue;
                 }
             }
@@ -129,6 +94,59 @@ impl RouteOutage {
             // keep everyone else held. After PROBE_VERDICT_WAIT the next oldest goes out as the
             // next probe. A dropped report (the client went away mid-probe) is "no answer".
             let _ = tokio::time::timeout(PROBE_VERDICT_WAIT, outcome).await;
+        }
+    }
+
+    /// The bare connect of an outage of connection failures: whether a held request may go
+    /// out as the probe now. `refused_in` remembers the outage in which a connect was refused.
+    async fn connects(
+        &self,
+        reason: RewriteReason,
+        started: Instant,
+        outage: u64,
+        refused_in: &mut Option<u64>,
+    ) -> bool {
+        use tower_service::Service;
+        if self
+            .connector
+            .clone()
+            .call(self.probe_uri.clone())
+            .await
+            .is_err()
+        {
+            *refused_in = Some(outage);
+            return false;
+        }
+        // A stream ended unanswered: the server is shutting down, and in its first moments it
+        // still accepts (and drops what it is sent). A held request goes out once a connection
+        // was refused (the old instance is gone), or when it was not going away after all.
+        !(reason == RewriteReason::Unanswered
+            && *refused_in != Some(outage)
+            && started.elapsed() < UNANSWERED_GRACE)
+    }
+
+    /// One health check of `hold.probe_path`: a pass ends the outage; `not_up` counts the
+    /// answers that did not pass, and the last one it trusts is said.
+    async fn check_health(&self, health: &dyn Health, not_up: &mut u32) {
+        match health.check(self.host.as_ref()).await {
+            Checked::Up => {
+                tracing::debug!(route = self.route, "the health check passed");
+                self.answered();
+            }
+            Checked::NotUp(status) => {
+                *not_up += 1;
+                if *not_up == HEALTH_ANSWERS_TRUSTED {
+                    tracing::warn!(
+                        route = self.route,
+                        status = status.as_u16(),
+                        answers = *not_up,
+                        "hold.probe_path keeps answering without passing; held requests probe \
+                         the upstream instead. Check the path (it is sent as is, without the \
+                         upstream URL's path prefix)"
+                    );
+                }
+            }
+            Checked::NoAnswer => {}
         }
     }
 
