@@ -27,7 +27,9 @@ use crate::classify::{Missing, Verdict};
 use crate::metrics::{ReestablishCause, ReestablishLabel, ResumeOutcome};
 use crate::replay::BodyHandle;
 use crate::session::rpc::{self, Reply, StateChange};
-use crate::session::{Origin, TokenRefusal, LAST_EVENT_ID, MCP_PROTOCOL_VERSION, MCP_SESSION_ID};
+use crate::session::{
+    Origin, Plan, Session, TokenRefusal, LAST_EVENT_ID, MCP_PROTOCOL_VERSION, MCP_SESSION_ID,
+};
 
 /// Most re-establishments one request may cause. A server that forgets the session again right
 /// after it was re-established (a restart loop) gets its 404 passed through after the second.
@@ -188,21 +190,9 @@ impl Proxy {
         };
         let mut headers = own_headers(&current.headers);
 
-        // Is the session really gone? A 404 can also be a request's own answer (a server with no
-        // GET stream that answers 404 instead of 405, a custom error): re-establishing then would
-        // throw away a live session, and send an executed request again. A ping on the session
-        // tells them apart: a server answers it 404 only for a session it does not know.
-        let mut check = headers.clone();
-        check.insert(MCP_SESSION_ID, carried.sent.clone());
-        if let Some(version) = &plan.protocol_version {
-            check.insert(MCP_PROTOCOL_VERSION, version.clone());
+        if let Some(resume) = self.alive(&own, &headers, carried, &plan).await {
+            return resume;
         }
-        match self.send_own(&own(check), rpc::ping_request(), true).await {
-            Ok(answer) if answer.head.status == http::StatusCode::NOT_FOUND => {}
-            Ok(_) => return Resume::Alive,
-            Err(resume) => return resume,
-        }
-
         let (upstream_id, negotiated) = match self
             .initialize(own(headers.clone()), plan.initialize.clone())
             .await
@@ -215,22 +205,57 @@ impl Proxy {
         if let Some(version) = plan.protocol_version.clone().or(negotiated) {
             headers.insert(MCP_PROTOCOL_VERSION, version);
         }
+        if let Err(resume) = self.bring_up(&own, &headers, &plan).await {
+            return resume;
+        }
+        self.resumed(session, upstream_id, plan.state.len());
+        Resume::Done
+    }
+
+    /// Is the session really gone? A 404 can also be a request's own answer (a server with no
+    /// GET stream that answers 404 instead of 405, a custom error): re-establishing then would
+    /// throw away a live session, and send an executed request again. A ping on the session
+    /// tells them apart: a server answers it 404 only for a session it does not know. None when
+    /// it is gone.
+    async fn alive(
+        &self,
+        own: &impl Fn(HeaderMap) -> Target,
+        headers: &HeaderMap,
+        carried: &Carried,
+        plan: &Plan,
+    ) -> Option<Resume> {
+        let mut check = headers.clone();
+        check.insert(MCP_SESSION_ID, carried.sent.clone());
+        if let Some(version) = &plan.protocol_version {
+            check.insert(MCP_PROTOCOL_VERSION, version.clone());
+        }
+        match self.send_own(&own(check), rpc::ping_request(), true).await {
+            Ok(answer) if answer.head.status == http::StatusCode::NOT_FOUND => None,
+            Ok(_) => Some(Resume::Alive),
+            Err(resume) => Some(resume),
+        }
+    }
+
+    /// Brings the new session to where the old one was: `notifications/initialized`, then the
+    /// recorded state changes in order (one the server refuses is skipped, and said).
+    async fn bring_up(
+        &self,
+        own: &impl Fn(HeaderMap) -> Target,
+        headers: &HeaderMap,
+        plan: &Plan,
+    ) -> Result<(), Resume> {
         let notified = self
             .send_own(
                 &own(headers.clone()),
                 rpc::initialized_notification(),
                 false,
             )
-            .await;
-        match notified {
-            Ok(answer) if answer.head.status.is_success() => {}
-            Ok(answer) => {
-                return Resume::Failed(format!(
-                    "the server answered notifications/initialized with {}",
-                    answer.head.status
-                ))
-            }
-            Err(resume) => return resume,
+            .await?;
+        if !notified.head.status.is_success() {
+            return Err(Resume::Failed(format!(
+                "the server answered notifications/initialized with {}",
+                notified.head.status
+            )));
         }
         for (n, change) in plan.state.iter().enumerate() {
             let request = rpc::replay_request(n, change);
@@ -239,7 +264,7 @@ impl Proxy {
                     head,
                     reply: Reply::Result(_),
                 }) if head.status.is_success() => {}
-                Err(resume @ Resume::Missing(_)) => return resume,
+                Err(resume @ Resume::Missing(_)) => return Err(resume),
                 _ => tracing::warn!(
                     method = change_method(change),
                     "the server did not accept a recorded request again after re-establishing \
@@ -247,6 +272,11 @@ impl Proxy {
                 ),
             }
         }
+        Ok(())
+    }
+
+    /// The session lives on under `upstream_id`: counted, and said.
+    fn resumed(&self, session: &Session, upstream_id: HeaderValue, state: usize) {
         // Before `resumed`: a session opened from its token and re-established for the first
         // time here started elsewhere (or before this holdfast's restart).
         let cause = if session.origin() == Origin::Token && !session.is_mapped() {
@@ -261,10 +291,9 @@ impl Proxy {
             .get_or_create(&ReestablishLabel { cause })
             .inc();
         tracing::info!(
-            state = plan.state.len(),
+            state,
             "re-established an MCP session the server had forgotten"
         );
-        Resume::Done
     }
 
     /// Sends the recorded `initialize`; the new upstream session id and the protocol version the
