@@ -105,24 +105,9 @@ impl Proxy {
     /// The attempt loop of one request: the hold before dispatch while an outage is known,
     /// then attempts until one is answered.
     async fn exchange(&self, ex: &mut Exchange) -> (Response<ProxyBody>, Note) {
-        let version = ex.version;
-        // Hold before dispatch while an outage is known: nothing is sent into a known gap, and
-        // the body needs no copy for a replay because it was never sent.
-        if !ex.outages.is_active() && self.hold.routes_out() {
-            ex.outages = self.route(ex).clone();
+        if let Some(answer) = self.hold_before_dispatch(ex).await {
+            return answer;
         }
-        if self.hold.enabled() && ex.outages.holds_before_dispatch(self.horizon) {
-            // Cold paths are boxed: the request's future stays small, and hyper moves it.
-            match Box::pin(ex.outages.wait(&mut ex.ticket, &ex.handle)).await {
-                Released::Go => ex.attempts.held_before_sending(),
-                Released::NotHeld => {}
-                Released::Cancelled => return client_gone(version),
-                Released::TimedOut | Released::QueueFull | Released::Shutdown => {
-                    return Box::pin(self.unavailable_now(ex)).await
-                }
-            }
-        }
-
         loop {
             let Some(body) = ex.handle.attempt() else {
                 // Only after a hold or a resume: the body turned out unsendable while it
@@ -145,60 +130,90 @@ impl Proxy {
             // Boxed: the attempt (the upstream exchange's state) is the largest part of the
             // request's future, and a held request, waiting before it, should not carry it.
             let (verdict, response) = Box::pin(self.attempt(&ex.target, route, body)).await;
-            // A HEAD's answer has no body, so no body signature could be checked: a router's 404
-            // to it looks like the application's. It passes, but proves nothing.
-            let proves = verdict == Verdict::Application
-                && !response
-                    .as_ref()
-                    .is_some_and(|(head, _)| self.unprovable_head(&ex.target, head.status));
-            // A probe that met the gap again reports from the hold, once it is queued again.
-            if !matches!(verdict, Verdict::Missing(_)) {
-                ex.ticket.report_probe(proves);
-            }
-            let next = match (verdict, response) {
-                (Verdict::Application, Some(answer)) => {
-                    Box::pin(self.application(ex, answer, proves)).await
-                }
-                (Verdict::RouterPassthrough(reason), Some(answer)) => {
-                    let flight = ex.flight.take();
-                    Next::Answer(self.router_passed(reason, answer, self.route(ex), flight))
-                }
-                // Sent, then broken before any answer: the application may have run it.
-                (Verdict::Failed(FailReason::UpstreamReset), None) => {
-                    Box::pin(self.broke(ex, None)).await
-                }
-                (Verdict::Failed(reason), answer) => {
-                    // A TLS failure is the upstream answering (with a certificate holdfast does
-                    // not accept): it is there. Close any outage so held requests get their
-                    // answer now instead of one at a time as probes. (A reset after sending
-                    // proves nothing: a port proxy may accept and then reset while the backend
-                    // is still starting.)
-                    if reason == FailReason::UpstreamTls {
-                        self.answered(ex);
-                    }
-                    let status = answer.map(|(head, _)| head.status);
-                    Next::Answer(self.failed(reason, version, status))
-                }
-                // A connection that closed before the upstream read the request: most often a
-                // keep-alive race with a healthy server, so once at once on another connection
-                // before calling it an outage.
-                (Verdict::Missing(missing), _)
-                    if missing.reason == RewriteReason::ConnectionClosed
-                        && ex.attempts.closed_unread(ex.handle.is_replayable()) =>
-                {
-                    ex.handle.supersede();
-                    Next::Again
-                }
-                (Verdict::Missing(missing), _) => {
-                    let replayable = missing.is_safe_to_replay();
-                    Box::pin(self.hold_for(missing, replayable, ex)).await
-                }
-                (Verdict::Application | Verdict::RouterPassthrough(_), None) => {
-                    unreachable!("the classifier passes responses only")
-                }
-            };
-            if let Next::Answer(answer) = next {
+            if let Next::Answer(answer) = self.act_on(ex, verdict, response).await {
                 return answer;
+            }
+        }
+    }
+
+    /// Holds the request before it is sent while an outage is known: nothing is sent into a
+    /// known gap, and the body needs no copy for a replay because it was never sent. The answer,
+    /// when the hold ends in one (the client went away, the hold timed out, was full, or holdfast
+    /// is shutting down).
+    async fn hold_before_dispatch(&self, ex: &mut Exchange) -> Option<(Response<ProxyBody>, Note)> {
+        if !ex.outages.is_active() && self.hold.routes_out() {
+            ex.outages = self.route(ex).clone();
+        }
+        if !self.hold.enabled() || !ex.outages.holds_before_dispatch(self.horizon) {
+            return None;
+        }
+        // Cold paths are boxed: the request's future stays small, and hyper moves it.
+        match Box::pin(ex.outages.wait(&mut ex.ticket, &ex.handle)).await {
+            Released::Go => {
+                ex.attempts.held_before_sending();
+                None
+            }
+            Released::NotHeld => None,
+            Released::Cancelled => Some(client_gone(ex.version)),
+            Released::TimedOut | Released::QueueFull | Released::Shutdown => {
+                Some(Box::pin(self.unavailable_now(ex)).await)
+            }
+        }
+    }
+
+    /// What one attempt's verdict leads to: an answer for the client, or another attempt.
+    async fn act_on(&self, ex: &mut Exchange, verdict: Verdict, response: Option<Answer>) -> Next {
+        let version = ex.version;
+        // A HEAD's answer has no body, so no body signature could be checked: a router's 404
+        // to it looks like the application's. It passes, but proves nothing.
+        let proves = verdict == Verdict::Application
+            && !response
+                .as_ref()
+                .is_some_and(|(head, _)| self.unprovable_head(&ex.target, head.status));
+        // A probe that met the gap again reports from the hold, once it is queued again.
+        if !matches!(verdict, Verdict::Missing(_)) {
+            ex.ticket.report_probe(proves);
+        }
+        match (verdict, response) {
+            (Verdict::Application, Some(answer)) => {
+                Box::pin(self.application(ex, answer, proves)).await
+            }
+            (Verdict::RouterPassthrough(reason), Some(answer)) => {
+                let flight = ex.flight.take();
+                Next::Answer(self.router_passed(reason, answer, self.route(ex), flight))
+            }
+            // Sent, then broken before any answer: the application may have run it.
+            (Verdict::Failed(FailReason::UpstreamReset), None) => {
+                Box::pin(self.broke(ex, None)).await
+            }
+            (Verdict::Failed(reason), answer) => {
+                // A TLS failure is the upstream answering (with a certificate holdfast does
+                // not accept): it is there. Close any outage so held requests get their
+                // answer now instead of one at a time as probes. (A reset after sending
+                // proves nothing: a port proxy may accept and then reset while the backend
+                // is still starting.)
+                if reason == FailReason::UpstreamTls {
+                    self.answered(ex);
+                }
+                let status = answer.map(|(head, _)| head.status);
+                Next::Answer(self.failed(reason, version, status))
+            }
+            // A connection that closed before the upstream read the request: most often a
+            // keep-alive race with a healthy server, so once at once on another connection
+            // before calling it an outage.
+            (Verdict::Missing(missing), _)
+                if missing.reason == RewriteReason::ConnectionClosed
+                    && ex.attempts.closed_unread(ex.handle.is_replayable()) =>
+            {
+                ex.handle.supersede();
+                Next::Again
+            }
+            (Verdict::Missing(missing), _) => {
+                let replayable = missing.is_safe_to_replay();
+                Box::pin(self.hold_for(missing, replayable, ex)).await
+            }
+            (Verdict::Application | Verdict::RouterPassthrough(_), None) => {
+                unreachable!("the classifier passes responses only")
             }
         }
     }
