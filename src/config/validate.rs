@@ -85,33 +85,8 @@ impl Config {
         let admin = v.socket_addr("admin", &raw.admin);
         let upstream = v.upstream("upstream", &raw.upstream);
         let tls = v.inbound_tls(&raw.tls);
-        let log_format = match raw.log_format.as_str() {
-            "text" => Some(LogFormat::Text),
-            "json" => Some(LogFormat::Json),
-            other => v.fail(
-                "log_format",
-                format!("expected `text` or `json`, got `{other}`"),
-            ),
-        };
-        let log_level = match tracing_subscriber::EnvFilter::try_new(&raw.log_level) {
-            Ok(_) => Some(raw.log_level.clone()),
-            Err(e) => v.fail(
-                "log_level",
-                format!(
-                    "expected a level (error, warn, info, debug, trace) or a filter such as \
-                     `warn,holdfast::access=info`, got `{}` ({e})",
-                    raw.log_level
-                ),
-            ),
-        };
-        let host_header = match raw.client.host_header.as_str() {
-            "preserve" => Some(HostHeader::Preserve),
-            "upstream" => Some(HostHeader::Upstream),
-            other => v.fail(
-                "client.host_header",
-                format!("expected `preserve` or `upstream`, got `{other}`"),
-            ),
-        };
+        let (log_format, log_level) = v.logging(raw);
+        let host_header = v.host_header(&raw.client.host_header);
         let upstream_tls = match &upstream {
             Some(u) => v.upstream_tls(&raw.client, u, host_header),
             None => None,
@@ -133,24 +108,8 @@ impl Config {
         );
         let stream_idle_timeout =
             v.secs("streams.idle_timeout_secs", raw.streams.idle_timeout_secs);
-        let header_read_timeout = v.secs(
-            "limits.header_read_timeout_secs",
-            raw.limits.header_read_timeout_secs,
-        );
-        let h2_ping_interval = v.secs(
-            "limits.h2_ping_interval_secs",
-            raw.limits.h2_ping_interval_secs,
-        );
-        let drain_timeout = v.secs(
-            "shutdown.drain_timeout_secs",
-            raw.shutdown.drain_timeout_secs,
-        );
-        let grace = raw.shutdown.accept_grace_secs;
-        let accept_grace = if grace == 0.0 {
-            Some(Duration::ZERO)
-        } else {
-            v.secs("shutdown.accept_grace_secs", grace)
-        };
+        let (header_read_timeout, h2_ping_interval) = v.limits(&raw.limits);
+        let (drain_timeout, accept_grace) = v.shutdown(&raw.shutdown);
         let hold = v.hold(&raw.hold);
 
         let routes = v.routes(&raw.routes);
@@ -159,18 +118,6 @@ impl Config {
         let pause = v.pause(&raw.pause);
         let trusted_proxies = v.forwarded(&raw.forwarded);
         let admin_token = v.admin_token(raw.admin_token_file.as_deref());
-        // Below 8 KiB ordinary requests stop fitting: a session token alone is up to 3 KiB
-        // (session::token::MAX_TOKEN_LEN), beside a bearer token and the usual headers.
-        if raw.limits.max_header_bytes < 8192 {
-            v.fail::<()>("limits.max_header_bytes", "must be at least 8192".into());
-        }
-        if !(1..=10_000).contains(&raw.limits.max_headers) {
-            v.fail::<()>("limits.max_headers", "must be between 1 and 10000".into());
-        }
-        if raw.limits.max_connections == 0 {
-            v.fail::<()>("limits.max_connections", "must be at least 1".into());
-        }
-
         if !v.problems.is_empty() {
             return Err(ConfigError {
                 problems: v.problems,
@@ -534,5 +481,78 @@ fn authority_problem(authority: &http::uri::Authority) -> Option<&'static str> {
             Ok(0) | Err(_) => Some("the URL's port must be a number from 1 to 65535"),
             Ok(_) => None,
         },
+    }
+}
+/// The sections of the top level and the small ones, each checked on its own.
+impl Validator<'_> {
+    /// `log_format` and `log_level`.
+    fn logging(&mut self, raw: &RawConfig) -> (Option<LogFormat>, Option<String>) {
+        let format = match raw.log_format.as_str() {
+            "text" => Some(LogFormat::Text),
+            "json" => Some(LogFormat::Json),
+            other => self.fail(
+                "log_format",
+                format!("expected `text` or `json`, got `{other}`"),
+            ),
+        };
+        let level = match tracing_subscriber::EnvFilter::try_new(&raw.log_level) {
+            Ok(_) => Some(raw.log_level.clone()),
+            Err(e) => self.fail(
+                "log_level",
+                format!(
+                    "expected a level (error, warn, info, debug, trace) or a filter such as \
+                     `warn,holdfast::access=info`, got `{}` ({e})",
+                    raw.log_level
+                ),
+            ),
+        };
+        (format, level)
+    }
+
+    /// `client.host_header`.
+    fn host_header(&mut self, value: &str) -> Option<HostHeader> {
+        match value {
+            "preserve" => Some(HostHeader::Preserve),
+            "upstream" => Some(HostHeader::Upstream),
+            other => self.fail(
+                "client.host_header",
+                format!("expected `preserve` or `upstream`, got `{other}`"),
+            ),
+        }
+    }
+
+    /// `[limits]`: the head's read timeout and the HTTP/2 ping interval; the sizes and counts
+    /// are used as they are, once checked.
+    fn limits(&mut self, limits: &RawLimits) -> (Option<Duration>, Option<Duration>) {
+        let header_read_timeout = self.secs(
+            "limits.header_read_timeout_secs",
+            limits.header_read_timeout_secs,
+        );
+        let h2_ping_interval =
+            self.secs("limits.h2_ping_interval_secs", limits.h2_ping_interval_secs);
+        // Below 8 KiB ordinary requests stop fitting: a session token alone is up to 3 KiB
+        // (session::token::MAX_TOKEN_LEN), beside a bearer token and the usual headers.
+        if limits.max_header_bytes < 8192 {
+            self.fail::<()>("limits.max_header_bytes", "must be at least 8192".into());
+        }
+        if !(1..=10_000).contains(&limits.max_headers) {
+            self.fail::<()>("limits.max_headers", "must be between 1 and 10000".into());
+        }
+        if limits.max_connections == 0 {
+            self.fail::<()>("limits.max_connections", "must be at least 1".into());
+        }
+        (header_read_timeout, h2_ping_interval)
+    }
+
+    /// `[shutdown]`: the drain's length, and how long accepting goes on (0: not at all).
+    fn shutdown(&mut self, shutdown: &RawShutdown) -> (Option<Duration>, Option<Duration>) {
+        let drain = self.secs("shutdown.drain_timeout_secs", shutdown.drain_timeout_secs);
+        let grace = shutdown.accept_grace_secs;
+        let accept_grace = if grace == 0.0 {
+            Some(Duration::ZERO)
+        } else {
+            self.secs("shutdown.accept_grace_secs", grace)
+        };
+        (drain, accept_grace)
     }
 }
