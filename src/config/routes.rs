@@ -3,6 +3,7 @@
 
 use super::validate::Validator;
 use super::{defaults, RawRoutes, Routes};
+use crate::signature::Signature;
 
 impl Validator<'_> {
     /// Checks `[routes]`; `None` when a problem was recorded.
@@ -10,74 +11,15 @@ impl Validator<'_> {
         let learn_ttl = self.secs("routes.learn_ttl_secs", r.learn_ttl_secs);
         let horizon = self.secs("routes.horizon_secs", r.horizon_secs);
         let before = self.problem_count();
-        let mut endpoints = Vec::new();
-        for (i, e) in r.endpoints.iter().enumerate() {
-            if !e.starts_with('/') {
-                self.fail::<()>(
-                    &format!("routes.endpoints[{i}]"),
-                    format!("a path must start with `/`, got `{e}`"),
-                );
-            } else {
-                // Stored without a trailing slash; matching is segment-aligned (see classify).
-                let trimmed = e.trim_end_matches('/');
-                endpoints.push(if trimmed.is_empty() {
-                    "/".into()
-                } else {
-                    trimmed.into()
-                });
-            }
-        }
+        let endpoints = self.endpoints(&r.endpoints);
         if r.max_peek_bytes == 0 || r.max_peek_bytes > 1 << 20 {
             self.fail::<()>(
                 "routes.max_peek_bytes",
                 "must be between 1 and 1048576".into(),
             );
         }
-        let mut signatures = Vec::new();
         let behind_router = r.behind_router.unwrap_or(defaults::BEHIND_ROUTER);
-        if !behind_router && !r.signatures.is_empty() {
-            self.fail::<()>(
-                "routes.signatures",
-                "signatures recognise a router's own answers, and routes.behind_router = false \
-                 says no router sits in front of the MCP server: remove them, or set \
-                 routes.behind_router = true"
-                    .into(),
-            );
-        }
-        for (i, name) in r.presets.iter().enumerate() {
-            match crate::signature::Preset::from_name(name) {
-                Some(p) => signatures.push(p.signature()),
-                None => {
-                    self.fail::<()>(
-                        &format!("routes.presets[{i}]"),
-                        format!(
-                            "unknown preset `{name}`; known: {}",
-                            crate::signature::Preset::names().join(", ")
-                        ),
-                    );
-                }
-            }
-        }
-        for (i, s) in r.signatures.iter().enumerate() {
-            let key = format!("routes.signatures[{i}]");
-            match crate::signature::Signature::from_raw(s) {
-                Ok(sig) => {
-                    if sig.body_len_needed() > r.max_peek_bytes {
-                        self.fail::<()>(
-                            &key,
-                            format!(
-                                "its body is longer than routes.max_peek_bytes ({}), so it could never match",
-                                r.max_peek_bytes
-                            ),
-                        );
-                    }
-                    signatures.push(sig);
-                }
-                Err(msg) => {
-                    self.fail::<()>(&key, msg);
-                }
-            }
-        }
+        let signatures = self.signatures(r, behind_router);
         if self.problem_count() > before {
             return None;
         }
@@ -97,5 +39,77 @@ impl Validator<'_> {
                 Vec::new()
             },
         })
+    }
+
+    /// `routes.endpoints`: paths, stored without a trailing slash (matching is segment-aligned,
+    /// see classify).
+    fn endpoints(&mut self, raw: &[String]) -> Vec<String> {
+        let mut endpoints = Vec::new();
+        for (i, e) in raw.iter().enumerate() {
+            if !e.starts_with('/') {
+                self.fail::<()>(
+                    &format!("routes.endpoints[{i}]"),
+                    format!("a path must start with `/`, got `{e}`"),
+                );
+                continue;
+            }
+            let trimmed = e.trim_end_matches('/');
+            endpoints.push(if trimmed.is_empty() {
+                "/".into()
+            } else {
+                trimmed.into()
+            });
+        }
+        endpoints
+    }
+
+    /// `routes.presets` and `routes.signatures`, in that order: what a router's own answers
+    /// look like. User signatures make no sense without a router.
+    fn signatures(&mut self, r: &RawRoutes, behind_router: bool) -> Vec<Signature> {
+        if !behind_router && !r.signatures.is_empty() {
+            self.fail::<()>(
+                "routes.signatures",
+                "signatures recognise a router's own answers, and routes.behind_router = false \
+                 says no router sits in front of the MCP server: remove them, or set \
+                 routes.behind_router = true"
+                    .into(),
+            );
+        }
+        let mut signatures = Vec::new();
+        for (i, name) in r.presets.iter().enumerate() {
+            match crate::signature::Preset::from_name(name) {
+                Some(p) => signatures.push(p.signature()),
+                None => {
+                    self.fail::<()>(
+                        &format!("routes.presets[{i}]"),
+                        format!(
+                            "unknown preset `{name}`; known: {}",
+                            crate::signature::Preset::names().join(", ")
+                        ),
+                    );
+                }
+            }
+        }
+        for (i, s) in r.signatures.iter().enumerate() {
+            let key = format!("routes.signatures[{i}]");
+            match Signature::from_raw(s) {
+                Ok(sig) => {
+                    if sig.body_len_needed() > r.max_peek_bytes {
+                        self.fail::<()>(
+                            &key,
+                            format!(
+                                "its body is longer than routes.max_peek_bytes ({}), so it could never match",
+                                r.max_peek_bytes
+                            ),
+                        );
+                    }
+                    signatures.push(sig);
+                }
+                Err(msg) => {
+                    self.fail::<()>(&key, msg);
+                }
+            }
+        }
+        signatures
     }
 }
