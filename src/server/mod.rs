@@ -107,28 +107,10 @@ pub async fn run(
     let mut registry = Registry::default();
     let metrics = Arc::new(Metrics::register(&mut registry));
     crate::metrics::process::register(&mut registry);
-    // The listener's TLS: the certificate store that new handshakes read, and the task that
-    // swaps a changed certificate into it.
-    let tls = config.tls.as_ref().map(|t| {
-        let metrics = TlsMetrics::register(&mut registry);
-        let store = tls::CertStore::new(&t.identity);
-        let reloader = AbortOnDrop(tls::spawn_reloader(
-            store.clone(),
-            t.identity.clone(),
-            tls::Reload {
-                cert: t.cert.clone(),
-                key: t.key.clone(),
-                interval: t.reload_interval,
-            },
-            metrics.clone(),
-        ));
-        let listener_tls = ListenerTls {
-            acceptor: TlsAcceptor::from(tls::server_config(store, t.client_verifier.clone())),
-            metrics,
-            handshake_timeout: config.header_read_timeout,
-        };
-        (listener_tls, reloader)
-    });
+    let tls = config
+        .tls
+        .as_ref()
+        .map(|t| listener_tls(t, config.header_read_timeout, &mut registry));
     if let Some(u) = &config.upstream_tls {
         if u.verify == UpstreamVerify::InsecureSkipVerify {
             tracing::warn!(
@@ -140,16 +122,7 @@ pub async fn run(
     }
     let proxy = Arc::new(Proxy::new(&config, metrics));
     // The session keys' reloader, stopped with `run` like the certificate's.
-    let key_reloader = proxy.session_keys().and_then(|keys| {
-        if !keys.configured() {
-            tracing::info!(
-                "sessions.key_file is not set: session ids are sealed with a key of this process \
-                 only, so sessions survive the backend's restarts but not holdfast's own, nor a \
-                 move to another replica"
-            );
-        }
-        crate::session::spawn_key_reloader(keys).map(AbortOnDrop)
-    });
+    let key_reloader = key_reloader(&proxy);
     // The upstream checked without traffic (`hold.check_interval_secs`), stopped with `run`.
     let _checks_at_rest = proxy
         .checks_at_rest()
@@ -186,6 +159,48 @@ pub async fn run(
     let _ = admin_task.await;
     tracing::info!("holdfast stopped");
     Ok(())
+}
+
+/// The listener's TLS: the certificate store that new handshakes read, and the task that swaps
+/// a changed certificate into it (stopped when dropped).
+fn listener_tls(
+    t: &crate::config::InboundTls,
+    handshake_timeout: Duration,
+    registry: &mut Registry,
+) -> (ListenerTls, AbortOnDrop) {
+    let metrics = TlsMetrics::register(registry);
+    let store = tls::CertStore::new(&t.identity);
+    let reloader = AbortOnDrop(tls::spawn_reloader(
+        store.clone(),
+        t.identity.clone(),
+        tls::Reload {
+            cert: t.cert.clone(),
+            key: t.key.clone(),
+            interval: t.reload_interval,
+        },
+        metrics.clone(),
+    ));
+    let listener_tls = ListenerTls {
+        acceptor: TlsAcceptor::from(tls::server_config(store, t.client_verifier.clone())),
+        metrics,
+        handshake_timeout,
+    };
+    (listener_tls, reloader)
+}
+
+/// The session keys' reloader, when keys come from a file; says what a process-only key
+/// means.
+fn key_reloader(proxy: &Proxy) -> Option<AbortOnDrop> {
+    proxy.session_keys().and_then(|keys| {
+        if !keys.configured() {
+            tracing::info!(
+                "sessions.key_file is not set: session ids are sealed with a key of this process \
+                 only, so sessions survive the backend's restarts but not holdfast's own, nor a \
+                 move to another replica"
+            );
+        }
+        crate::session::spawn_key_reloader(keys).map(AbortOnDrop)
+    })
 }
 
 /// Aborts a background task when dropped, so it ends with `run` however `run` ends.
