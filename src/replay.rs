@@ -473,6 +473,8 @@ impl Body for ReplayBody {
     type Data = Bytes;
     type Error = ClientBodyError;
 
+    /// Long on purpose: one state machine of the body (superseded, failed, replaying the copy,
+    /// reading on, idle) whose arms read best side by side.
     fn poll_frame(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,

@@ -72,6 +72,8 @@ impl Config {
     }
 
     /// Validates `raw`. `origin(key)` names the layer a key came from, for error messages.
+    ///
+    /// Long on purpose: each section's validator, then one line per field of `Config`.
     pub fn from_raw(
         raw: &RawConfig,
         origin: &dyn Fn(&str) -> String,

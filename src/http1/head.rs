@@ -77,6 +77,9 @@ fn malformed(e: httparse::Error) -> &'static str {
 /// `Content-Length` (a client that sends both is confused or smuggling). The stricter checks
 /// (one Host, a single `chunked`) are the proxy's (`src/proxy/request.rs`), which explains its
 /// 400s.
+///
+/// Long on purpose: one flat pass over the head in the order hyper checks it, each refusal next
+/// to the rule it enforces; the differential test against hyper reads against it line by line.
 pub fn parse_request(
     buf: &[u8],
     max_headers: usize,

@@ -238,6 +238,9 @@ struct Carried {
 
 impl Proxy {
     /// Builds the proxy from validated configuration.
+    ///
+    /// Long on purpose: one assignment per field from its config key; the parts that decide
+    /// anything (the health checks, the hold's template) are functions of their own.
     pub fn new(cfg: &Config, metrics: Arc<Metrics>) -> Self {
         let unsaid = cfg.routes.behind_router && !cfg.routes.behind_router_said;
         if unsaid && is_loopback(cfg.upstream.authority.host()) {

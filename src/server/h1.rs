@@ -185,6 +185,9 @@ impl Connection {
     /// is busy (the returned mark): at `limits.max_connections`, making room closes a connection
     /// with nothing in progress, not one whose client is sending a head (a slow head is the
     /// head timeout's to end).
+    ///
+    /// Long on purpose: the read loop's exits (head timeout, drain, a client that closes, a
+    /// head too large) are one `select!` each must see together to be sure none is missed.
     async fn next_head(&mut self) -> Result<(RequestHead, Option<super::idle::Busy>), Stop> {
         let since = Instant::now();
         // When this head's first byte arrived.

@@ -365,6 +365,8 @@ fn step() -> impl Strategy<Value = Step> {
 }
 
 proptest! {
+    // Long on purpose: the model of the queue the machine is checked against lives in this
+    // one loop, beside the machine's steps.
     /// Whatever happens, in whatever order: every request that entered leaves once, by one
     /// exit, and each closed outage's counts add up (held = released + timed out + cancelled +
     /// shut down + refused on return); the open one's do with those still waiting and out.
