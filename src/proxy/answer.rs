@@ -114,7 +114,7 @@ impl Proxy {
         if let (true, Some(f)) = (is_sse, &flight) {
             f.streaming();
         }
-        let timed = Timed::new(prefix, peek.rest, self.stream_idle_timeout)
+        let timed = Timed::new(prefix, peek.rest, self.timeouts.stream_idle)
             .counting_aborts(&self.metrics.response_aborts)
             .in_flight(flight);
         // The request stays in flight (for a pause's drain) as long as its body streams.
@@ -152,7 +152,7 @@ impl Proxy {
             .get(CONTENT_LENGTH)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse::<u64>().ok());
-        if declared.is_some_and(|n| n > self.max_peek_bytes as u64) {
+        if declared.is_some_and(|n| n > self.reading.max_peek_bytes as u64) {
             return Ok(Peeked {
                 complete: None,
                 prefix: None,
@@ -160,7 +160,7 @@ impl Proxy {
             });
         }
         let mut buf = BytesMut::new();
-        let deadline = Instant::now() + self.stream_idle_timeout;
+        let deadline = Instant::now() + self.timeouts.stream_idle;
         loop {
             if body.is_end_stream() {
                 return Ok(Peeked {
@@ -171,7 +171,11 @@ impl Proxy {
             }
             let frame = match tokio::time::timeout_at(deadline, body.frame()).await {
                 Ok(frame) => frame,
-                Err(_) => return Err(Box::new(super::body::IdleTimeout(self.stream_idle_timeout))),
+                Err(_) => {
+                    return Err(Box::new(super::body::IdleTimeout(
+                        self.timeouts.stream_idle,
+                    )))
+                }
             };
             match frame {
                 None => {
@@ -187,7 +191,7 @@ impl Proxy {
                         buf.extend_from_slice(&data);
                     }
                     // Trailers on an error body are dropped: no router sends them.
-                    if buf.len() > self.max_peek_bytes {
+                    if buf.len() > self.reading.max_peek_bytes {
                         return Ok(Peeked {
                             complete: None,
                             prefix: Some(buf.freeze()),

@@ -34,15 +34,15 @@ impl Proxy {
         let uploaded = body.completion();
         let sent = tokio::select! {
             sent = self.client.send(head, body) => Ok(sent),
-            () = uploaded.elapsed_after_upload(self.response_timeout) => Err(()),
+            () = uploaded.elapsed_after_upload(self.timeouts.response) => Err(()),
         };
 
         // The horizon matters only for a 404 (and costs a lock): asked only then.
         let cx = |route_expected, status: Option<StatusCode>| classify::Context {
-            signatures: &self.signatures,
+            signatures: &self.reading.signatures,
             route_expected,
             beyond_horizon: status == Some(StatusCode::NOT_FOUND)
-                && route.is_some_and(|r| r.beyond_horizon(self.horizon)),
+                && route.is_some_and(|r| r.beyond_horizon(self.reading.horizon)),
         };
         let resp = match sent {
             Err(()) => {
@@ -73,7 +73,8 @@ impl Proxy {
                 body: peek.complete.as_deref(),
             },
             &cx(
-                self.routes
+                self.reading
+                    .routes
                     .is_expected(target.client.path(), Instant::now()),
                 Some(head.status),
             ),
@@ -87,7 +88,7 @@ impl Proxy {
         if verdict == Verdict::Failed(FailReason::UpstreamTls) {
             // A configuration error: say what is wrong, every time, loudly.
             tracing::error!(
-                upstream = %self.upstream.original,
+                upstream = %self.dest.url.original,
                 error = %ErrorChain(err),
                 "TLS to the upstream failed; check its certificate against client.ca \
                  (or the system roots) and its name, and client.cert/client.key"
@@ -118,7 +119,12 @@ impl Proxy {
         head: &http::response::Parts,
         body: crate::upstream::UpstreamBody,
     ) -> Result<Peeked, FailReason> {
-        if !self.signatures.iter().any(|s| s.status == head.status) {
+        if !self
+            .reading
+            .signatures
+            .iter()
+            .any(|s| s.status == head.status)
+        {
             return Ok(Peeked {
                 complete: None,
                 prefix: None,

@@ -78,9 +78,9 @@ impl Proxy {
             target,
             handle: BodyHandle::new(
                 body,
-                self.replay_cap,
-                self.copy_budget.clone(),
-                self.stream_idle_timeout,
+                self.bodies.replay_cap,
+                self.bodies.copy_budget.clone(),
+                self.timeouts.stream_idle,
             ),
             ticket: Ticket::default(),
             version,
@@ -144,7 +144,7 @@ impl Proxy {
         if !ex.outages.is_active() && self.hold.routes_out() {
             ex.outages = self.route(ex).clone();
         }
-        if !self.hold.enabled() || !ex.outages.holds_before_dispatch(self.horizon) {
+        if !self.hold.enabled() || !ex.outages.holds_before_dispatch(self.reading.horizon) {
             return None;
         }
         // Cold paths are boxed: the request's future stays small, and hyper moves it.
@@ -226,7 +226,7 @@ impl Proxy {
     /// The application answered the request: its route's outage, and the upstream-wide one,
     /// are over. (With no outage open anywhere, two atomic loads.)
     fn answered(&self, ex: &Exchange) {
-        if self.note_hosts {
+        if self.dest.note_hosts {
             if let Some(host) = ex.target.headers.get(HOST) {
                 self.in_flight.note_host(host);
             }
@@ -240,7 +240,7 @@ impl Proxy {
     /// Whether `status` to a HEAD could be a router's answer that only its (absent) body would
     /// tell apart: some signature matches that status.
     fn unprovable_head(&self, target: &Target, status: StatusCode) -> bool {
-        target.method == Method::HEAD && self.signatures.iter().any(|s| s.status == status)
+        target.method == Method::HEAD && self.reading.signatures.iter().any(|s| s.status == status)
     }
 
     /// The application answered (`proves`: and the answer shows it is there). Its answer
@@ -293,7 +293,9 @@ impl Proxy {
                 Gone::Pass => self.metrics.passthrough_404.inc(),
             };
         } else {
-            self.routes.learn(ex.target.client.path(), Instant::now());
+            self.reading
+                .routes
+                .learn(ex.target.client.path(), Instant::now());
         }
         self.after_answer(&ex.target, ex.carried.as_ref(), &mut head, &ex.handle)
             .await;
@@ -327,11 +329,11 @@ impl Proxy {
         let Ok(host) = client_host.to_str() else {
             return resp;
         };
-        let client = format!("{}://{host}", self.client_proto);
-        let upstream = self.upstream_origin.clone();
+        let client = format!("{}://{host}", self.dest.client_proto);
+        let upstream = self.dest.origin.clone();
         let legacy = super::endpoint::Legacy {
             stream_path: path.to_owned(),
-            paths: self.routes.legacy(),
+            paths: self.reading.routes.legacy(),
         };
         resp.map(|body| {
             http_body_util::BodyExt::boxed_unsync(super::endpoint::EndpointRewrite::new(
@@ -358,7 +360,7 @@ impl Proxy {
             .get_or_create(&PassLabel { reason: label })
             .inc();
         if reason == PassReason::HorizonExceeded {
-            outages.horizon_exceeded(self.horizon, &self.upstream.original);
+            outages.horizon_exceeded(self.reading.horizon, &self.dest.url.original);
         }
         let note = Note {
             upstream_status: Some(head.status),

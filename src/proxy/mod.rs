@@ -75,47 +75,73 @@ const BODY_ID_WAIT: Duration = Duration::from_secs(1);
 
 /// The forwarding service, shared by every connection.
 pub struct Proxy {
-    upstream: crate::config::UpstreamUrl,
-    /// `scheme://authority` of the upstream, lower case: what a legacy server's absolute
-    /// `endpoint` URL names when it names itself (src/proxy/endpoint.rs).
-    upstream_origin: Arc<str>,
-    /// `http` or `https`, for every upstream URI.
-    upstream_scheme: http::uri::Scheme,
-    /// The upstream's `host:port` as a Host value (`client.host_header = "upstream"`).
-    upstream_host: http::HeaderValue,
-    host_header: HostHeader,
-    response_timeout: Duration,
-    stream_idle_timeout: Duration,
-    horizon: Duration,
-    max_peek_bytes: usize,
-    access_log: bool,
-    signatures: Vec<crate::signature::Signature>,
-    routes: ExpectedRoutes,
+    /// Where requests go, and how a client's head becomes the upstream's.
+    dest: Destination,
+    /// How the upstream's answers are read.
+    reading: Reading,
+    timeouts: Timeouts,
+    /// Request bodies kept for a replay.
+    bodies: Bodies,
     client: Arc<Client>,
-    /// `X-Forwarded-Proto`: what the client spoke to holdfast (`https` when the listener is TLS).
-    client_proto: &'static str,
-    /// Request body bytes kept for a replay (or for the JSON-RPC id of a 503).
-    replay_cap: usize,
-    /// All request-body copies together stay within `hold.max_buffered_bytes`.
-    copy_budget: Arc<CopyBudget>,
     /// Outages, per route.
     hold: OutageRoutes,
     /// MCP sessions carried across backend restarts.
     sessions: Sessions,
-    /// Longest a request waits for another request's re-establishment of its session.
-    resume_wait: Duration,
     /// Which requests are safe to send twice.
     idempotency: Arc<crate::idempotent::Idempotency>,
     /// Requests in flight, for a pause's drain.
     in_flight: Arc<in_flight::InFlight>,
+    access_log: bool,
+    metrics: Arc<Metrics>,
+}
+
+/// Where requests go, and how a client's request head becomes the upstream's
+/// (src/proxy/request.rs).
+struct Destination {
+    url: crate::config::UpstreamUrl,
+    /// `scheme://authority` of the upstream, lower case: what a legacy server's absolute
+    /// `endpoint` URL names when it names itself (src/proxy/endpoint.rs).
+    origin: Arc<str>,
+    /// `http` or `https`, for every upstream URI.
+    scheme: http::uri::Scheme,
+    /// The upstream's `host:port` as a Host value (`client.host_header = "upstream"`).
+    host: http::HeaderValue,
+    host_header: HostHeader,
+    /// `X-Forwarded-Proto`: what the client spoke to holdfast (`https` when the listener is TLS).
+    client_proto: &'static str,
+    /// Peers whose `X-Forwarded-*` are kept (`forwarded.trusted_proxies`).
+    trusted_proxies: crate::config::TrustedProxies,
     /// Remember the Host of answered requests (a pause's presence check needs one a router
     /// routes): only when the client's Host goes upstream.
     note_hosts: bool,
+}
+
+/// How the upstream's answers are read: what the classifier is given.
+struct Reading {
+    signatures: Vec<crate::signature::Signature>,
+    routes: ExpectedRoutes,
+    horizon: Duration,
+    max_peek_bytes: usize,
+}
+
+/// How long the proxy's own waits may last.
+struct Timeouts {
+    /// `client.response_timeout_secs`.
+    response: Duration,
+    /// `streams.idle_timeout_secs`.
+    stream_idle: Duration,
+    /// Longest a request waits for another request's re-establishment of its session.
+    resume_wait: Duration,
     /// `pause.max_secs`.
     pause_max: Duration,
-    /// Peers whose `X-Forwarded-*` are kept (`forwarded.trusted_proxies`).
-    trusted_proxies: crate::config::TrustedProxies,
-    metrics: Arc<Metrics>,
+}
+
+/// Request bodies kept for a replay.
+struct Bodies {
+    /// Request body bytes kept for a replay (or for the JSON-RPC id of a 503).
+    replay_cap: usize,
+    /// All request-body copies together stay within `hold.max_buffered_bytes`.
+    copy_budget: Arc<CopyBudget>,
 }
 
 /// The health check of `hold.probe_path`: a GET of `path` on the upstream, through the same
@@ -236,11 +262,54 @@ struct Carried {
     sent: http::HeaderValue,
 }
 
+impl Destination {
+    fn new(cfg: &Config) -> Self {
+        Destination {
+            url: cfg.upstream.clone(),
+            origin: format!("{}://{}", cfg.upstream.scheme(), cfg.upstream.authority)
+                .to_ascii_lowercase()
+                .into(),
+            scheme: cfg.upstream.scheme(),
+            host: http::HeaderValue::from_str(cfg.upstream.authority.as_str())
+                .expect("an authority is a header value"),
+            host_header: cfg.host_header,
+            client_proto: if cfg.tls.is_some() { "https" } else { "http" },
+            trusted_proxies: cfg.trusted_proxies.clone(),
+            note_hosts: cfg.host_header == HostHeader::Preserve,
+        }
+    }
+}
+
+impl Reading {
+    fn new(cfg: &Config) -> Self {
+        Reading {
+            signatures: cfg.routes.signatures.clone(),
+            routes: ExpectedRoutes::new(
+                cfg.routes.endpoints.clone(),
+                cfg.routes.learn,
+                cfg.routes.learn_ttl,
+            ),
+            horizon: cfg.routes.horizon,
+            max_peek_bytes: cfg.routes.max_peek_bytes,
+        }
+    }
+}
+
+impl Bodies {
+    fn new(cfg: &Config) -> Self {
+        Bodies {
+            replay_cap: if cfg.hold.enabled {
+                cfg.hold.max_body_bytes
+            } else {
+                ID_COPY_CAP
+            },
+            copy_budget: CopyBudget::new(cfg.hold.max_buffered_bytes),
+        }
+    }
+}
+
 impl Proxy {
     /// Builds the proxy from validated configuration.
-    ///
-    /// Long on purpose: one assignment per field from its config key; the parts that decide
-    /// anything (the health checks, the hold's template) are functions of their own.
     pub fn new(cfg: &Config, metrics: Arc<Metrics>) -> Self {
         let unsaid = cfg.routes.behind_router && !cfg.routes.behind_router_said;
         if unsaid && is_loopback(cfg.upstream.authority.host()) {
@@ -264,33 +333,17 @@ impl Proxy {
             },
         ));
         Self {
-            upstream: cfg.upstream.clone(),
-            upstream_origin: format!("{}://{}", cfg.upstream.scheme(), cfg.upstream.authority)
-                .to_ascii_lowercase()
-                .into(),
-            upstream_scheme: cfg.upstream.scheme(),
-            upstream_host: http::HeaderValue::from_str(cfg.upstream.authority.as_str())
-                .expect("an authority is a header value"),
-            host_header: cfg.host_header,
-            response_timeout: cfg.response_timeout,
-            stream_idle_timeout: cfg.stream_idle_timeout,
-            horizon: cfg.routes.horizon,
-            max_peek_bytes: cfg.routes.max_peek_bytes,
-            access_log: cfg.access_log,
-            signatures: cfg.routes.signatures.clone(),
-            routes: ExpectedRoutes::new(
-                cfg.routes.endpoints.clone(),
-                cfg.routes.learn,
-                cfg.routes.learn_ttl,
-            ),
-            client: client.clone(),
-            client_proto: if cfg.tls.is_some() { "https" } else { "http" },
-            replay_cap: if cfg.hold.enabled {
-                cfg.hold.max_body_bytes
-            } else {
-                ID_COPY_CAP
+            dest: Destination::new(cfg),
+            reading: Reading::new(cfg),
+            timeouts: Timeouts {
+                response: cfg.response_timeout,
+                stream_idle: cfg.stream_idle_timeout,
+                resume_wait: cfg.hold.timeout,
+                pause_max: cfg.pause.max,
             },
-            copy_budget: CopyBudget::new(cfg.hold.max_buffered_bytes),
+            bodies: Bodies::new(cfg),
+            access_log: cfg.access_log,
+            client: client.clone(),
             hold: OutageRoutes::new(
                 Template {
                     cfg: cfg.hold.clone(),
@@ -309,7 +362,6 @@ impl Proxy {
                 cfg.routes.behind_router,
             ),
             sessions: Sessions::new(cfg.sessions.clone(), metrics.sessions_tracked.clone()),
-            resume_wait: cfg.hold.timeout,
             idempotency: Arc::new(crate::idempotent::Idempotency::new(
                 cfg.retry.enabled,
                 cfg.retry.learn_annotations,
@@ -317,9 +369,6 @@ impl Proxy {
                 &cfg.retry.never_tools,
             )),
             in_flight: Arc::default(),
-            note_hosts: cfg.host_header == HostHeader::Preserve,
-            pause_max: cfg.pause.max,
-            trusted_proxies: cfg.trusted_proxies.clone(),
             metrics,
         }
     }
@@ -395,19 +444,19 @@ impl Proxy {
     fn route_of(&self, target: &Target) -> Arc<RouteOutage> {
         self.hold.route(
             target.headers.get(http::header::HOST),
-            self.routes.endpoint_of(target.client.path()),
+            self.reading.routes.endpoint_of(target.client.path()),
         )
     }
 
     /// Pauses for a planned restart (`holdfast pause`): new requests are held before they are
     /// sent, while those in flight finish. `who` asked (for the log).
     pub fn pause(&self, who: &str) -> PauseStart {
-        let host = if self.note_hosts {
+        let host = if self.dest.note_hosts {
             self.in_flight.last_host()
         } else {
             None
         };
-        self.hold.pause(self.pause_max, who, host)
+        self.hold.pause(self.timeouts.pause_max, who, host)
     }
 
     /// Ends a pause (`holdfast resume`). False when none was in progress.
@@ -429,7 +478,7 @@ impl Proxy {
         Option<(crate::classify::RewriteReason, std::time::Duration)>,
     ) {
         (
-            &self.upstream.original,
+            &self.dest.url.original,
             self.hold.upstream().outage_status(),
         )
     }

@@ -202,12 +202,17 @@ impl Proxy {
         let headers = &mut parts.headers;
         // A peer that is not a proxy in front could claim any client, Host or scheme: what it
         // says is replaced, not appended to (src/config/forwarded.rs).
-        let untrusted = !self.trusted_proxies.trusts(peer.ip());
+        let untrusted = !self.dest.trusted_proxies.trusts(peer.ip());
         headers::strip_hop_by_hop_and_forwarded(headers, untrusted);
-        headers::add_forwarded(headers, peer.ip(), self.client_proto, client_host.clone());
-        match (self.host_header, client_host.clone()) {
+        headers::add_forwarded(
+            headers,
+            peer.ip(),
+            self.dest.client_proto,
+            client_host.clone(),
+        );
+        match (self.dest.host_header, client_host.clone()) {
             (HostHeader::Preserve, Some(host)) => headers.insert(HOST, host),
-            _ => headers.insert(HOST, self.upstream_host.clone()),
+            _ => headers.insert(HOST, self.dest.host.clone()),
         };
         Ok(Target {
             client_host,
@@ -225,7 +230,7 @@ impl Proxy {
             .path_and_query()
             .cloned()
             .unwrap_or_else(|| PathAndQuery::from_static("/"));
-        let prefix = &self.upstream.path_prefix;
+        let prefix = &self.dest.url.path_prefix;
         let pq = if prefix.is_empty() {
             // The usual case: the client's path and query as they are, not copied.
             pq
@@ -234,8 +239,8 @@ impl Proxy {
                 .map_err(|_| "the request target cannot be forwarded")?
         };
         let mut parts = http::uri::Parts::default();
-        parts.scheme = Some(self.upstream_scheme.clone());
-        parts.authority = Some(self.upstream.authority.clone());
+        parts.scheme = Some(self.dest.scheme.clone());
+        parts.authority = Some(self.dest.url.authority.clone());
         parts.path_and_query = Some(pq);
         Uri::from_parts(parts).map_err(|_| "the request target cannot be forwarded")
     }

@@ -163,7 +163,7 @@ impl Proxy {
         let session = &carried.session;
         let Ok(_turn) =
             // The same bound as any other wait for the backend: the hold timeout.
-            tokio::time::timeout(self.resume_wait, session.lock_resume()).await
+            tokio::time::timeout(self.timeouts.resume_wait, session.lock_resume()).await
         else {
             return Resume::Failed(
                 "another request's re-establishment of this session did not finish within \
@@ -376,7 +376,7 @@ impl Proxy {
             buf.extend_from_slice(&prefix);
         }
         let mut rest = peek.rest;
-        let deadline = Instant::now() + self.response_timeout;
+        let deadline = Instant::now() + self.timeouts.response;
         loop {
             // An SSE answer may stay open after its response: stop at the response.
             if is_sse {
