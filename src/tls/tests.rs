@@ -1,0 +1,165 @@
+//! The listener's TLS: handshake failures, identities, and the reloader.
+
+use super::*;
+
+#[test]
+fn handshake_failures_have_bounded_reasons() {
+    let tls = |e: rustls::Error| io::Error::new(io::ErrorKind::InvalidData, e);
+    for (err, want) in [
+        (
+            tls(rustls::Error::NoCertificatesPresented),
+            HandshakeFailure::no_certificate,
+        ),
+        (
+            tls(rustls::Error::InvalidCertificate(
+                rustls::CertificateError::UnknownIssuer,
+            )),
+            HandshakeFailure::bad_certificate,
+        ),
+        (
+            tls(rustls::Error::AlertReceived(
+                rustls::AlertDescription::UnknownCA,
+            )),
+            HandshakeFailure::rejected_by_client,
+        ),
+        (
+            tls(rustls::Error::AlertReceived(
+                rustls::AlertDescription::ProtocolVersion,
+            )),
+            HandshakeFailure::protocol,
+        ),
+        (
+            tls(rustls::Error::NoApplicationProtocol),
+            HandshakeFailure::protocol,
+        ),
+        (
+            io::Error::from(io::ErrorKind::UnexpectedEof),
+            HandshakeFailure::closed,
+        ),
+        (
+            io::Error::from(io::ErrorKind::ConnectionReset),
+            HandshakeFailure::closed,
+        ),
+        (io::Error::other("strange"), HandshakeFailure::other),
+    ] {
+        assert_eq!(handshake_failure(&err), want, "{err}");
+    }
+}
+
+#[test]
+fn a_key_of_another_certificate_is_refused() {
+    let a = rcgen::KeyPair::generate().unwrap();
+    let b = rcgen::KeyPair::generate().unwrap();
+    let cert = rcgen::CertificateParams::new(vec!["localhost".into()])
+        .unwrap()
+        .self_signed(&a)
+        .unwrap();
+    let err = Identity::from_pem(
+        Path::new("c.pem"),
+        cert.pem().into_bytes(),
+        Path::new("k.pem"),
+        b.serialize_pem().into_bytes(),
+    )
+    .unwrap_err();
+    assert!(matches!(err, TlsError::Key { .. }), "{err}");
+    let ok = Identity::from_pem(
+        Path::new("c.pem"),
+        cert.pem().into_bytes(),
+        Path::new("k.pem"),
+        a.serialize_pem().into_bytes(),
+    )
+    .expect("the matching key loads");
+    assert_eq!(
+        ok.certified_key().cert.first().map(|c| c.as_ref()),
+        Some(cert.der().as_ref()),
+        "the identity serves the certificate it was given"
+    );
+    let err = Identity::from_pem(
+        Path::new("c.pem"),
+        b"nothing here".to_vec(),
+        Path::new("k.pem"),
+        a.serialize_pem().into_bytes(),
+    )
+    .unwrap_err();
+    assert!(matches!(err, TlsError::NoCertificate { .. }), "{err}");
+    let err = Identity::from_pem(
+        Path::new("c.pem"),
+        cert.pem().into_bytes(),
+        Path::new("k.pem"),
+        cert.pem().into_bytes(),
+    )
+    .unwrap_err();
+    assert!(matches!(err, TlsError::NoKey { .. }), "{err}");
+}
+
+/// Log lines, as the binary would print them, collected for a test.
+#[derive(Clone, Default)]
+struct Lines(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl io::Write for Lines {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Lines {
+    fn count(&self, needle: &str) -> usize {
+        let text = String::from_utf8(self.0.lock().unwrap().clone()).unwrap();
+        text.lines().filter(|l| l.contains(needle)).count()
+    }
+}
+
+/// A changed file that does not load is said once, however often the reloader looks at it
+/// again, and the reloader goes on looking: the good key back, it loads. On a paused clock
+/// every interval is one look (file reads run on blocking threads, which hold the clock).
+#[tokio::test(start_paused = true)]
+async fn a_file_that_does_not_load_is_said_once_and_the_reloader_goes_on() {
+    let lines = Lines::default();
+    let writer = lines.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+
+    let dir = std::env::temp_dir().join(format!("holdfast-reload-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (cert_path, key_path) = (dir.join("tls.crt"), dir.join("tls.key"));
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = rcgen::CertificateParams::new(vec!["localhost".into()])
+        .unwrap()
+        .self_signed(&key)
+        .unwrap();
+    std::fs::write(&cert_path, cert.pem()).unwrap();
+    std::fs::write(&key_path, key.serialize_pem()).unwrap();
+    let current = Identity::load(&cert_path, &key_path).unwrap();
+    let store = CertStore::new(&current);
+    let interval = Duration::from_millis(50);
+    let reloader = spawn_reloader(
+        store,
+        current,
+        Reload {
+            cert: cert_path.clone(),
+            key: key_path.clone(),
+            interval,
+        },
+        TlsMetrics::default(),
+    );
+
+    let other = rcgen::KeyPair::generate().unwrap();
+    std::fs::write(&key_path, other.serialize_pem()).unwrap();
+    tokio::time::sleep(interval * 20).await;
+    assert_eq!(lines.count("do not load"), 1, "said once in twenty looks");
+    assert_eq!(lines.count("ERROR"), 1);
+
+    std::fs::write(&key_path, key.serialize_pem()).unwrap();
+    tokio::time::sleep(interval * 2).await;
+    assert_eq!(lines.count("TLS certificate reloaded"), 1);
+    assert_eq!(lines.count("do not load"), 1);
+    reloader.abort();
+    std::fs::remove_dir_all(&dir).unwrap();
+}
