@@ -23,7 +23,8 @@
 //! - [`classify`]: the one flat decision of what an upstream outcome means.
 //! - [`errors`]: reading error chains (a cause of one type; the whole chain for logs).
 //! - [`signature`]: router signatures (presets and user-defined), matched by [`classify`].
-//! - [`hold`]: outages, holding requests through them, probing, Retry-After from history.
+//! - [`hold`]: outages, holding requests through them, probing, Retry-After from history; one
+//!   route's outage is a plain state machine (`hold/machine`), its effects carried out beside it.
 //! - [`idempotent`]: which MCP requests are safe to send twice (read-only methods, annotated tools).
 //! - [`respond`]: every synthetic response.
 //! - [`sse`]: the `text/event-stream` format, read incrementally: the one event reader.
