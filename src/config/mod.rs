@@ -136,6 +136,8 @@ pub struct InboundTls {
     pub client_ca: Option<PathBuf>,
     /// How often the files are checked for changes.
     pub reload_interval: Duration,
+    /// `tls.session_resumption`.
+    pub session_resumption: bool,
     /// The certificate and key as loaded during validation: served until the files change.
     pub identity: Identity,
     /// Verifies client certificates, when `client_ca` is set.
@@ -149,6 +151,7 @@ impl fmt::Debug for InboundTls {
             .field("key", &self.key)
             .field("client_ca", &self.client_ca)
             .field("reload_interval", &self.reload_interval)
+            .field("session_resumption", &self.session_resumption)
             .field("identity", &self.identity)
             .finish_non_exhaustive()
     }

@@ -238,6 +238,9 @@ pub struct RawTls {
     pub client_ca: Option<String>,
     /// How often the certificate and key files are checked for changes.
     pub reload_interval_secs: f64,
+    /// Whether a returning client may resume its TLS session (an abbreviated handshake) instead
+    /// of a full one.
+    pub session_resumption: bool,
 }
 
 impl Default for RawTls {
@@ -247,6 +250,7 @@ impl Default for RawTls {
             key: None,
             client_ca: None,
             reload_interval_secs: defaults::TLS_RELOAD_INTERVAL_SECS,
+            session_resumption: true,
         }
     }
 }

@@ -346,6 +346,7 @@ impl Validator<'_> {
             key,
             client_ca,
             reload_interval: reload_interval?,
+            session_resumption: raw.session_resumption,
             identity: identity?,
             client_verifier: client_verifier?,
         })

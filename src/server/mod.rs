@@ -181,7 +181,11 @@ fn listener_tls(
         metrics.clone(),
     ));
     let listener_tls = ListenerTls {
-        acceptor: TlsAcceptor::from(tls::server_config(store, t.client_verifier.clone())),
+        acceptor: TlsAcceptor::from(tls::server_config(
+            store,
+            t.client_verifier.clone(),
+            t.session_resumption,
+        )),
         metrics,
         handshake_timeout,
     };

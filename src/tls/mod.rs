@@ -316,9 +316,15 @@ pub fn client_verifier(ca: &Path) -> Result<Arc<dyn ClientCertVerifier>, TlsErro
 
 /// The listener's configuration: TLS 1.2 and 1.3, the certificate from `store`, client
 /// certificates checked by `verifier` when set, ALPN `h2` and `http/1.1`.
+///
+/// With `resumption` (`tls.session_resumption`, the default), rustls's own: a returning client
+/// resumes from an in-memory cache of 256 sessions (TLS 1.2 session ids; TLS 1.3 tickets that
+/// name a cached session, two per handshake). Without, every handshake is a full one: nothing is
+/// cached and no ticket is sent.
 pub fn server_config(
     store: Arc<CertStore>,
     verifier: Option<Arc<dyn ClientCertVerifier>>,
+    resumption: bool,
 ) -> Arc<ServerConfig> {
     let builder = ServerConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
@@ -329,6 +335,10 @@ pub fn server_config(
     };
     let mut config = builder.with_cert_resolver(store);
     config.alpn_protocols = SERVER_ALPN.iter().map(|p| p.to_vec()).collect();
+    if !resumption {
+        config.session_storage = Arc::new(rustls::server::NoServerSessionStorage {});
+        config.send_tls13_tickets = 0;
+    }
     Arc::new(config)
 }
 

@@ -163,3 +163,61 @@ async fn a_file_that_does_not_load_is_said_once_and_the_reloader_goes_on() {
     reloader.abort();
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Kinds of the handshakes of `n` connections, one after another, of one client (its own
+/// session cache) to a listener configured with `resumption`.
+async fn handshakes(resumption: bool, n: usize) -> Vec<rustls::HandshakeKind> {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = rcgen::CertificateParams::new(vec!["localhost".into()])
+        .unwrap()
+        .self_signed(&key)
+        .unwrap();
+    let identity = Identity::from_pem(
+        Path::new("c.pem"),
+        cert.pem().into_bytes(),
+        Path::new("k.pem"),
+        key.serialize_pem().into_bytes(),
+    )
+    .unwrap();
+    let acceptor =
+        tokio_rustls::TlsAcceptor::from(server_config(CertStore::new(&identity), None, resumption));
+    let mut roots = RootCertStore::empty();
+    roots.add(cert.der().clone()).unwrap();
+    let client = rustls::ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(client));
+    let mut kinds = Vec::new();
+    for _ in 0..n {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let (a, b) = tokio::io::duplex(64 * 1024);
+        let server = {
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let mut tls = acceptor.accept(b).await.unwrap();
+                // TLS 1.3 tickets follow the handshake: the client reads them with this byte.
+                tls.write_all(b"x").await.unwrap();
+                tls.flush().await.unwrap();
+                tls.shutdown().await.unwrap();
+            })
+        };
+        let name = rustls_pki_types::ServerName::try_from("localhost").unwrap();
+        let mut tls = connector.connect(name, a).await.unwrap();
+        let mut byte = [0u8; 1];
+        tls.read_exact(&mut byte).await.unwrap();
+        kinds.push(tls.get_ref().1.handshake_kind().unwrap());
+        server.await.unwrap();
+    }
+    kinds
+}
+
+/// `tls.session_resumption`: on (the default), a returning client resumes; off, every
+/// handshake is a full one (what a like-for-like benchmark of full handshakes needs).
+#[tokio::test]
+async fn a_returning_client_resumes_only_with_session_resumption_on() {
+    use rustls::HandshakeKind::{Full, Resumed};
+    assert_eq!(handshakes(true, 3).await, [Full, Resumed, Resumed]);
+    assert_eq!(handshakes(false, 3).await, [Full, Full, Full]);
+}
