@@ -16,9 +16,9 @@
 # how busy the rest of the machine is. Compare ratios within one run, never absolute numbers
 # across runs (the machine is shared and noisy); benches/RESULTS.md has the last results.
 #
-# TLS: nginx and HAProxy run with their session cache and tickets off; holdfast with rustls's
-# defaults (a session cache and TLS 1.3 tickets). With `close` wrk opens a new connection per
-# request and does not resume sessions, so each request is a full handshake either way.
+# TLS: session resumption is off on every side (nginx and HAProxy: no session cache, no tickets;
+# holdfast: tls.session_resumption = false), so with `close` (wrk opens a new connection per
+# request) every request is a full handshake on each proxy alike.
 #
 # Needs nginx, haproxy, wrk, openssl, python3 (Debian: apt-get install -y nginx haproxy wrk).
 # Not part of .ci/run: timings on a shared machine are not test results.
@@ -127,7 +127,7 @@ backend back
 CONF
     start nginx 1 nginx -p "$work" -c "$work/nginx.conf"
     start haproxy 1 haproxy -f "$work/haproxy.cfg"
-    start holdfast 1 "$HOLDFAST" --listen "127.0.0.1:$HF" --admin "127.0.0.1:$HF_ADMIN" \
+    start holdfast 1 env HOLDFAST_TLS__SESSION_RESUMPTION=false "$HOLDFAST" --listen "127.0.0.1:$HF" --admin "127.0.0.1:$HF_ADMIN" \
         --upstream "http://127.0.0.1:$BACKEND" "${hf_tls[@]}"
     sleep 1
 }
