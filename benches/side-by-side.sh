@@ -5,10 +5,13 @@
 #   benches/side-by-side.sh tls   [SECONDS] [CONNS] [keepalive|close]
 #                                                                 the same, TLS 1.3 (ECDSA P-256)
 #                                                                 terminated at each proxy
+#   benches/side-by-side.sh h2c   [SECONDS] [CONNS] [STREAMS]    the same POST from HTTP/2 clients
+#                                                                 (prior knowledge), STREAMS each
+#   benches/side-by-side.sh h2    [SECONDS] [CONNS] [STREAMS]    the same over TLS 1.3 (ALPN h2)
 #   benches/side-by-side.sh sse   [STREAMS]                      resident memory per open SSE stream
 #
-# Defaults: plain 6 s, 64 connections; tls keepalive; sse 3000 streams. RUNS=n repeats plain and
-# tls. HOLDFAST=binary picks the holdfast (default: target/release/holdfast, built first).
+# Defaults: plain 6 s, 64 connections; tls keepalive; h2c and h2 8 connections of 8 streams
+# (64 in flight); sse 3000 streams. RUNS=n repeats plain, tls, h2c and h2. HOLDFAST=binary picks the holdfast (default: target/release/holdfast, built first).
 #
 # Setup: one nginx as the backend and wrk share CPU 0; each proxy runs alone on CPU 1, one
 # worker/thread each. CPU per request is the proxy's user+system time (from /proc, its children
@@ -20,7 +23,11 @@
 # holdfast: tls.session_resumption = false), so with `close` (wrk opens a new connection per
 # request) every request is a full handshake on each proxy alike.
 #
-# Needs nginx, haproxy, wrk, openssl, python3 (Debian: apt-get install -y nginx haproxy wrk).
+# HTTP/2: h2load (nghttp2) is the client; the upstream side stays HTTP/1.1 kept alive for every
+# proxy. p50/p99 are not printed by h2load: the mean time per request is.
+#
+# Needs nginx, haproxy, wrk, openssl, python3, and h2load for h2c/h2 (Debian: apt-get install -y
+# nginx haproxy wrk nghttp2-client).
 # Not part of .ci/run: timings on a shared machine are not test results.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -86,19 +93,35 @@ certificate() {
     cat "$work/cert.pem" "$work/key.pem" >"$work/both.pem"
 }
 
-# The three proxies in front of the backend; TLS on their listeners when $1 is `tls`.
+# The three proxies in front of the backend: plain HTTP/1 by default; $1 `tls` (HTTP/1.1 over
+# TLS), `h2c` (HTTP/2 with prior knowledge) or `h2` (HTTP/2 over TLS, ALPN).
 proxies() {
-    local tls=${1:-}
+    local kind=${1:-}
     local ngx_listen="listen 127.0.0.1:$NGINX;" hap_bind="bind 127.0.0.1:$HAPROXY" hap_global=""
-    local hf_tls=()
-    if [ "$tls" = tls ]; then
-        ngx_listen="listen 127.0.0.1:$NGINX ssl; ssl_certificate $work/cert.pem;
+    local hf_tls=() ngx_tls="ssl; ssl_certificate $work/cert.pem;
           ssl_certificate_key $work/key.pem; ssl_protocols TLSv1.3;
           ssl_session_cache off; ssl_session_tickets off;"
-        hap_bind="$hap_bind ssl crt $work/both.pem ssl-min-ver TLSv1.3 no-tls-tickets"
+    local hap_tls="ssl crt $work/both.pem ssl-min-ver TLSv1.3 no-tls-tickets"
+    case $kind in
+    tls | h2)
         hap_global="  tune.ssl.cachesize 0"
         hf_tls=(--tls-cert "$work/cert.pem" --tls-key "$work/key.pem")
-    fi
+        ;;
+    esac
+    case $kind in
+    tls)
+        ngx_listen="listen 127.0.0.1:$NGINX $ngx_tls"
+        hap_bind="$hap_bind $hap_tls"
+        ;;
+    h2c)
+        ngx_listen="listen 127.0.0.1:$NGINX http2;"
+        hap_bind="$hap_bind proto h2"
+        ;;
+    h2)
+        ngx_listen="listen 127.0.0.1:$NGINX http2 $ngx_tls"
+        hap_bind="$hap_bind $hap_tls alpn h2,http/1.1"
+        ;;
+    esac
     cat >"$work/nginx.conf" <<CONF
 daemon off; master_process off; pid $work/nginx.pid; error_log $work/logs/nginx.err warn;
 events { worker_connections 8192; }
@@ -163,14 +186,39 @@ measure() {
         }'
 }
 
+# measure_h2 NAME PORT SCHEME SECONDS CONNS STREAMS: one h2load run against a proxy, one line.
+measure_h2() {
+    local name=$1 port=$2 scheme=$3 secs=$4 conns=$5 streams=$6
+    local pid_var="pid_$name" url="$scheme://127.0.0.1:$port/mcp"
+    local pid=${!pid_var}
+    local load=(h2load -t1 -c"$conns" -m"$streams" -d "$work/body.json"
+        -H 'content-type: application/json' -H 'accept: application/json, text/event-stream'
+        -H 'mcp-protocol-version: 2025-11-25')
+    taskset -c 0 "${load[@]}" -D 1 "$url" >/dev/null 2>&1 || true
+    local before after out
+    before=$(ticks "$pid")
+    out=$(taskset -c 0 "${load[@]}" -D "$secs" "$url" 2>&1)
+    after=$(ticks "$pid")
+    echo "$out" | awk -v name="$name" -v ticks=$((after - before)) -v hz="$(getconf CLK_TCK)" '
+        /^finished in/ { rps = $4 }
+        /^requests:/ { done = $8; failed = $10; errored = $12 }
+        /^status codes:/ { ok = $3 }
+        /^time for request:/ { mean = $6 }
+        END {
+            printf "%-9s cpu_us_per_req=%-7.1f rps=%-10s mean=%-9s 2xx=%s failed=%s errored=%s\n",
+                name, ticks / hz * 1e6 / (done ? done : 1), rps, mean, ok, failed, errored
+        }'
+}
+
 # rounds SCHEME SECONDS CONNS SCRIPT: every proxy once per run, then holdfast's ratio to HAProxy.
+# With MEASURE=measure_h2, SCRIPT is the streams per connection.
 rounds() {
     local run lines
     for run in $(seq 1 "${RUNS:-1}"); do
         lines=$(for name in nginx haproxy holdfast; do
             local port_var=${name^^}
             [ "$name" = holdfast ] && port_var=HF
-            measure "$name" "${!port_var}" "$@"
+            "${MEASURE:-measure}" "$name" "${!port_var}" "$@"
         done)
         echo "$lines"
         echo "$lines" | awk '{ split($2, a, "="); cpu[$1] = a[2] }
@@ -196,6 +244,18 @@ tls)
     fi
     rounds https "${2:-6}" "${3:-64}" "$script"
     ;;
+h2c | h2)
+    [ "$mode" = h2 ] && certificate
+    command -v h2load >/dev/null || { echo "needs h2load: apt-get install -y nghttp2-client" >&2; exit 1; }
+    # The body of benches/peers/post.lua's request.
+    printf '{"jsonrpc":"2.0","id":11,"method":"tools/call","params":{"name":"echo","arguments":{"text":"%s"}}}' \
+        "$(head -c 900 /dev/zero | tr '\0' y)" >"$work/body.json"
+    backend
+    proxies "$mode"
+    scheme=http
+    [ "$mode" = h2 ] && scheme=https
+    MEASURE=measure_h2 rounds "$scheme" "${2:-6}" "${3:-8}" "${4:-8}"
+    ;;
 sse)
     streams=${2:-3000}
     proxies
@@ -208,7 +268,7 @@ sse)
     done
     ;;
 *)
-    sed -n '2,12p' "$0" >&2
+    sed -n '2,16p' "$0" >&2
     exit 2
     ;;
 esac

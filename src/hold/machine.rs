@@ -285,7 +285,12 @@ impl<W> Machine<W> {
         }
         match phase {
             Phase::Clear => {}
-            Phase::Paused { .. } => fx.push(Effect::Ended(Ended::Pause)),
+            Phase::Paused { .. } => {
+                if self.may_sleep {
+                    fx.push(Effect::RouteOutage(false));
+                }
+                fx.push(Effect::Ended(Ended::Pause))
+            }
             Phase::Outage {
                 mut held,
                 outage,

@@ -90,6 +90,9 @@ impl<W> Machine<W> {
                     held: Episode::new(id),
                     pause: new,
                 };
+                if self.may_sleep {
+                    fx.push(Effect::RouteOutage(true));
+                }
                 Ok((new, false, fx))
             }
             Phase::Outage { pause, dormant, .. } => {

@@ -386,6 +386,7 @@ proptest! {
         let mut waiting: Vec<usize> = Vec::new();
         let mut out: Vec<usize> = Vec::new();
         let mut closed = Vec::new();
+        let (mut route_outages, mut counted) = (0i32, 0i32);
         for s in steps {
             let fx: Effects<u32> = match s {
                 Step::Missing(refused) => {
@@ -445,6 +446,9 @@ proptest! {
             let mut saw_end = false;
             for e in fx {
                 match e {
+                    Effect::RouteOutage(begun) => route_outages += if begun { 1 } else { -1 },
+                    Effect::Counted(awake) => counted += if awake { 1 } else { -1 },
+                    Effect::OutageStarted { .. } => counted += 1,
                     Effect::Wake { waiters, wake, .. } => {
                         for w in waiters {
                             let name = w.wake as usize;
@@ -456,7 +460,8 @@ proptest! {
                             }
                         }
                     }
-                    Effect::Ended(Ended::Outage { counts, .. }) => {
+                    Effect::Ended(Ended::Outage { counts, counted: was_counted, .. }) => {
+                        counted -= i32::from(was_counted);
                         saw_end = true;
                         closed.push(counts);
                     }
@@ -468,6 +473,10 @@ proptest! {
                 // Whatever was out belongs to the closed stretch: it will not come back into it.
                 out.clear();
             }
+            // A route counts in the routes with an outage while anything is open, and against
+            // the up gauge while an outage is open and awake.
+            prop_assert_eq!(route_outages, i32::from(may_sleep && m.is_open()));
+            prop_assert_eq!(counted, i32::from(m.outage().is_some()));
             // The queue is the model's.
             prop_assert_eq!(m.waiting(), waiting.len());
             prop_assert!(m.is_open() || m.waiting() == 0, "held with nothing open");
