@@ -68,10 +68,15 @@ total=$(callgrind_annotate "$dump" 2>/dev/null | awk '/PROGRAM TOTALS/ { gsub(",
 echo "requests: $requests ${errors:+($errors)}"
 awk -v t="$total" -v r="$requests" 'BEGIN { printf "instructions per request: %.0f\n", t / r }'
 echo "top functions, own instructions per request:"
-callgrind_annotate --inclusive=no "$dump" 2>/dev/null |
-    awk -v r="$requests" -v top="$top" '
+# (callgrind_annotate lists the threads' entry points with everything under them first: any
+# entry above half of the total is one of those, not a function's own cost.)
+callgrind_annotate --inclusive=no --threshold=100 "$dump" 2>/dev/null |
+    awk -v r="$requests" -v t="$total" -v top="$top" '
         /^-+$/ { rule++; next }
         rule >= 3 && $1 ~ /^[0-9,]+$/ && n < top {
-            ir = $1; gsub(",", "", ir); $1 = ""; $2 = ""
-            sub(/^ +/, ""); printf "  %8.0f  %s\n", ir / r, substr($0, 1, 110); n++
+            ir = $1; gsub(",", "", ir)
+            if (ir > t / 2) next
+            $1 = ""; $2 = ""
+            sub(/^ +/, ""); sub(/ \[.*\]$/, "")
+            printf "  %8.0f  %s\n", ir / r, substr($0, 1, 120); n++
         }'
