@@ -74,9 +74,8 @@ callgrind_annotate --inclusive=no --threshold=100 "$dump" 2>/dev/null |
     awk -v r="$requests" -v t="$total" -v top="$top" '
         /^-+$/ { rule++; next }
         rule >= 3 && $1 ~ /^[0-9,]+$/ && n < top {
-            ir = $1; gsub(",", "", ir)
+            ir = $1; gsub(",", "", ir); ir += 0
             if (ir > t / 2) next
-            $1 = ""; $2 = ""
-            sub(/^ +/, ""); sub(/ \[.*\]$/, "")
+            sub(/^[^)]*\) +/, ""); sub(/ \[.*\]$/, "")
             printf "  %8.0f  %s\n", ir / r, substr($0, 1, 120); n++
         }'
