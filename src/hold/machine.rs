@@ -60,7 +60,13 @@ enum Phase {
     /// Nothing is missing, nothing is paused.
     Clear,
     /// A pause before anything showed the upstream gone: the old instance still answers.
-    Paused { held: Episode, pause: Pause },
+    /// `past_horizon`: a router's 404 for this route passed the horizon meanwhile (new requests
+    /// are no longer held for it, and the warning was given).
+    Paused {
+        held: Episode,
+        pause: Pause,
+        past_horizon: bool,
+    },
     /// The route (or the upstream) is missing.
     Outage {
         held: Episode,
@@ -134,6 +140,9 @@ impl<W> Machine<W> {
     pub(super) fn last_reason(&self) -> Option<RewriteReason> {
         match &self.phase {
             Phase::Clear => None,
+            Phase::Paused {
+                past_horizon: true, ..
+            } => Some(RewriteReason::RouteMissing404),
             Phase::Paused { .. } => Some(RewriteReason::Paused),
             Phase::Outage { outage, .. } => Some(outage.last_reason),
         }
@@ -223,7 +232,7 @@ impl<W> Machine<W> {
             }
             // The gap between instances begins now, not with the pause: the same held requests,
             // now in an outage.
-            Phase::Paused { held, pause } => {
+            Phase::Paused { held, pause, .. } => {
                 fx.push(Effect::GoneWhilePaused(reason));
                 fx.push(Effect::OutageStarted {
                     reason,
@@ -360,10 +369,10 @@ impl<W> Machine<W> {
             None
         };
         if let Some(outcome) = refused {
-            if back {
-                episode.counts.exit(outcome);
-            } else {
-                episode.counts.refused += 1;
+            match (back, outcome) {
+                (true, _) => episode.counts.exit(outcome),
+                (false, HoldOutcome::timed_out) => episode.counts.late += 1,
+                (false, _) => episode.counts.refused += 1,
             }
             return (Entry::Refused(outcome), fx);
         }
@@ -462,13 +471,24 @@ impl<W> Machine<W> {
     /// A route-missing 404 passed through past the horizon: the outage stays (and is a
     /// route-missing one from now on, so new requests are not held for it), everyone held is
     /// released to get that 404, and the warning is given once.
+    /// (A pause that has not seen the upstream gone stays one: a router's 404 past the horizon
+    /// shows a wrong route, not the instance gone.)
     pub(super) fn horizon_exceeded(&mut self, now: Instant, id: u64) -> Effects<W> {
         let mut fx = Vec::new();
-        self.open(RewriteReason::RouteMissing404, now, id, &mut fx);
-        if let Phase::Outage { outage, .. } = &mut self.phase {
-            if !std::mem::replace(&mut outage.horizon_warned, true) {
-                fx.push(Effect::HorizonWarning);
+        let warned = match &mut self.phase {
+            Phase::Paused { past_horizon, .. } => std::mem::replace(past_horizon, true),
+            _ => {
+                self.open(RewriteReason::RouteMissing404, now, id, &mut fx);
+                match &mut self.phase {
+                    Phase::Outage { outage, .. } => {
+                        std::mem::replace(&mut outage.horizon_warned, true)
+                    }
+                    _ => true,
+                }
             }
+        };
+        if !warned {
+            fx.push(Effect::HorizonWarning);
         }
         let waiters = self.drain_out();
         if !waiters.is_empty() {

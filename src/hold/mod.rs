@@ -306,7 +306,7 @@ impl RouteOutage {
             first_reason = first_reason.as_str(),
             held = counts.held,
             released = counts.released,
-            timed_out = counts.timed_out,
+            timed_out = counts.timed_out_all(),
             cancelled = counts.cancelled,
             rejected = counts.rejected(),
             answered_503 = counts.answered_503,
@@ -359,7 +359,7 @@ impl RouteOutage {
     #[cfg(test)]
     fn line_counts(&self) -> Option<(u64, u64, u64)> {
         let c = self.lock().counts()?;
-        Some((c.held, c.released_so_far(), c.timed_out))
+        Some((c.held, c.released_so_far(), c.timed_out_all()))
     }
 
     /// A request met a missing backend: open an outage if none is open.

@@ -185,7 +185,10 @@ impl RouteOutage {
     /// Removes a waiter that stopped waiting on its own, counting `outcome`. False when it was
     /// already gone (woken).
     pub(super) fn leave(&self, seq: u64, outcome: HoldOutcome) -> bool {
-        let Some(waiter) = self.lock().leave(seq, outcome) else {
+        // The place is given back under the lock, as every other exit gives it back: a request
+        // of this route taking the lock next finds it free, and the gauge follows in order.
+        let mut m = self.lock();
+        let Some(waiter) = m.leave(seq, outcome) else {
             return false;
         };
         self.record_exit(&waiter, outcome);

@@ -132,8 +132,11 @@ pub(in crate::hold) struct Counts {
     pub shutdown: u64,
     /// Held requests refused when they came back (the hold full, their deadline passed).
     pub rejected_held: u64,
-    /// Requests refused before they were ever held (the hold full, a body too large).
+    /// Requests refused before they were ever held here (the hold full, a body too large).
     pub refused: u64,
+    /// Requests refused before they were ever held here because the deadline they carried from
+    /// an earlier hold (another route's) had passed: the closing line's `timed_out` counts them.
+    pub late: u64,
     /// Requests answered 503 in it.
     pub answered_503: u64,
 }
@@ -156,6 +159,12 @@ impl Counts {
     }
 
     #[cfg(test)]
+    /// Timed out as the closing line says it: held requests that timed out, and those that
+    /// came with their deadline already passed.
+    pub(in crate::hold) fn timed_out_all(&self) -> u64 {
+        self.timed_out + self.late
+    }
+
     /// Released as the closing line says it: those still out count as released.
     pub(in crate::hold) fn released_so_far(&self) -> u64 {
         self.released + self.out

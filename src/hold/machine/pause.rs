@@ -89,7 +89,10 @@ impl<W> Machine<W> {
                 self.phase = Phase::Paused {
                     held: Episode::new(id),
                     pause: new,
+                    past_horizon: false,
                 };
+                // A failure noted before the pause is not what shows the upstream gone.
+                self.cause = None;
                 if self.may_sleep {
                     fx.push(Effect::RouteOutage(true));
                 }

@@ -328,6 +328,58 @@ fn refusals_are_counted_apart_from_held_requests() {
     assert_eq!((c.held, c.timed_out, c.rejected(), c.out), (1, 1, 2, 0));
 }
 
+#[test]
+fn past_the_horizon_a_pause_stays_a_pause_and_lets_its_requests_go() {
+    let now = t0();
+    let mut m = M::new(false);
+    m.begin_pause(now, secs(600), 1).unwrap();
+    enter(&mut m, &mut Place::default(), now, false);
+    let fx = m.horizon_exceeded(now + secs(200), 2);
+    assert_eq!(woken(&fx), 1);
+    assert!(fx.iter().any(|e| matches!(e, Effect::HorizonWarning)));
+    assert!(
+        !fx.iter().any(|e| matches!(e, Effect::OutageStarted { .. })),
+        "no outage: nothing showed the instance gone"
+    );
+    assert!(m.pause().is_some_and(|p| !p.upstream_gone));
+    assert_eq!(m.last_reason(), Some(RewriteReason::RouteMissing404));
+    assert!(
+        m.horizon_exceeded(now + secs(201), 3).is_empty(),
+        "warned once"
+    );
+}
+
+#[test]
+fn a_failure_noted_before_a_pause_is_not_the_cause_of_its_outage() {
+    let now = t0();
+    let mut m = M::new(false);
+    m.note_cause(|| "a keep-alive race, hours ago".into());
+    m.begin_pause(now, secs(60), 1).unwrap();
+    let fx = m.missing(RewriteReason::ConnectRefused, now, 2);
+    assert!(fx
+        .iter()
+        .any(|e| matches!(e, Effect::OutageStarted { cause: None, .. })));
+}
+
+#[test]
+fn a_request_whose_deadline_passed_in_another_outage_times_out_here() {
+    let now = t0();
+    let mut m = M::new(true);
+    m.missing(RewriteReason::RouteMissing404, now, 5);
+    // Held before in another route's outage (id 4), its deadline carried over and passed.
+    let mut place = Place {
+        held_in: 4,
+        deadline: Some(now),
+        ..Place::default()
+    };
+    assert_eq!(
+        enter(&mut m, &mut place, now + secs(1), false).0,
+        Entry::Refused(HoldOutcome::timed_out)
+    );
+    let c = m.counts().unwrap();
+    assert_eq!((c.held, c.timed_out_all(), c.rejected()), (0, 1, 0));
+}
+
 /// One step of a random history.
 #[derive(Debug, Clone)]
 enum Step {
