@@ -158,13 +158,13 @@ impl Counts {
         self.rejected_held + self.refused
     }
 
-    #[cfg(test)]
     /// Timed out as the closing line says it: held requests that timed out, and those that
     /// came with their deadline already passed.
     pub(in crate::hold) fn timed_out_all(&self) -> u64 {
         self.timed_out + self.late
     }
 
+    #[cfg(test)]
     /// Released as the closing line says it: those still out count as released.
     pub(in crate::hold) fn released_so_far(&self) -> u64 {
         self.released + self.out
