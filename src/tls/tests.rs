@@ -2,6 +2,16 @@
 
 use super::*;
 
+/// A key and a self-signed certificate for `localhost`.
+fn self_signed() -> (rcgen::KeyPair, rcgen::Certificate) {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = rcgen::CertificateParams::new(vec!["localhost".into()])
+        .unwrap()
+        .self_signed(&key)
+        .unwrap();
+    (key, cert)
+}
+
 #[test]
 fn handshake_failures_have_bounded_reasons() {
     let tls = |e: rustls::Error| io::Error::new(io::ErrorKind::InvalidData, e);
@@ -48,12 +58,8 @@ fn handshake_failures_have_bounded_reasons() {
 
 #[test]
 fn a_key_of_another_certificate_is_refused() {
-    let a = rcgen::KeyPair::generate().unwrap();
+    let (a, cert) = self_signed();
     let b = rcgen::KeyPair::generate().unwrap();
-    let cert = rcgen::CertificateParams::new(vec!["localhost".into()])
-        .unwrap()
-        .self_signed(&a)
-        .unwrap();
     let err = Identity::from_pem(
         Path::new("c.pem"),
         cert.pem().into_bytes(),
@@ -129,11 +135,7 @@ async fn a_file_that_does_not_load_is_said_once_and_the_reloader_goes_on() {
     let dir = std::env::temp_dir().join(format!("holdfast-reload-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let (cert_path, key_path) = (dir.join("tls.crt"), dir.join("tls.key"));
-    let key = rcgen::KeyPair::generate().unwrap();
-    let cert = rcgen::CertificateParams::new(vec!["localhost".into()])
-        .unwrap()
-        .self_signed(&key)
-        .unwrap();
+    let (key, cert) = self_signed();
     std::fs::write(&cert_path, cert.pem()).unwrap();
     std::fs::write(&key_path, key.serialize_pem()).unwrap();
     let current = Identity::load(&cert_path, &key_path).unwrap();
@@ -167,11 +169,7 @@ async fn a_file_that_does_not_load_is_said_once_and_the_reloader_goes_on() {
 /// Kinds of the handshakes of `n` connections, one after another, of one client (its own
 /// session cache) to a listener configured with `resumption`.
 async fn handshakes(resumption: bool, n: usize) -> Vec<rustls::HandshakeKind> {
-    let key = rcgen::KeyPair::generate().unwrap();
-    let cert = rcgen::CertificateParams::new(vec!["localhost".into()])
-        .unwrap()
-        .self_signed(&key)
-        .unwrap();
+    let (key, cert) = self_signed();
     let identity = Identity::from_pem(
         Path::new("c.pem"),
         cert.pem().into_bytes(),
