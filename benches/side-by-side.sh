@@ -9,6 +9,9 @@
 #                                                                 (prior knowledge), STREAMS each
 #   benches/side-by-side.sh h2    [SECONDS] [CONNS] [STREAMS]    the same over TLS 1.3 (ALPN h2)
 #   benches/side-by-side.sh sse   [STREAMS]                      resident memory per open SSE stream
+#   benches/side-by-side.sh syscalls [SECONDS] [CONNS]           system calls and page faults per
+#                                                                 request of each proxy (strace -c;
+#                                                                 plain POST; needs strace)
 #
 # Defaults: plain 6 s, 64 connections; tls keepalive; h2c and h2 8 connections of 8 streams
 # (64 in flight); sse 3000 streams. RUNS=n repeats plain, tls, h2c and h2. HOLDFAST=binary picks the holdfast (default: target/release/holdfast, built first).
@@ -227,7 +230,52 @@ rounds() {
     done
 }
 
+# Minor page faults of a process and its children (each one the kernel's time, no system call).
+minflt() {
+    local total=0 pid
+    for pid in "$1" $(pgrep -P "$1" || true); do
+        total=$((total + $(awk '{ print $10 }' "/proc/$pid/stat")))
+    done
+    echo "$total"
+}
+
+# syscalls NAME PORT SECONDS CONNS: the proxy's system calls per request under strace -c (slow:
+# the counts are the figure, not the rate), the top ten.
+syscalls() {
+    local name=$1 port=$2 secs=$3 conns=$4
+    local pid_var="pid_$name" url="http://127.0.0.1:$port/mcp"
+    local pid=${!pid_var}
+    strace -c -f -p "$pid" -o "$work/$name.strace" 2>/dev/null &
+    local tracer=$!
+    sleep 1
+    local out faults_before faults_after
+    faults_before=$(minflt "$pid")
+    out=$(taskset -c 0 wrk -t1 -c"$conns" -d"${secs}s" -s "$here/post.lua" "$url" 2>&1)
+    faults_after=$(minflt "$pid")
+    kill -INT "$tracer"
+    wait "$tracer" 2>/dev/null || true
+    local requests
+    requests=$(echo "$out" | awk '/requests in/ { print $1 }')
+    awk -v name="$name" -v n="$requests" -v faults=$((faults_after - faults_before)) '
+        $1 ~ /^[0-9.]+$/ && NF >= 5 && $NF != "total" { calls[$NF] = $4; total += $4 }
+        END {
+            printf "%-9s %d requests, %.3f page faults and %.2f system calls per request:", name, n, faults / n, total / n
+            for (c in calls) if (calls[c] / n >= 0.01) printf " %s=%.2f", c, calls[c] / n
+            printf "\n"
+        }' "$work/$name.strace"
+}
+
 case $mode in
+syscalls)
+    command -v strace >/dev/null || { echo "needs strace: apt-get install -y strace" >&2; exit 1; }
+    backend
+    proxies
+    for name in nginx haproxy holdfast; do
+        port_var=${name^^}
+        [ "$name" = holdfast ] && port_var=HF
+        syscalls "$name" "${!port_var}" "${2:-3}" "${3:-64}"
+    done
+    ;;
 plain)
     backend
     proxies
@@ -268,7 +316,7 @@ sse)
     done
     ;;
 *)
-    sed -n '2,16p' "$0" >&2
+    sed -n '2,/^#$/p' "$0" >&2
     exit 2
     ;;
 esac

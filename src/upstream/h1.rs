@@ -74,8 +74,8 @@ impl Conn {
 }
 
 impl Reusable for Conn {
-    fn check(&self) -> Liveness {
-        Conn::check(self)
+    fn check(&self, idle: std::time::Duration) -> Liveness {
+        tcp::check_idle(&self.tcp, idle)
     }
 }
 

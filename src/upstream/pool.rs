@@ -7,10 +7,10 @@
 //! closes them before the upstream's own keep-alive timeout does (Node's and uvicorn's are 5 s):
 //! a request is never written onto a connection the server is closing.
 //!
-//! Before a connection leaves the pool the kernel is asked whether the upstream closed it
-//! ([`Reusable::check`]): nothing reads an idle connection, so a FIN or RST that arrived meanwhile
-//! would otherwise turn into a request written into a dead connection, a failure that looks
-//! like "sent, then reset".
+//! Before a connection leaves the pool it is checked for a close by the upstream
+//! ([`Reusable::check`], told how long the connection sat idle): nothing reads an idle
+//! connection, so a FIN or RST that arrived meanwhile would otherwise turn into a request written
+//! into a dead connection. How much that check costs is [`super::tcp::check_idle`]'s business.
 
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
@@ -24,8 +24,9 @@ use super::tcp::Liveness;
 /// (The pool knows no more of it, so the HTTP/1 connection that uses the pool is not a
 /// dependency of the pool.)
 pub trait Reusable: Send + 'static {
-    /// What the kernel knows of the connection now, without reading it.
-    fn check(&self) -> Liveness;
+    /// What the kernel knows of the connection now, without reading it, after `idle` in the
+    /// pool (see [`super::tcp::check_idle`]).
+    fn check(&self, idle: Duration) -> Liveness;
 }
 
 /// Most idle connections kept; more are closed when they come back.
@@ -71,10 +72,11 @@ impl<C: Reusable> Pool<C> {
             // The lock is not held across the kernel check: one syscall, but other requests
             // need not wait for it.
             let idle = self.lock().pop()?;
-            if idle.since.elapsed() >= self.timeout {
+            let idle_for = idle.since.elapsed();
+            if idle_for >= self.timeout {
                 continue;
             }
-            if idle.conn.check() != Liveness::Open {
+            if idle.conn.check(idle_for) != Liveness::Open {
                 self.closed_idle.inc();
                 tracing::debug!(
                     "a pooled upstream connection was closed by the upstream; not used"
@@ -141,7 +143,7 @@ mod tests {
     struct Fake(usize, Liveness);
 
     impl Reusable for Fake {
-        fn check(&self) -> Liveness {
+        fn check(&self, _: Duration) -> Liveness {
             self.1
         }
     }
@@ -187,6 +189,27 @@ mod tests {
         tokio::time::advance(Duration::from_secs(2)).await;
         assert!(pool.checkout().is_none());
         assert_eq!(closed.get(), 2, "an expired connection is not a closed one");
+    }
+
+    /// A connection that remembers how long the pool said it sat idle.
+    #[derive(Debug)]
+    struct Timed(Arc<Mutex<Option<Duration>>>);
+
+    impl Reusable for Timed {
+        fn check(&self, idle: Duration) -> Liveness {
+            *self.0.lock().unwrap() = Some(idle);
+            Liveness::Open
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_check_is_told_how_long_the_connection_sat_idle() {
+        let told = Arc::new(Mutex::new(None));
+        let pool = Pool::new(Duration::from_secs(4), Counter::default());
+        pool.checkin(Timed(told.clone()));
+        tokio::time::advance(Duration::from_millis(2500)).await;
+        assert!(pool.checkout().is_some());
+        assert_eq!(*told.lock().unwrap(), Some(Duration::from_millis(2500)));
     }
 
     #[tokio::test(start_paused = true)]

@@ -9,7 +9,6 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http::Request;
 
-use super::pool::Pool;
 use super::tcp::Liveness;
 use super::*;
 use crate::replay::BodyHandle;
@@ -82,7 +81,11 @@ fn listening() -> (TcpListener, Uri) {
 }
 
 #[tokio::test]
-async fn a_pooled_connection_the_upstream_closed_is_not_used_even_before_anyone_reads_it() {
+async fn a_request_written_into_a_pooled_connection_closed_a_moment_ago_is_proven_unread() {
+    // A backend going away closes its idle connections; one back from its response a moment
+    // ago is taken without asking the kernel unless the reactor reported the close
+    // (`tcp::check_idle`). Here it has not (nothing was awaited since the close): the request is
+    // written into the closed connection, meets the FIN, and the kernel proves it unread.
     let (listener, base) = listening();
     let (close, closing) = mpsc::channel::<()>();
     let server = std::thread::spawn(move || {
@@ -92,22 +95,23 @@ async fn a_pooled_connection_the_upstream_closed_is_not_used_even_before_anyone_
     });
     let closed = ClosedCounters::default();
     let client = client(&base, &closed);
-    let conn = http1(&client).connect().await.unwrap();
-    let counted = Counter::default();
-    let pool = Pool::new(Duration::from_secs(60), counted.clone());
-
+    let h1 = http1(&client);
+    let conn = h1.connect().await.unwrap();
+    // Closed only now, when nothing awaits: the reactor cannot poll before the request goes.
+    // The listener is gone with the thread: a new connection would be refused.
     close.send(()).unwrap();
     server.join().unwrap();
     block_until_closed(&conn);
-    pool.checkin(conn);
-    // Nothing has read the connection since the close (nothing was awaited): only the kernel
-    // knows, and the pool asks it.
-    assert!(
-        pool.checkout().is_none(),
-        "a closed connection was handed out"
-    );
-    assert_eq!(counted.get(), 1);
-    assert_eq!(pool.idle(), 0);
+    h1.pool.checkin(conn);
+
+    let (parts, body) = request("/mcp").into_parts();
+    let result = h1.send(Head::of(&parts), body).await;
+    let Err(SendError::NeverRead(never)) = result else {
+        panic!("expected a never-read failure, got {:?}", result.err());
+    };
+    assert_eq!(never.when, Unread::Unacknowledged);
+    assert_eq!(closed.unacknowledged.get(), 1);
+    assert_eq!(closed.idle.get(), 0, "the pool did not ask the kernel");
 }
 
 #[tokio::test]
