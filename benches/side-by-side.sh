@@ -5,13 +5,17 @@
 #   benches/side-by-side.sh tls   [SECONDS] [CONNS] [keepalive|close]
 #                                                                 the same, TLS 1.3 (ECDSA P-256)
 #                                                                 terminated at each proxy
+#   benches/side-by-side.sh resume [SECONDS]                     TLS 1.3 with resumption on every
+#                                                                 side: CPU per resumed connection,
+#                                                                 then per full one (openssl s_time)
 #   benches/side-by-side.sh h2c   [SECONDS] [CONNS] [STREAMS]    the same POST from HTTP/2 clients
 #                                                                 (prior knowledge), STREAMS each
 #   benches/side-by-side.sh h2    [SECONDS] [CONNS] [STREAMS]    the same over TLS 1.3 (ALPN h2)
 #   benches/side-by-side.sh sse   [STREAMS]                      resident memory per open SSE stream
-#   benches/side-by-side.sh syscalls [SECONDS] [CONNS]           system calls and page faults per
+#   benches/side-by-side.sh syscalls [SECONDS] [CONNS] [plain|tls]
+#                                                                 system calls and page faults per
 #                                                                 request of each proxy (strace -c;
-#                                                                 plain POST; needs strace)
+#                                                                 kept alive; needs strace)
 #
 # Defaults: plain 6 s, 64 connections; tls keepalive; h2c and h2 8 connections of 8 streams
 # (64 in flight); sse 3000 streams. RUNS=n repeats plain, tls, h2c and h2. HOLDFAST=binary picks the holdfast (default: target/release/holdfast, built first).
@@ -105,14 +109,24 @@ proxies() {
           ssl_certificate_key $work/key.pem; ssl_protocols TLSv1.3;
           ssl_session_cache off; ssl_session_tickets off;"
     local hap_tls="ssl crt $work/both.pem ssl-min-ver TLSv1.3 no-tls-tickets"
+    local hf_resumption=false
     case $kind in
     tls | h2)
         hap_global="  tune.ssl.cachesize 0"
         hf_tls=(--tls-cert "$work/cert.pem" --tls-key "$work/key.pem")
         ;;
+    resume)
+        # Resumption on every side: a session cache and TLS 1.3 tickets (each one's default
+        # cache size; nginx has none unless given one).
+        hf_tls=(--tls-cert "$work/cert.pem" --tls-key "$work/key.pem")
+        hf_resumption=true
+        ngx_tls="ssl; ssl_certificate $work/cert.pem; ssl_certificate_key $work/key.pem;
+          ssl_protocols TLSv1.3; ssl_session_cache shared:SSL:10m; ssl_session_tickets on;"
+        hap_tls="ssl crt $work/both.pem ssl-min-ver TLSv1.3"
+        ;;
     esac
     case $kind in
-    tls)
+    tls | resume)
         ngx_listen="listen 127.0.0.1:$NGINX $ngx_tls"
         hap_bind="$hap_bind $hap_tls"
         ;;
@@ -153,7 +167,7 @@ backend back
 CONF
     start nginx 1 nginx -p "$work" -c "$work/nginx.conf"
     start haproxy 1 haproxy -f "$work/haproxy.cfg"
-    start holdfast 1 env HOLDFAST_TLS__SESSION_RESUMPTION=false "$HOLDFAST" --listen "127.0.0.1:$HF" --admin "127.0.0.1:$HF_ADMIN" \
+    start holdfast 1 env HOLDFAST_TLS__SESSION_RESUMPTION=$hf_resumption "$HOLDFAST" --listen "127.0.0.1:$HF" --admin "127.0.0.1:$HF_ADMIN" \
         --upstream "http://127.0.0.1:$BACKEND" "${hf_tls[@]}"
     sleep 1
 }
@@ -213,6 +227,27 @@ measure_h2() {
         }'
 }
 
+# measure_handshakes NAME PORT SECONDS HOW: `openssl s_time` against a proxy, one connection at a
+# time, each an HTTP/1.0 GET and a close; HOW is -reuse (every connection resumes the first
+# one's session) or -new (a full handshake each). One line: CPU per connection.
+measure_handshakes() {
+    local name=$1 port=$2 secs=$3 how=$4
+    local pid_var="pid_$name"
+    local pid=${!pid_var}
+    local load=(openssl s_time -connect "127.0.0.1:$port" "$how" -www /mcp)
+    taskset -c 0 "${load[@]}" -time 1 >/dev/null 2>&1 || true
+    local before after out
+    before=$(ticks "$pid")
+    out=$(taskset -c 0 "${load[@]}" -time "$secs" 2>&1)
+    after=$(ticks "$pid")
+    echo "$out" | awk -v name="$name" -v ticks=$((after - before)) -v hz="$(getconf CLK_TCK)" -v how="$how" '
+        /connections in .* real seconds/ { n = $1 }
+        END {
+            printf "%-9s %s cpu_us_per_conn=%-7.1f connections=%s\n",
+                name, how, ticks / hz * 1e6 / (n ? n : 1), n
+        }'
+}
+
 # rounds SCHEME SECONDS CONNS SCRIPT: every proxy once per run, then holdfast's ratio to HAProxy.
 # With MEASURE=measure_h2, SCRIPT is the streams per connection.
 rounds() {
@@ -239,11 +274,11 @@ minflt() {
     echo "$total"
 }
 
-# syscalls NAME PORT SECONDS CONNS: the proxy's system calls per request under strace -c (slow:
-# the counts are the figure, not the rate), the top ten.
+# syscalls NAME PORT SECONDS CONNS SCHEME: the proxy's system calls per request under strace -c
+# (slow: the counts are the figure, not the rate).
 syscalls() {
-    local name=$1 port=$2 secs=$3 conns=$4
-    local pid_var="pid_$name" url="http://127.0.0.1:$port/mcp"
+    local name=$1 port=$2 secs=$3 conns=$4 scheme=$5
+    local pid_var="pid_$name" url="$scheme://127.0.0.1:$port/mcp"
     local pid=${!pid_var}
     strace -c -f -p "$pid" -o "$work/$name.strace" 2>/dev/null &
     local tracer=$!
@@ -268,12 +303,17 @@ syscalls() {
 case $mode in
 syscalls)
     command -v strace >/dev/null || { echo "needs strace: apt-get install -y strace" >&2; exit 1; }
+    scheme=http
+    if [ "${4:-plain}" = tls ]; then
+        certificate
+        scheme=https
+    fi
     backend
-    proxies
+    proxies "${4:-}"
     for name in nginx haproxy holdfast; do
         port_var=${name^^}
         [ "$name" = holdfast ] && port_var=HF
-        syscalls "$name" "${!port_var}" "${2:-3}" "${3:-64}"
+        syscalls "$name" "${!port_var}" "${2:-3}" "${3:-64}" "$scheme"
     done
     ;;
 plain)
@@ -291,6 +331,25 @@ tls)
         export BENCH_POST_LUA=$here/post.lua
     fi
     rounds https "${2:-6}" "${3:-64}" "$script"
+    ;;
+resume)
+    # Resumed handshakes (and, for comparison, full ones) with resumption on everywhere.
+    certificate
+    backend
+    proxies resume
+    for how in -reuse -new; do
+        for run in $(seq 1 "${RUNS:-1}"); do
+            lines=$(for name in nginx haproxy holdfast; do
+                port_var=${name^^}
+                [ "$name" = holdfast ] && port_var=HF
+                measure_handshakes "$name" "${!port_var}" "${2:-6}" "$how"
+            done)
+            echo "$lines"
+            echo "$lines" | awk -v how="$how" '{ split($3, a, "="); cpu[$1] = a[2] }
+                END { printf "%s holdfast / haproxy CPU per connection: %.2f   (nginx / haproxy: %.2f)\n",
+                      how, cpu["holdfast"] / cpu["haproxy"], cpu["nginx"] / cpu["haproxy"] }'
+        done
+    done
     ;;
 h2c | h2)
     [ "$mode" = h2 ] && certificate
