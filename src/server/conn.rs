@@ -104,7 +104,10 @@ impl Served {
             async move {
                 // Busy from the request's start to its response body's end.
                 let busy = registered.begin();
-                let resp = proxy.handle(req.map(ClientBody::H2), peer).await;
+                // Boxed: hyper spawns each stream as a task of its own, and a task's future is
+                // moved into the task, and its stage rewritten when it ends, whole (the proxy's
+                // future is kilobytes; a box is a pointer).
+                let resp = Box::pin(proxy.handle(req.map(ClientBody::H2), peer)).await;
                 Ok::<_, Infallible>(resp.map(|body| Tracked::new(body, busy)))
             }
         });
