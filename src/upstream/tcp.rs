@@ -36,7 +36,8 @@ pub enum Liveness {
 /// Servers close idle connections after their keep-alive timeout (seconds: uvicorn's and Node's
 /// 5 s, gunicorn's 2 s), so a close is likeliest on a connection idle that long, and the kernel is
 /// asked; a connection back from its response a moment ago is closed only by a backend that is
-/// going away, and a request written into it then is proven unread all the same (row 1b).
+/// going away (or one whose keep-alive timeout is under a second), and a request written into it
+/// then is proven unread all the same (row 1b) and goes once more on another connection.
 pub const TRUSTED_IDLE: Duration = Duration::from_secs(1);
 
 /// Asks the kernel whether the upstream closed this idle connection: a non-blocking peek,
@@ -50,7 +51,9 @@ pub fn check(tcp: &TcpStream) -> Liveness {
 /// response was read (that read drained the socket and cleared its readiness; a FIN, a RST or
 /// unasked bytes since then make it readable again once the reactor polls). What the reactor
 /// has not polled yet is the gap: a FIN that arrived a moment ago. The request written into
-/// that connection meets the FIN, and the kernel proves it unread (`tcpi_bytes_acked`).
+/// that connection meets the FIN, and the kernel proves it unread (`tcpi_bytes_acked`). Unasked
+/// bytes that arrive in that moment are read as the next answer, as they always were when they
+/// arrived a moment after the peek: the check narrows that window, it never closed it.
 pub fn check_idle(tcp: &TcpStream, idle: Duration) -> Liveness {
     if idle >= TRUSTED_IDLE {
         return check(tcp);
