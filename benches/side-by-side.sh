@@ -172,14 +172,20 @@ CONF
     sleep 1
 }
 
-# CPU ticks (user+system) of a process and its children.
-ticks() {
+# stat_sum PID AWK_EXPR: the sum of a /proc/PID/stat expression over a process and its children.
+stat_sum() {
     local total=0 pid
     for pid in "$1" $(pgrep -P "$1" || true); do
-        total=$((total + $(awk '{ print $14 + $15 }' "/proc/$pid/stat")))
+        total=$((total + $(awk "{ print $2 }" "/proc/$pid/stat")))
     done
     echo "$total"
 }
+
+# CPU ticks (user+system) of a process and its children.
+ticks() { stat_sum "$1" '$14 + $15'; }
+
+# Minor page faults of a process and its children (each one the kernel's time, no system call).
+minflt() { stat_sum "$1" '$10'; }
 
 # measure NAME PORT SCHEME SECONDS CONNS SCRIPT: one wrk run against a proxy, one line out.
 measure() {
@@ -263,15 +269,6 @@ rounds() {
             END { printf "holdfast / haproxy CPU per request: %.2f   (nginx / haproxy: %.2f)\n",
                   cpu["holdfast"] / cpu["haproxy"], cpu["nginx"] / cpu["haproxy"] }'
     done
-}
-
-# Minor page faults of a process and its children (each one the kernel's time, no system call).
-minflt() {
-    local total=0 pid
-    for pid in "$1" $(pgrep -P "$1" || true); do
-        total=$((total + $(awk '{ print $10 }' "/proc/$pid/stat")))
-    done
-    echo "$total"
 }
 
 # syscalls NAME PORT SECONDS CONNS SCHEME: the proxy's system calls per request under strace -c
