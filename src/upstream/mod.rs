@@ -278,7 +278,9 @@ impl Http1 {
                 // Boxed: a new connection is the rare case, and its future is large.
                 None => (Box::pin(self.connect()).await?, false),
             };
-            match self.send_on(conn, pooled, out).await {
+            // The exchange is awaited here, not in a helper of its own: each async level keeps
+            // its own slot for the request and the connection it moved on.
+            match self.settle(h1::send(conn, out, self.limits).await, pooled) {
                 Ok(resp) => return Ok(resp),
                 Err(Retry::Again(back)) => out = *back,
                 Err(Retry::Failed(err)) => return Err(err),
@@ -286,14 +288,14 @@ impl Http1 {
         }
     }
 
-    /// Sends `out` on one connection, and tells what the kernel knows when that fails.
-    async fn send_on(
+    /// The response of an exchange on one connection (`pooled` or new), or what the kernel
+    /// knows of its failure.
+    fn settle(
         &self,
-        conn: Conn,
+        sent: Result<(http::response::Parts, h1::Body), Failure>,
         pooled: bool,
-        out: Outgoing,
     ) -> Result<Response<UpstreamBody>, Retry> {
-        match h1::send(conn, out, self.limits).await {
+        match sent {
             Ok((head, mut body)) => {
                 body.return_to(&self.pool);
                 Ok(Response::from_parts(head, UpstreamBody::H1(body)))

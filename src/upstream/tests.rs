@@ -72,6 +72,16 @@ fn outgoing(h1: &Http1, uri: &str) -> Outgoing {
     Outgoing::new(Head::of(&parts), body, &h1.host).unwrap()
 }
 
+/// Sends `out` on `conn`, as [`Http1::send`] does on each connection it takes.
+async fn send_on(
+    h1: &Http1,
+    conn: Conn,
+    pooled: bool,
+    out: Outgoing,
+) -> Result<Response<UpstreamBody>, Retry> {
+    h1.settle(h1::send(conn, out, h1.limits).await, pooled)
+}
+
 fn listening() -> (TcpListener, Uri) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let base = format!("http://{}/", listener.local_addr().unwrap())
@@ -128,7 +138,7 @@ async fn a_request_written_into_a_closed_connection_is_proven_unread() {
     server.join().unwrap();
     block_until_closed(&conn);
 
-    let result = h1.send_on(conn, false, outgoing(h1, "/mcp")).await;
+    let result = send_on(h1, conn, false, outgoing(h1, "/mcp")).await;
     let Err(Retry::Failed(err)) = result else {
         panic!("expected a failure");
     };
@@ -172,7 +182,7 @@ async fn a_request_the_upstream_read_before_closing_may_have_run() {
     let client = client(&base, &closed);
     let h1 = http1(&client);
     let conn = h1.connect().await.unwrap();
-    let result = h1.send_on(conn, false, outgoing(h1, "/mcp")).await;
+    let result = send_on(h1, conn, false, outgoing(h1, "/mcp")).await;
     server.join().unwrap();
     assert!(
         matches!(result, Err(Retry::Failed(SendError::Exchange(_)))),
@@ -205,7 +215,7 @@ async fn a_pooled_connection_that_fails_unwritten_hands_the_request_back_whole()
     reset.send(()).unwrap();
     server.join().unwrap();
     block_until_closed(&conn);
-    let result = h1.send_on(conn, true, outgoing(h1, "/mcp")).await;
+    let result = send_on(h1, conn, true, outgoing(h1, "/mcp")).await;
     let Err(Retry::Again(back)) = result else {
         panic!("the request comes back whole");
     };
@@ -226,7 +236,7 @@ async fn a_pooled_connection_that_fails_unwritten_hands_the_request_back_whole()
     let other = client_to(&base2);
     let h1b = http1(&other);
     let conn = h1b.connect().await.unwrap();
-    let Ok(resp) = h1b.send_on(conn, false, *back).await else {
+    let Ok(resp) = send_on(h1b, conn, false, *back).await else {
         panic!("the handed-back request was not sent");
     };
     let body = http_body_util::BodyExt::collect(resp.into_body())
