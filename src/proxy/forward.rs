@@ -59,6 +59,13 @@ enum Next {
     Again,
 }
 
+/// What an attempt's verdict leads to: known at once, or only after more waiting (the answer's
+/// first event, a hold, a session brought back), in a future of its own.
+enum Step<'a> {
+    Now(Next),
+    Later(std::pin::Pin<Box<dyn std::future::Future<Output = Next> + Send + 'a>>),
+}
+
 impl Proxy {
     /// Takes one request in: the exchange that will forward it, or why it is refused (a 400). Not async: nothing of the request but what the exchange keeps lives on in the
     /// request's future (an async function's arguments stay in its future for as long as it
@@ -130,7 +137,15 @@ impl Proxy {
             // Boxed: the attempt (the upstream exchange's state) is the largest part of the
             // request's future, and a held request, waiting before it, should not carry it.
             let (verdict, response) = Box::pin(self.attempt(&ex.target, route, body)).await;
-            if let Next::Answer(answer) = self.act_on(ex, verdict, response).await {
+            // The verdict is acted on outside this future: only a boxed future of what follows
+            // lives across the await, not the answer (a few hundred bytes that every request's
+            // future, a held one's included, would otherwise carry).
+            let later = match self.act_on(ex, verdict, response) {
+                Step::Now(Next::Answer(answer)) => return answer,
+                Step::Now(Next::Again) => continue,
+                Step::Later(later) => later,
+            };
+            if let Next::Answer(answer) = later.await {
                 return answer;
             }
         }
@@ -161,8 +176,14 @@ impl Proxy {
         }
     }
 
-    /// What one attempt's verdict leads to: an answer for the client, or another attempt.
-    async fn act_on(&self, ex: &mut Exchange, verdict: Verdict, response: Option<Answer>) -> Next {
+    /// What one attempt's verdict leads to: an answer for the client, or another attempt, now
+    /// or once what it waits for is done.
+    fn act_on<'a>(
+        &'a self,
+        ex: &'a mut Exchange,
+        verdict: Verdict,
+        response: Option<Answer>,
+    ) -> Step<'a> {
         let version = ex.version;
         // A HEAD's answer has no body, so no body signature could be checked: a router's 404
         // to it looks like the application's. It passes, but proves nothing.
@@ -176,15 +197,20 @@ impl Proxy {
         }
         match (verdict, response) {
             (Verdict::Application, Some(answer)) => {
-                Box::pin(self.application(ex, answer, proves)).await
+                Step::Later(Box::pin(self.application(ex, answer, proves)))
             }
             (Verdict::RouterPassthrough(reason), Some(answer)) => {
                 let flight = ex.flight.take();
-                Next::Answer(self.router_passed(reason, answer, self.route(ex), flight))
+                Step::Now(Next::Answer(self.router_passed(
+                    reason,
+                    answer,
+                    self.route(ex),
+                    flight,
+                )))
             }
             // Sent, then broken before any answer: the application may have run it.
             (Verdict::Failed(FailReason::UpstreamReset), None) => {
-                Box::pin(self.broke(ex, None)).await
+                Step::Later(Box::pin(self.broke(ex, None)))
             }
             (Verdict::Failed(reason), answer) => {
                 // A TLS failure is the upstream answering (with a certificate holdfast does
@@ -196,7 +222,7 @@ impl Proxy {
                     self.answered(ex);
                 }
                 let status = answer.map(|(head, _)| head.status);
-                Next::Answer(self.failed(reason, version, status))
+                Step::Now(Next::Answer(self.failed(reason, version, status)))
             }
             // A connection that closed before the upstream read the request: most often a
             // keep-alive race with a healthy server, so once at once on another connection
@@ -206,11 +232,11 @@ impl Proxy {
                     && ex.attempts.closed_unread(ex.handle.is_replayable()) =>
             {
                 ex.handle.supersede();
-                Next::Again
+                Step::Now(Next::Again)
             }
             (Verdict::Missing(missing), _) => {
                 let replayable = missing.is_safe_to_replay();
-                Box::pin(self.hold_for(missing, replayable, ex)).await
+                Step::Later(Box::pin(self.hold_for(missing, replayable, ex)))
             }
             (Verdict::Application | Verdict::RouterPassthrough(_), None) => {
                 unreachable!("the classifier passes responses only")
@@ -246,75 +272,88 @@ impl Proxy {
     /// The application answered (`proves`: and the answer shows it is there). Its answer
     /// passes, unless it is the 404 of a session the server forgot: then the session is
     /// re-established and the request goes again.
-    async fn application(&self, ex: &mut Exchange, answer: Answer, proves: bool) -> Next {
-        let (mut head, mut peek) = answer;
-        // Looked up once: the watch for an unanswered stream, a legacy GET stream and the pass
-        // all ask it.
-        let is_sse = super::headers::is_event_stream(&head.headers);
-        if !proves {
+    ///
+    /// Not an async fn: its arguments would be kept twice in its future (once as arguments,
+    /// once as the locals they are moved into), and this future is allocated for every
+    /// answered request. The block uses the answer where it lies.
+    #[allow(clippy::manual_async_fn)]
+    fn application<'a>(
+        &'a self,
+        ex: &'a mut Exchange,
+        mut answer: Answer,
+        proves: bool,
+    ) -> impl std::future::Future<Output = Next> + Send + 'a {
+        async move {
+            let head = &mut answer.0;
+            // Looked up once: the watch for an unanswered stream, a legacy GET stream and the
+            // pass all ask it.
+            let is_sse = super::headers::is_event_stream(&head.headers);
+            if !proves {
+                let note = Note {
+                    upstream_status: Some(head.status),
+                    action: "passed",
+                };
+                let resp = self.pass(head, is_sse, answer.1, None, ex.flight.take());
+                return Next::Answer((resp, note));
+            }
+            // A request's event stream: its first event decides before anything reaches the
+            // client (src/proxy/unanswered.rs). Until then the server has not shown it is well.
+            let mut watch = None;
+            if let Some(id) = self.awaits_answer(ex, head, is_sse) {
+                let first = unanswered::first_event(&mut answer.1, unanswered::FIRST_EVENT_WAIT);
+                match Box::pin(first).await {
+                    First::Unanswered => return Box::pin(self.unanswered(ex, head.status)).await,
+                    First::Broken(err) => {
+                        tracing::debug!(error = %ErrorChain(err.as_ref()), "upstream event stream failed before its first event");
+                        return Box::pin(self.broke(ex, Some(head.status))).await;
+                    }
+                    First::Passes(reader) => watch = reader.map(|r| (r, id)),
+                }
+            }
+            self.answered(ex);
+            if head.status == StatusCode::NOT_FOUND {
+                // The server did not run a request it answered with a session 404, so it may go
+                // again once the session is back.
+                let gone = Box::pin(self.session_gone(
+                    &ex.target,
+                    ex.carried.as_ref(),
+                    &ex.handle,
+                    &mut ex.attempts.resumes,
+                ))
+                .await;
+                match gone {
+                    Gone::SendAgain => return Next::Again,
+                    Gone::Missing(missing) => {
+                        let replayable = missing.is_safe_to_replay();
+                        return Box::pin(self.hold_for(missing, replayable, ex)).await;
+                    }
+                    Gone::Pass => self.metrics.passthrough_404.inc(),
+                };
+            } else {
+                self.reading
+                    .routes
+                    .learn(ex.target.client.path(), Instant::now());
+            }
+            self.after_answer(&ex.target, ex.carried.as_ref(), head, &ex.handle)
+                .await;
             let note = Note {
                 upstream_status: Some(head.status),
-                action: "passed",
+                action: ex.attempts.path().as_str(),
             };
-            let resp = self.pass(&mut head, is_sse, peek, None, ex.flight.take());
-            return Next::Answer((resp, note));
-        }
-        // A request's event stream: its first event decides before anything reaches the client
-        // (src/proxy/unanswered.rs). Until then the server has not shown it is well.
-        let mut watch = None;
-        if let Some(id) = self.awaits_answer(ex, &head, is_sse) {
-            let first = unanswered::first_event(&mut peek, unanswered::FIRST_EVENT_WAIT);
-            match Box::pin(first).await {
-                First::Unanswered => return Box::pin(self.unanswered(ex, head.status)).await,
-                First::Broken(err) => {
-                    tracing::debug!(error = %ErrorChain(err.as_ref()), "upstream event stream failed before its first event");
-                    return Box::pin(self.broke(ex, Some(head.status))).await;
-                }
-                First::Passes(reader) => watch = reader.map(|r| (r, id)),
+            let learn = (head.status.is_success() && self.answers_tools_list(ex))
+                .then(|| ex.target.headers.get(HOST).cloned());
+            let legacy_stream =
+                ex.target.method == Method::GET && head.status.is_success() && is_sse;
+            let mut resp = self.pass(head, is_sse, answer.1, learn, ex.flight.take());
+            if let Some((reader, id)) = watch {
+                resp = self.watch_unanswered(resp, reader, id);
             }
-        }
-        self.answered(ex);
-        if head.status == StatusCode::NOT_FOUND {
-            // The server did not run a request it answered with a session 404, so it may go
-            // again once the session is back.
-            let gone = Box::pin(self.session_gone(
-                &ex.target,
-                ex.carried.as_ref(),
-                &ex.handle,
-                &mut ex.attempts.resumes,
-            ))
-            .await;
-            match gone {
-                Gone::SendAgain => return Next::Again,
-                Gone::Missing(missing) => {
-                    let replayable = missing.is_safe_to_replay();
-                    return Box::pin(self.hold_for(missing, replayable, ex)).await;
-                }
-                Gone::Pass => self.metrics.passthrough_404.inc(),
+            let resp = match (legacy_stream, &ex.target.client_host) {
+                (true, Some(host)) => self.endpoint_rewrite(resp, host, ex.target.client.path()),
+                _ => resp,
             };
-        } else {
-            self.reading
-                .routes
-                .learn(ex.target.client.path(), Instant::now());
+            Next::Answer((resp, note))
         }
-        self.after_answer(&ex.target, ex.carried.as_ref(), &mut head, &ex.handle)
-            .await;
-        let note = Note {
-            upstream_status: Some(head.status),
-            action: ex.attempts.path().as_str(),
-        };
-        let learn = (head.status.is_success() && self.answers_tools_list(ex))
-            .then(|| ex.target.headers.get(HOST).cloned());
-        let legacy_stream = ex.target.method == Method::GET && head.status.is_success() && is_sse;
-        let mut resp = self.pass(&mut head, is_sse, peek, learn, ex.flight.take());
-        if let Some((reader, id)) = watch {
-            resp = self.watch_unanswered(resp, reader, id);
-        }
-        let resp = match (legacy_stream, &ex.target.client_host) {
-            (true, Some(host)) => self.endpoint_rewrite(resp, host, ex.target.client.path()),
-            _ => resp,
-        };
-        Next::Answer((resp, note))
     }
 
     /// A GET's event stream, with a legacy server's absolute `endpoint` URL naming the upstream

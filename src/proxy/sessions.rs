@@ -41,7 +41,9 @@ impl Proxy {
             // server does not let clients end sessions) or a failure leaves it going.
             if head.status.is_success() || head.status == http::StatusCode::NOT_FOUND {
                 self.sessions.end(c.session.client_id());
-                self.share_end(&c.session).await;
+                // Boxed, as every rare wait here: this future is part of every answered
+                // request's.
+                Box::pin(self.share_end(&c.session)).await;
             }
             return;
         }
@@ -55,7 +57,7 @@ impl Proxy {
             let changes = handle.with_complete_body(session::rpc::state_changes);
             if let Some(changes) = changes.filter(|c| !c.is_empty()) {
                 self.sessions.note_state(&c.session, changes);
-                self.share_state(&c.session).await;
+                Box::pin(self.share_state(&c.session)).await;
             }
         }
     }
