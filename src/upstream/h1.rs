@@ -12,6 +12,7 @@
 //! acknowledged bytes tells whether a request the upstream closed on was ever read
 //! ([`Conn::acknowledged_since`]).
 
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -159,54 +160,57 @@ pub enum Failure {
 
 /// Writes `out` on `conn` and reads the response head. The rest of the request body, if the
 /// upstream answered before it was all written, goes on from the response body.
-pub async fn send(
+///
+/// The request comes boxed and goes back in its box when it can go again (unwritten): the
+/// futures of an exchange nest three deep, and a request held by value would be kept once per
+/// level. Not an async fn for the same reason: its arguments would be kept twice.
+#[allow(clippy::manual_async_fn)]
+pub fn send(
     mut conn: Conn,
-    out: Outgoing,
+    mut out: Box<Outgoing>,
     limits: Limits,
-) -> Result<(http::response::Parts, Body), Failure> {
-    let Outgoing { mut writer, method } = out;
-    let mark = conn.written;
-    let mut buf = BytesMut::new();
-    let mut writing = true;
-    // A failed write does not end the exchange at once: an upstream that answers early (a 413,
-    // a 404 for a forgotten session) and closes may have its answer waiting to be read.
-    let mut write_error: Option<Error> = None;
-    let head = std::future::poll_fn(|cx| {
-        if writing {
-            match writer.poll_write(cx, &mut conn.tcp, &mut conn.written) {
-                Poll::Ready(Ok(())) => writing = false,
-                Poll::Ready(Err(e @ Error::Body(_))) => return Poll::Ready(Err(e)),
-                Poll::Ready(Err(e)) if writer.untouched() => return Poll::Ready(Err(e)),
-                Poll::Ready(Err(e)) => {
-                    writing = false;
-                    write_error = Some(e);
+) -> impl Future<Output = Result<(http::response::Parts, Body), Failure>> + Send {
+    async move {
+        let mark = conn.written;
+        let mut buf = BytesMut::new();
+        let mut writing = true;
+        // A failed write does not end the exchange at once: an upstream that answers early (a
+        // 413, a 404 for a forgotten session) and closes may have its answer waiting to be read.
+        let mut write_error: Option<Error> = None;
+        let head = std::future::poll_fn(|cx| {
+            let Outgoing { writer, method } = &mut *out;
+            if writing {
+                match writer.poll_write(cx, &mut conn.tcp, &mut conn.written) {
+                    Poll::Ready(Ok(())) => writing = false,
+                    Poll::Ready(Err(e @ Error::Body(_))) => return Poll::Ready(Err(e)),
+                    Poll::Ready(Err(e)) if writer.untouched() => return Poll::Ready(Err(e)),
+                    Poll::Ready(Err(e)) => {
+                        writing = false;
+                        write_error = Some(e);
+                    }
+                    Poll::Pending => {}
                 }
-                Poll::Pending => {}
             }
-        }
-        poll_head(cx, &mut conn.tcp, &mut buf, limits, &method)
-    })
-    .await;
-    match head {
-        Ok(head) => {
-            let writer = (writing && write_error.is_none()).then(|| Box::new(writer));
-            let keep_alive = head.keep_alive && write_error.is_none();
-            Ok((
-                head.parts,
-                Body::new(conn, buf, head.framing, keep_alive, writer),
-            ))
-        }
-        Err(error) if writer.untouched() && !matches!(error, Error::Body(_)) => {
-            Err(Failure::Unwritten {
-                out: Box::new(Outgoing { writer, method }),
-                conn,
-                error,
-            })
-        }
-        Err(error) => {
-            let error = write_error.unwrap_or(error);
-            let unread = unacknowledged(&error, &conn, mark);
-            Err(Failure::Failed { error, unread })
+            poll_head(cx, &mut conn.tcp, &mut buf, limits, method)
+        })
+        .await;
+        match head {
+            Ok(head) => {
+                let writer = (writing && write_error.is_none()).then(|| Box::new(out.writer));
+                let keep_alive = head.keep_alive && write_error.is_none();
+                Ok((
+                    head.parts,
+                    Body::new(conn, buf, head.framing, keep_alive, writer),
+                ))
+            }
+            Err(error) if out.writer.untouched() && !matches!(error, Error::Body(_)) => {
+                Err(Failure::Unwritten { out, conn, error })
+            }
+            Err(error) => {
+                let error = write_error.unwrap_or(error);
+                let unread = unacknowledged(&error, &conn, mark);
+                Err(Failure::Failed { error, unread })
+            }
         }
     }
 }

@@ -214,7 +214,9 @@ impl Client {
                 *req.method_mut() = head.method.clone();
                 *req.uri_mut() = head.uri.clone();
                 *req.headers_mut() = head.headers.clone();
-                pooled(client, req).await
+                // Boxed: hyper-util's future is several times the size of our own exchange's,
+                // and every request's attempt would carry its room.
+                Box::pin(pooled(client, req)).await
             }
         }
     }
@@ -271,7 +273,7 @@ impl Http1 {
         head: Head<'_>,
         body: ReplayBody,
     ) -> Result<Response<UpstreamBody>, SendError> {
-        let mut out = Outgoing::new(head, body, &self.host).map_err(SendError::Exchange)?;
+        let mut out = Box::new(Outgoing::new(head, body, &self.host).map_err(SendError::Exchange)?);
         loop {
             let (conn, pooled) = match self.pool.checkout() {
                 Some(conn) => (conn, true),
@@ -282,7 +284,7 @@ impl Http1 {
             // its own slot for the request and the connection it moved on.
             match self.settle(h1::send(conn, out, self.limits).await, pooled) {
                 Ok(resp) => return Ok(resp),
-                Err(Retry::Again(back)) => out = *back,
+                Err(Retry::Again(back)) => out = back,
                 Err(Retry::Failed(err)) => return Err(err),
             }
         }

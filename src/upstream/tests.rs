@@ -79,7 +79,7 @@ async fn send_on(
     pooled: bool,
     out: Outgoing,
 ) -> Result<Response<UpstreamBody>, Retry> {
-    h1.settle(h1::send(conn, out, h1.limits).await, pooled)
+    h1.settle(h1::send(conn, Box::new(out), h1.limits).await, pooled)
 }
 
 fn listening() -> (TcpListener, Uri) {
