@@ -30,18 +30,21 @@ taskset -c 1 "$A" --listen 127.0.0.1:$HA --upstream http://127.0.0.1:$BACK --adm
 taskset -c 1 "$B" --listen 127.0.0.1:$HB --upstream http://127.0.0.1:$BACK --admin 127.0.0.1:$((HB + 100)) >"$d/logs/b.log" 2>&1 & pids+=($!); bp=$!
 # user and system ticks of a process and its children
 ticks() { local u=0 s=0 p uu ss; for p in $1 $(pgrep -P "$1"); do read -r uu ss < <(awk '{print $14, $15}' "/proc/$p/stat"); u=$((u + uu)); s=$((s + ss)); done; echo $u $s; }
+# TCP segments sent on this machine so far (every hop is on loopback: per request, the same for
+# the client and the backend whichever proxy is between, so a difference is the proxy's)
+segs() { awk '/^Tcp:/ { if (n++) { for (i = 1; i <= NF; i++) if (name[i] == "OutSegs") print $i } else for (i = 1; i <= NF; i++) name[i] = $i }' /proc/net/snmp; }
 hz=$(getconf CLK_TCK); sleep 1
 for r in $(seq "$rounds"); do
   for t in haproxy:$HAP:$hp a:$HA:$ap b:$HB:$bp; do
     IFS=: read -r name port pid <<< "$t"
     taskset -c 0 wrk -t1 -c"$conns" -d1s -s "$post" "http://127.0.0.1:$port/mcp" >/dev/null 2>&1
-    read -r u0 s0 < <(ticks "$pid")
+    read -r u0 s0 < <(ticks "$pid"); g0=$(segs)
     out=$(taskset -c 0 wrk -t1 -c"$conns" -d"${secs}s" --latency -s "$post" "http://127.0.0.1:$port/mcp" 2>&1)
-    read -r u1 s1 < <(ticks "$pid")
+    read -r u1 s1 < <(ticks "$pid"); g1=$(segs)
     reqs=$(echo "$out" | awk '/requests in/ {print $1}')
     rps=$(echo "$out" | awk '/Requests\/sec/ {print $2}')
     p99=$(echo "$out" | awk '$1=="99%" {print $2}')
-    awk -v r="$r" -v n="$name" -v u=$((u1 - u0)) -v s=$((s1 - s0)) -v hz="$hz" -v q="$reqs" -v rps="$rps" -v p99="$p99" \
-      'BEGIN { printf "%d %-8s rps=%-9s p99=%-8s user=%.1f sys=%.1f cpu=%.1f\n", r, n, rps, p99, u/hz*1e6/q, s/hz*1e6/q, (u+s)/hz*1e6/q }'
+    awk -v r="$r" -v n="$name" -v u=$((u1 - u0)) -v s=$((s1 - s0)) -v hz="$hz" -v q="$reqs" -v rps="$rps" -v p99="$p99" -v g=$((g1 - g0)) \
+      'BEGIN { printf "%d %-8s rps=%-9s p99=%-8s user=%.1f sys=%.1f cpu=%.1f segs=%.2f\n", r, n, rps, p99, u/hz*1e6/q, s/hz*1e6/q, (u+s)/hz*1e6/q, g/q }'
   done
 done

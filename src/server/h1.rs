@@ -91,6 +91,12 @@ pub struct Connection {
     /// A request has begun on it: idle now, it is a keep-alive connection, which a drain
     /// closes at once.
     served: bool,
+    /// The head timeout, one timer for the connection's life, moved on for each head. A new
+    /// timer per head is entered into tokio's timer wheel and taken out again under its lock
+    /// every request; one moved to a later deadline is a single atomic update (the wheel finds
+    /// the later deadline when the earlier one comes and files it again). Between heads it may
+    /// fire unpolled: a spurious wake-up of a long exchange, once; moved on, it is entered anew.
+    head_timer: Option<Pin<Box<tokio::time::Sleep>>>,
 }
 
 /// How long a connection that has not sent its first request yet when a drain begins still
@@ -145,6 +151,7 @@ impl Connection {
             limits,
             may_be_http2,
             served: false,
+            head_timer: None,
         }
     }
 
@@ -238,6 +245,15 @@ impl Connection {
                 let until = *fresh_until.get_or_insert_with(|| Instant::now() + FRESH_DRAIN_GRACE);
                 deadline = deadline.min(until);
             }
+            let timer = match &mut self.head_timer {
+                Some(timer) => {
+                    timer.as_mut().reset(deadline);
+                    timer
+                }
+                None => self
+                    .head_timer
+                    .insert(Box::pin(tokio::time::sleep_until(deadline))),
+            };
             let shared = &self.shared;
             let read = std::future::poll_fn(|cx| {
                 let mut st = shared.lock();
@@ -255,7 +271,7 @@ impl Connection {
                     Ok(_) => {}
                 },
                 // A slow head (slowloris), or a keep-alive connection idle too long.
-                () = tokio::time::sleep_until(deadline) => return Err(Stop::Close),
+                () = timer.as_mut() => return Err(Stop::Close),
                 // Closed to make room at the connection limit (only while idle).
                 () = self.registered.closed(), if idle => {
                     if self.registered.may_close() {

@@ -421,3 +421,69 @@ async fn an_h2_client_that_stops_answering_pings_is_disconnected() {
     let resp = within(sender.send_request(req)).await.unwrap();
     assert_eq!(resp.status(), 200);
 }
+
+/// The head timeout is one timer per connection, moved on for each head (src/server/h1.rs): an
+/// exchange that outlasts the timeout (the timer's deadline passes unpolled meanwhile) leaves
+/// the kept-alive connection good for its next request, and the next idle wait is timed from
+/// its own start, not cut at once.
+#[tokio::test]
+async fn an_exchange_longer_than_the_head_timeout_leaves_the_connection_usable() {
+    let gate = std::sync::Arc::new(tokio::sync::Semaphore::new(0));
+    let up = Upstream::start({
+        let gate = gate.clone();
+        move |seen| {
+            let gate = gate.clone();
+            async move {
+                if seen.uri == "/mcp/slow" {
+                    gate.acquire().await.unwrap().forget();
+                }
+                // No body: each answer is its head alone, read whole by `read_head`.
+                response(204, &[], "")
+            }
+        }
+    })
+    .await;
+    let timeout = Duration::from_millis(400);
+    let mut raw = raw_config(&up.url());
+    raw.limits.header_read_timeout_secs = timeout.as_secs_f64();
+    let hf = Holdfast::start_with(raw).await;
+
+    let mut s = TcpStream::connect(hf.addr).await.unwrap();
+    s.write_all(b"GET /mcp/slow HTTP/1.1\r\nhost: x\r\n\r\n")
+        .await
+        .unwrap();
+    within(async {
+        while up.seen().is_empty() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    // The exchange itself lasts twice the head timeout: that is what is tested.
+    tokio::time::sleep(timeout * 2).await;
+    gate.add_permits(1);
+    let head = within(read_head(&mut s)).await;
+    assert!(head.starts_with("HTTP/1.1 204"), "{head}");
+    let answered = std::time::Instant::now();
+    // The client thinks a moment, well inside the timeout, so that holdfast is waiting for the
+    // next head (not finding it already read) when it comes.
+    tokio::time::sleep(timeout / 4).await;
+    s.write_all(b"GET /mcp HTTP/1.1\r\nhost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let head = within(read_head(&mut s)).await;
+    assert!(
+        head.starts_with("HTTP/1.1 204"),
+        "the kept-alive connection was cut after a long exchange: {head:?}"
+    );
+    // Idle now: closed by the timeout, counted from this wait's start.
+    let idle = std::time::Instant::now();
+    let mut rest = Vec::new();
+    let closed = within(s.read_to_end(&mut rest)).await;
+    assert!(matches!(closed, Ok(0)), "not closed when idle: {closed:?}");
+    assert!(
+        idle.elapsed() >= timeout * 3 / 4,
+        "cut {:?} into an idle wait of {timeout:?} ({:?} after the long answer)",
+        idle.elapsed(),
+        answered.elapsed()
+    );
+}
