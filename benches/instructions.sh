@@ -9,6 +9,10 @@
 # an nginx answers it as the backend. holdfast runs with one tokio worker under callgrind (about
 # fifty times slower: the request count is whatever wrk completes).
 #
+# PROXY=haproxy counts HAProxy's instructions the same way instead (one thread, `http-reuse
+# always`, as benches/alternate.sh configures it): the user-space side of the comparison, free of
+# the machine's noise.
+#
 # HOLDFAST=binary picks the holdfast; for the breakdown by function use a build with line tables:
 #   CARGO_PROFILE_RELEASE_STRIP=false CARGO_PROFILE_RELEASE_DEBUG=line-tables-only \
 #     cargo build --release --target-dir target/prof
@@ -21,7 +25,6 @@ for tool in valgrind callgrind_control callgrind_annotate nginx wrk; do
     command -v "$tool" >/dev/null || { echo "needs $tool: apt-get install -y valgrind nginx wrk" >&2; exit 1; }
 done
 HOLDFAST=${HOLDFAST:-target/release/holdfast}
-[ -x "$HOLDFAST" ] || { echo "no holdfast at $HOLDFAST (cargo build --release)" >&2; exit 1; }
 
 work=$(mktemp -d)
 pids=()
@@ -46,13 +49,24 @@ CONF
 nginx -p "$work" -c "$work/backend.conf" &
 pids+=($!)
 
-TOKIO_WORKER_THREADS=1 valgrind --tool=callgrind --callgrind-out-file="$work/cg.out" \
-    "$HOLDFAST" --listen "127.0.0.1:$HF" --admin "127.0.0.1:$HF_ADMIN" \
-    --upstream "http://127.0.0.1:$BACKEND" >"$work/holdfast.log" 2>&1 &
+if [ "${PROXY:-holdfast}" = haproxy ]; then
+    command -v haproxy >/dev/null || { echo "needs haproxy: apt-get install -y haproxy" >&2; exit 1; }
+    printf 'global\n  maxconn 8192\n  nbthread 1\ndefaults\n  mode http\n  timeout connect 1s\n  timeout client 30s\n  timeout server 30s\n  http-reuse always\nfrontend fe\n  bind 127.0.0.1:%s\n  default_backend be\nbackend be\n  server s1 127.0.0.1:%s\n' \
+        "$HF" "$BACKEND" >"$work/haproxy.cfg"
+    valgrind --tool=callgrind --callgrind-out-file="$work/cg.out" \
+        haproxy -db -f "$work/haproxy.cfg" >"$work/haproxy.log" 2>&1 &
+    ready="http://127.0.0.1:$HF/mcp"
+else
+    [ -x "$HOLDFAST" ] || { echo "no holdfast at $HOLDFAST (cargo build --release)" >&2; exit 1; }
+    TOKIO_WORKER_THREADS=1 valgrind --tool=callgrind --callgrind-out-file="$work/cg.out" \
+        "$HOLDFAST" --listen "127.0.0.1:$HF" --admin "127.0.0.1:$HF_ADMIN" \
+        --upstream "http://127.0.0.1:$BACKEND" >"$work/holdfast.log" 2>&1 &
+    ready="http://127.0.0.1:$HF_ADMIN/readyz"
+fi
 cg=$!
 pids+=($cg)
 for _ in $(seq 1 300); do
-    curl -fs "http://127.0.0.1:$HF_ADMIN/readyz" >/dev/null 2>&1 && break
+    curl -fs "$ready" >/dev/null 2>&1 && break
     sleep 0.1
 done
 url="http://127.0.0.1:$HF/mcp"
