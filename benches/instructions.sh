@@ -9,9 +9,11 @@
 # an nginx answers it as the backend. holdfast runs with one tokio worker under callgrind (about
 # fifty times slower: the request count is whatever wrk completes).
 #
-# PROXY=haproxy counts HAProxy's instructions the same way instead (one thread, `http-reuse
-# always`, as benches/alternate.sh configures it): the user-space side of the comparison, free of
-# the machine's noise.
+# PROXY=haproxy or PROXY=nginx counts that proxy's instructions the same way instead (one
+# thread or worker, upstream connections kept alive, as benches/side-by-side.sh configures them):
+# the user-space side of the comparison, free of the machine's noise. H2C=1 sends the POST from
+# HTTP/2 clients with prior knowledge instead (h2load, CONNS connections of 8 streams; Debian:
+# apt-get install -y nghttp2-client); the upstream side stays HTTP/1.1.
 #
 # HOLDFAST=binary picks the holdfast; for the breakdown by function use a build with line tables:
 #   CARGO_PROFILE_RELEASE_STRIP=false CARGO_PROFILE_RELEASE_DEBUG=line-tables-only \
@@ -49,37 +51,69 @@ CONF
 nginx -p "$work" -c "$work/backend.conf" &
 pids+=($!)
 
-if [ "${PROXY:-holdfast}" = haproxy ]; then
+h2c=${H2C:-}
+case ${PROXY:-holdfast} in
+haproxy)
     command -v haproxy >/dev/null || { echo "needs haproxy: apt-get install -y haproxy" >&2; exit 1; }
-    printf 'global\n  maxconn 8192\n  nbthread 1\ndefaults\n  mode http\n  timeout connect 1s\n  timeout client 30s\n  timeout server 30s\n  http-reuse always\nfrontend fe\n  bind 127.0.0.1:%s\n  default_backend be\nbackend be\n  server s1 127.0.0.1:%s\n' \
-        "$HF" "$BACKEND" >"$work/haproxy.cfg"
+    printf 'global\n  maxconn 8192\n  nbthread 1\ndefaults\n  mode http\n  timeout connect 1s\n  timeout client 30s\n  timeout server 30s\n  http-reuse always\nfrontend fe\n  bind 127.0.0.1:%s%s\n  default_backend be\nbackend be\n  server s1 127.0.0.1:%s\n' \
+        "$HF" "${h2c:+ proto h2}" "$BACKEND" >"$work/haproxy.cfg"
     valgrind --tool=callgrind --callgrind-out-file="$work/cg.out" \
         haproxy -db -f "$work/haproxy.cfg" >"$work/haproxy.log" 2>&1 &
     ready="http://127.0.0.1:$HF/mcp"
-else
+    ;;
+nginx)
+    cat >"$work/proxy.conf" <<CONF
+daemon off; master_process off; pid $work/proxy.pid; error_log $work/proxy.err warn;
+events { worker_connections 1024; }
+http { access_log off; keepalive_requests 1000000; http2_max_requests 1000000;
+  client_body_temp_path $work; proxy_temp_path $work; fastcgi_temp_path $work;
+  uwsgi_temp_path $work; scgi_temp_path $work;
+  upstream backend { server 127.0.0.1:$BACKEND; keepalive 128; keepalive_requests 1000000; }
+  server { listen 127.0.0.1:$HF${h2c:+ http2};
+    location / { proxy_pass http://backend; proxy_http_version 1.1; proxy_set_header Connection "";
+      proxy_buffering off; } } }
+CONF
+    valgrind --tool=callgrind --callgrind-out-file="$work/cg.out" \
+        nginx -p "$work" -c "$work/proxy.conf" >"$work/proxy.log" 2>&1 &
+    ready="http://127.0.0.1:$HF/mcp"
+    ;;
+*)
     [ -x "$HOLDFAST" ] || { echo "no holdfast at $HOLDFAST (cargo build --release)" >&2; exit 1; }
     TOKIO_WORKER_THREADS=1 valgrind --tool=callgrind --callgrind-out-file="$work/cg.out" \
         "$HOLDFAST" --listen "127.0.0.1:$HF" --admin "127.0.0.1:$HF_ADMIN" \
         --upstream "http://127.0.0.1:$BACKEND" >"$work/holdfast.log" 2>&1 &
     ready="http://127.0.0.1:$HF_ADMIN/readyz"
-fi
+    ;;
+esac
 cg=$!
 pids+=($cg)
 for _ in $(seq 1 300); do
-    curl -fs "$ready" >/dev/null 2>&1 && break
+    curl -fs ${h2c:+--http2-prior-knowledge} "$ready" >/dev/null 2>&1 && break
     sleep 0.1
 done
 url="http://127.0.0.1:$HF/mcp"
-wrk -t1 -c"$conns" -d2s -s benches/peers/post.lua "$url" >/dev/null 2>&1
+# load SECONDS: the POST for that long; the number of requests answered.
+load() {
+    if [ -n "$h2c" ]; then
+        command -v h2load >/dev/null || { echo "needs h2load: apt-get install -y nghttp2-client" >&2; exit 1; }
+        [ -f "$work/body.json" ] || printf '{"jsonrpc":"2.0","id":11,"method":"tools/call","params":{"name":"echo","arguments":{"text":"%s"}}}' \
+            "$(head -c 900 /dev/zero | tr '\0' y)" >"$work/body.json"
+        h2load -t1 -c"$conns" -m8 -d "$work/body.json" -H 'content-type: application/json' \
+            -H 'accept: application/json, text/event-stream' -H 'mcp-protocol-version: 2025-11-25' \
+            -D "$1" "$url" 2>&1 | awk '/^requests:/ { print $8 } /^status codes:/ && $5 + $7 + $9 > 0 { print "errors: " $0 > "/dev/stderr" }'
+    else
+        wrk -t1 -c"$conns" -d"$1"s -s benches/peers/post.lua "$url" 2>&1 |
+            awk '/requests in/ { print $1 } /Non-2xx|Socket errors/ { print "errors: " $0 > "/dev/stderr" }'
+    fi
+}
+load 2 >/dev/null
 callgrind_control -z "$cg" >/dev/null
-out=$(wrk -t1 -c"$conns" -d"${secs}s" -s benches/peers/post.lua "$url" 2>&1)
+requests=$(load "$secs")
 callgrind_control -d "$cg" >/dev/null
-requests=$(echo "$out" | awk '/requests in/ { print $1 }')
-errors=$(echo "$out" | grep -E 'Non-2xx|Socket errors' || true)
 # The dump taken after zeroing is the last file callgrind wrote.
 dump=$(ls -t "$work"/cg.out* | head -1)
 total=$(callgrind_annotate "$dump" 2>/dev/null | awk '/PROGRAM TOTALS/ { gsub(",", "", $1); print $1; exit }')
-echo "requests: $requests ${errors:+($errors)}"
+echo "requests: $requests"
 awk -v t="$total" -v r="$requests" 'BEGIN { printf "instructions per request: %.0f\n", t / r }'
 echo "top functions, own instructions per request:"
 # (callgrind_annotate lists the threads' entry points with everything under them first: any
