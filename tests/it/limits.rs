@@ -137,20 +137,7 @@ async fn at_the_connection_limit_a_half_sent_head_does_not_keep_the_idle_connect
 
 #[tokio::test]
 async fn at_the_connection_limit_a_busy_connection_is_never_cut() {
-    let gate = std::sync::Arc::new(tokio::sync::Semaphore::new(0));
-    let up = Upstream::start({
-        let gate = gate.clone();
-        move |seen| {
-            let gate = gate.clone();
-            async move {
-                if seen.uri == "/mcp/slow" {
-                    gate.acquire().await.unwrap().forget();
-                }
-                response(200, &[], "ok")
-            }
-        }
-    })
-    .await;
+    let (up, gate) = gated_upstream(200, "ok").await;
     let mut raw = raw_config(&up.url());
     raw.limits.max_connections = 1;
     let hf = Holdfast::start_with(raw).await;
@@ -160,12 +147,7 @@ async fn at_the_connection_limit_a_busy_connection_is_never_cut() {
         .write_all(b"GET /mcp/slow HTTP/1.1\r\nhost: x\r\n\r\n")
         .await
         .unwrap();
-    within(async {
-        while up.seen().is_empty() {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    })
-    .await;
+    until_seen(&up).await;
 
     // The second client waits while the first connection's request is being answered ...
     let mut second = TcpStream::connect(hf.addr).await.unwrap();
@@ -428,21 +410,8 @@ async fn an_h2_client_that_stops_answering_pings_is_disconnected() {
 /// its own start, not cut at once.
 #[tokio::test]
 async fn an_exchange_longer_than_the_head_timeout_leaves_the_connection_usable() {
-    let gate = std::sync::Arc::new(tokio::sync::Semaphore::new(0));
-    let up = Upstream::start({
-        let gate = gate.clone();
-        move |seen| {
-            let gate = gate.clone();
-            async move {
-                if seen.uri == "/mcp/slow" {
-                    gate.acquire().await.unwrap().forget();
-                }
-                // No body: each answer is its head alone, read whole by `read_head`.
-                response(204, &[], "")
-            }
-        }
-    })
-    .await;
+    // No body: each answer is its head alone, read whole by `read_head`.
+    let (up, gate) = gated_upstream(204, "").await;
     let timeout = Duration::from_millis(400);
     let mut raw = raw_config(&up.url());
     raw.limits.header_read_timeout_secs = timeout.as_secs_f64();
@@ -452,12 +421,7 @@ async fn an_exchange_longer_than_the_head_timeout_leaves_the_connection_usable()
     s.write_all(b"GET /mcp/slow HTTP/1.1\r\nhost: x\r\n\r\n")
         .await
         .unwrap();
-    within(async {
-        while up.seen().is_empty() {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    })
-    .await;
+    until_seen(&up).await;
     // The exchange itself lasts twice the head timeout: that is what is tested.
     tokio::time::sleep(timeout * 2).await;
     gate.add_permits(1);
@@ -486,4 +450,37 @@ async fn an_exchange_longer_than_the_head_timeout_leaves_the_connection_usable()
         idle.elapsed(),
         answered.elapsed()
     );
+}
+
+/// An upstream that answers `/mcp/slow` once the returned gate gets a permit, anything else at
+/// once; `status` and `body` each time.
+async fn gated_upstream(
+    status: u16,
+    body: &'static str,
+) -> (Upstream, std::sync::Arc<tokio::sync::Semaphore>) {
+    let gate = std::sync::Arc::new(tokio::sync::Semaphore::new(0));
+    let up = Upstream::start({
+        let gate = gate.clone();
+        move |seen| {
+            let gate = gate.clone();
+            async move {
+                if seen.uri == "/mcp/slow" {
+                    gate.acquire().await.unwrap().forget();
+                }
+                response(status, &[], body)
+            }
+        }
+    })
+    .await;
+    (up, gate)
+}
+
+/// Until `up` has seen a request (polled: the test upstream records, it does not signal).
+async fn until_seen(up: &Upstream) {
+    within(async {
+        while up.seen().is_empty() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
 }
