@@ -13,7 +13,8 @@
 # thread or worker, upstream connections kept alive, as benches/side-by-side.sh configures them):
 # the user-space side of the comparison, free of the machine's noise. H2C=1 sends the POST from
 # HTTP/2 clients with prior knowledge instead (h2load, CONNS connections of 8 streams; Debian:
-# apt-get install -y nghttp2-client); the upstream side stays HTTP/1.1.
+# apt-get install -y nghttp2-client); the upstream side stays HTTP/1.1. TLS=1 terminates TLS 1.3
+# (an ECDSA P-256 certificate made for the run) at the proxy, kept-alive HTTP/1.1 inside.
 #
 # HOLDFAST=binary picks the holdfast; for the breakdown by function use a build with line tables:
 #   CARGO_PROFILE_RELEASE_STRIP=false CARGO_PROFILE_RELEASE_DEBUG=line-tables-only \
@@ -51,15 +52,26 @@ CONF
 nginx -p "$work" -c "$work/backend.conf" &
 pids+=($!)
 
-h2c=${H2C:-}
+h2c=${H2C:-} tls=${TLS:-}
+scheme=http hap_tls="" ngx_tls="" hf_tls=()
+if [ -n "$tls" ]; then
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 \
+        -subj /CN=127.0.0.1 -addext subjectAltName=IP:127.0.0.1 \
+        -keyout "$work/key.pem" -out "$work/cert.pem" 2>/dev/null
+    cat "$work/cert.pem" "$work/key.pem" >"$work/both.pem"
+    scheme=https
+    hap_tls=" ssl crt $work/both.pem ssl-min-ver TLSv1.3 no-tls-tickets"
+    ngx_tls=" ssl; ssl_certificate $work/cert.pem; ssl_certificate_key $work/key.pem; ssl_protocols TLSv1.3; ssl_session_cache off; ssl_session_tickets off"
+    hf_tls=(--tls-cert "$work/cert.pem" --tls-key "$work/key.pem")
+fi
 case ${PROXY:-holdfast} in
 haproxy)
     command -v haproxy >/dev/null || { echo "needs haproxy: apt-get install -y haproxy" >&2; exit 1; }
     printf 'global\n  maxconn 8192\n  nbthread 1\ndefaults\n  mode http\n  timeout connect 1s\n  timeout client 30s\n  timeout server 30s\n  http-reuse always\nfrontend fe\n  bind 127.0.0.1:%s%s\n  default_backend be\nbackend be\n  server s1 127.0.0.1:%s\n' \
-        "$HF" "${h2c:+ proto h2}" "$BACKEND" >"$work/haproxy.cfg"
+        "$HF" "${h2c:+ proto h2}$hap_tls" "$BACKEND" >"$work/haproxy.cfg"
     valgrind --tool=callgrind --callgrind-out-file="$work/cg.out" \
         haproxy -db -f "$work/haproxy.cfg" >"$work/haproxy.log" 2>&1 &
-    ready="http://127.0.0.1:$HF/mcp"
+    ready="$scheme://127.0.0.1:$HF/mcp"
     ;;
 nginx)
     cat >"$work/proxy.conf" <<CONF
@@ -69,29 +81,29 @@ http { access_log off; keepalive_requests 1000000; http2_max_requests 1000000;
   client_body_temp_path $work; proxy_temp_path $work; fastcgi_temp_path $work;
   uwsgi_temp_path $work; scgi_temp_path $work;
   upstream backend { server 127.0.0.1:$BACKEND; keepalive 128; keepalive_requests 1000000; }
-  server { listen 127.0.0.1:$HF${h2c:+ http2};
+  server { listen 127.0.0.1:$HF${h2c:+ http2}$ngx_tls;
     location / { proxy_pass http://backend; proxy_http_version 1.1; proxy_set_header Connection "";
       proxy_buffering off; } } }
 CONF
     valgrind --tool=callgrind --callgrind-out-file="$work/cg.out" \
         nginx -p "$work" -c "$work/proxy.conf" >"$work/proxy.log" 2>&1 &
-    ready="http://127.0.0.1:$HF/mcp"
+    ready="$scheme://127.0.0.1:$HF/mcp"
     ;;
 *)
     [ -x "$HOLDFAST" ] || { echo "no holdfast at $HOLDFAST (cargo build --release)" >&2; exit 1; }
     TOKIO_WORKER_THREADS=1 valgrind --tool=callgrind --callgrind-out-file="$work/cg.out" \
         "$HOLDFAST" --listen "127.0.0.1:$HF" --admin "127.0.0.1:$HF_ADMIN" \
-        --upstream "http://127.0.0.1:$BACKEND" >"$work/holdfast.log" 2>&1 &
+        --upstream "http://127.0.0.1:$BACKEND" "${hf_tls[@]}" >"$work/holdfast.log" 2>&1 &
     ready="http://127.0.0.1:$HF_ADMIN/readyz"
     ;;
 esac
 cg=$!
 pids+=($cg)
 for _ in $(seq 1 300); do
-    curl -fs ${h2c:+--http2-prior-knowledge} "$ready" >/dev/null 2>&1 && break
+    curl -fsk ${h2c:+--http2-prior-knowledge} "$ready" >/dev/null 2>&1 && break
     sleep 0.1
 done
-url="http://127.0.0.1:$HF/mcp"
+url="$scheme://127.0.0.1:$HF/mcp"
 # load SECONDS: the POST for that long; the number of requests answered.
 load() {
     if [ -n "$h2c" ]; then
