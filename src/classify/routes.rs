@@ -74,8 +74,10 @@ impl ExpectedRoutes {
         }
     }
 
-    /// Whether a router's 404 for `path` means the backend is missing.
-    pub fn is_expected(&self, path: &str, now: Instant) -> bool {
+    /// Whether a router's 404 for `path` means the backend is missing. `now` is asked only for
+    /// a path learned (not one under a configured endpoint): every answer passes here, and a
+    /// clock read is not free.
+    pub fn is_expected(&self, path: &str, now: impl FnOnce() -> Instant) -> bool {
         if self.endpoints.iter().any(|e| prefix_matches(e, path)) || self.legacy.contains(path) {
             return true;
         }
@@ -85,7 +87,7 @@ impl ExpectedRoutes {
                 .lock()
                 .expect("learned-path lock")
                 .get(path)
-                .is_some_and(|seen| now.saturating_duration_since(*seen) <= self.ttl)
+                .is_some_and(|seen| now().saturating_duration_since(*seen) <= self.ttl)
     }
 
     /// Where a legacy server's paths are recorded (shared with the streams that find them).
@@ -99,8 +101,9 @@ impl ExpectedRoutes {
         self.endpoints.iter().position(|e| prefix_matches(e, path))
     }
 
-    /// Records that the application answered `path` with something other than a 404.
-    pub fn learn(&self, path: &str, now: Instant) {
+    /// Records that the application answered `path` with something other than a 404 (`now`
+    /// asked only when it is recorded).
+    pub fn learn(&self, path: &str, now: impl FnOnce() -> Instant) {
         if !self.learn || self.endpoints.iter().any(|e| prefix_matches(e, path)) {
             return;
         }
@@ -114,7 +117,7 @@ impl ExpectedRoutes {
                 learned.remove(&p);
             }
         }
-        learned.insert(path.to_string(), now);
+        learned.insert(path.to_string(), now());
     }
 }
 
@@ -134,37 +137,56 @@ mod tests {
     fn expected_routes() {
         let now = Instant::now();
         let r = ExpectedRoutes::new(vec!["/mcp".into()], true, Duration::from_secs(60));
-        assert!(r.is_expected("/mcp", now));
-        assert!(r.is_expected("/mcp/", now));
-        assert!(r.is_expected("/mcp/x", now));
-        assert!(!r.is_expected("/mcpx", now));
-        assert!(!r.is_expected("/.well-known/oauth-protected-resource", now));
-        r.learn("/.well-known/oauth-protected-resource", now);
-        assert!(r.is_expected("/.well-known/oauth-protected-resource", now));
-        assert!(!r.is_expected(
-            "/.well-known/oauth-protected-resource",
-            now + Duration::from_secs(61)
-        ));
+        assert!(r.is_expected("/mcp", || now));
+        assert!(r.is_expected("/mcp/", || now));
+        assert!(r.is_expected("/mcp/x", || now));
+        assert!(!r.is_expected("/mcpx", || now));
+        assert!(!r.is_expected("/.well-known/oauth-protected-resource", || now));
+        r.learn("/.well-known/oauth-protected-resource", || now);
+        assert!(r.is_expected("/.well-known/oauth-protected-resource", || now));
+        assert!(
+            !r.is_expected("/.well-known/oauth-protected-resource", || now
+                + Duration::from_secs(61))
+        );
         let off = ExpectedRoutes::new(vec!["/mcp".into()], false, Duration::from_secs(60));
-        off.learn("/other", now);
-        assert!(!off.is_expected("/other", now));
+        off.learn("/other", || now);
+        assert!(!off.is_expected("/other", || now));
     }
 
     #[test]
     fn a_legacy_servers_paths_stay_expected_past_the_learn_ttl_and_with_learning_off() {
         let now = Instant::now();
         let r = ExpectedRoutes::new(vec!["/mcp".into()], false, Duration::from_secs(60));
-        assert!(!r.is_expected("/sse", now));
+        assert!(!r.is_expected("/sse", || now));
         assert!(r.legacy().add("/sse"));
         assert!(r.legacy().add("/messages"));
         assert!(!r.legacy().add("/sse"), "already known");
         for path in ["/sse", "/messages"] {
-            assert!(r.is_expected(path, now));
-            assert!(r.is_expected(path, now + Duration::from_secs(7 * 24 * 3600)));
+            assert!(r.is_expected(path, || now));
+            assert!(r.is_expected(path, || now + Duration::from_secs(7 * 24 * 3600)));
         }
         // Exact paths, not prefixes.
-        assert!(!r.is_expected("/messages/x", now));
-        assert!(!r.is_expected("/ss", now));
+        assert!(!r.is_expected("/messages/x", || now));
+        assert!(!r.is_expected("/ss", || now));
+    }
+
+    #[test]
+    fn the_clock_is_asked_only_for_paths_that_are_learned() {
+        let r = ExpectedRoutes::new(vec!["/mcp".into()], true, Duration::from_secs(60));
+        let no_clock = || -> Instant { panic!("the clock read for a configured endpoint") };
+        assert!(r.is_expected("/mcp/x", no_clock));
+        r.learn("/mcp/x", no_clock);
+        assert!(r.legacy().add("/sse"));
+        assert!(r.is_expected("/sse", no_clock));
+        // A path that is learned asks it, once each way.
+        let asked = std::cell::Cell::new(0);
+        let clock = || {
+            asked.set(asked.get() + 1);
+            Instant::now()
+        };
+        r.learn("/other", clock);
+        assert!(r.is_expected("/other", clock));
+        assert_eq!(asked.get(), 2);
     }
 
     #[test]
@@ -183,14 +205,14 @@ mod tests {
         let now = Instant::now();
         let r = ExpectedRoutes::new(vec![], true, Duration::from_secs(60));
         for i in 0..(MAX_LEARNED_PATHS + 10) {
-            r.learn(&format!("/p{i}"), now + Duration::from_millis(i as u64));
+            r.learn(&format!("/p{i}"), || now + Duration::from_millis(i as u64));
         }
         assert_eq!(r.learned.lock().unwrap().len(), MAX_LEARNED_PATHS);
         // The oldest went first; the newest stayed.
-        assert!(!r.is_expected("/p0", now + Duration::from_secs(1)));
-        assert!(r.is_expected(
-            &format!("/p{}", MAX_LEARNED_PATHS + 9),
-            now + Duration::from_secs(1)
-        ));
+        assert!(!r.is_expected("/p0", || now + Duration::from_secs(1)));
+        assert!(
+            r.is_expected(&format!("/p{}", MAX_LEARNED_PATHS + 9), || now
+                + Duration::from_secs(1))
+        );
     }
 }

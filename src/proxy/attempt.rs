@@ -81,7 +81,7 @@ impl Proxy {
                 &cx(
                     self.reading
                         .routes
-                        .is_expected(target.client.path(), Instant::now()),
+                        .is_expected(target.client.path(), Instant::now),
                     Some(head.status),
                 ),
             );

@@ -332,7 +332,7 @@ impl Proxy {
             } else {
                 self.reading
                     .routes
-                    .learn(ex.target.client.path(), Instant::now());
+                    .learn(ex.target.client.path(), Instant::now);
             }
             self.after_answer(&ex.target, ex.carried.as_ref(), head, &ex.handle)
                 .await;
