@@ -245,15 +245,11 @@ impl Connection {
                 let until = *fresh_until.get_or_insert_with(|| Instant::now() + FRESH_DRAIN_GRACE);
                 deadline = deadline.min(until);
             }
-            let timer = match &mut self.head_timer {
-                Some(timer) => {
-                    timer.as_mut().reset(deadline);
-                    timer
-                }
-                None => self
-                    .head_timer
-                    .insert(Box::pin(tokio::time::sleep_until(deadline))),
-            };
+            let timer = self
+                .head_timer
+                .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
+            // (On a new timer this is its registration, which its first poll would make.)
+            timer.as_mut().reset(deadline);
             let shared = &self.shared;
             let read = std::future::poll_fn(|cx| {
                 let mut st = shared.lock();

@@ -137,7 +137,7 @@ async fn at_the_connection_limit_a_half_sent_head_does_not_keep_the_idle_connect
 
 #[tokio::test]
 async fn at_the_connection_limit_a_busy_connection_is_never_cut() {
-    let (up, gate) = gated_upstream(200, "ok").await;
+    let Gated { up, gate, arrived } = gated_upstream(200, "ok").await;
     let mut raw = raw_config(&up.url());
     raw.limits.max_connections = 1;
     let hf = Holdfast::start_with(raw).await;
@@ -147,7 +147,8 @@ async fn at_the_connection_limit_a_busy_connection_is_never_cut() {
         .write_all(b"GET /mcp/slow HTTP/1.1\r\nhost: x\r\n\r\n")
         .await
         .unwrap();
-    until_seen(&up).await;
+    // Awaited: the upstream says so as the request comes in.
+    within(arrived.acquire()).await.unwrap().forget();
 
     // The second client waits while the first connection's request is being answered ...
     let mut second = TcpStream::connect(hf.addr).await.unwrap();
@@ -411,7 +412,7 @@ async fn an_h2_client_that_stops_answering_pings_is_disconnected() {
 #[tokio::test]
 async fn an_exchange_longer_than_the_head_timeout_leaves_the_connection_usable() {
     // No body: each answer is its head alone, read whole by `read_head`.
-    let (up, gate) = gated_upstream(204, "").await;
+    let Gated { up, gate, arrived } = gated_upstream(204, "").await;
     // Long enough that a client starved for a moment on a busy machine still sends its next
     // request well inside it.
     let timeout = Duration::from_secs(1);
@@ -423,7 +424,8 @@ async fn an_exchange_longer_than_the_head_timeout_leaves_the_connection_usable()
     s.write_all(b"GET /mcp/slow HTTP/1.1\r\nhost: x\r\n\r\n")
         .await
         .unwrap();
-    until_seen(&up).await;
+    // Awaited: the upstream says so as the request comes in.
+    within(arrived.acquire()).await.unwrap().forget();
     // The exchange itself outlasts the head timeout: that is what is tested.
     tokio::time::sleep(timeout * 3 / 2).await;
     gate.add_permits(1);
@@ -454,19 +456,24 @@ async fn an_exchange_longer_than_the_head_timeout_leaves_the_connection_usable()
     );
 }
 
-/// An upstream that answers `/mcp/slow` once the returned gate gets a permit, anything else at
-/// once; `status` and `body` each time.
-async fn gated_upstream(
-    status: u16,
-    body: &'static str,
-) -> (Upstream, std::sync::Arc<tokio::sync::Semaphore>) {
+/// An upstream that answers `/mcp/slow` once `gate` gets a permit, anything else at once;
+/// `status` and `body` each time. `arrived` gets a permit as each `/mcp/slow` comes in.
+struct Gated {
+    up: Upstream,
+    gate: std::sync::Arc<tokio::sync::Semaphore>,
+    arrived: std::sync::Arc<tokio::sync::Semaphore>,
+}
+
+async fn gated_upstream(status: u16, body: &'static str) -> Gated {
     let gate = std::sync::Arc::new(tokio::sync::Semaphore::new(0));
+    let arrived = std::sync::Arc::new(tokio::sync::Semaphore::new(0));
     let up = Upstream::start({
-        let gate = gate.clone();
+        let (gate, arrived) = (gate.clone(), arrived.clone());
         move |seen| {
-            let gate = gate.clone();
+            let (gate, arrived) = (gate.clone(), arrived.clone());
             async move {
                 if seen.uri == "/mcp/slow" {
+                    arrived.add_permits(1);
                     gate.acquire().await.unwrap().forget();
                 }
                 response(status, &[], body)
@@ -474,15 +481,5 @@ async fn gated_upstream(
         }
     })
     .await;
-    (up, gate)
-}
-
-/// Until `up` has seen a request (polled: the test upstream records, it does not signal).
-async fn until_seen(up: &Upstream) {
-    within(async {
-        while up.seen().is_empty() {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    })
-    .await;
+    Gated { up, gate, arrived }
 }
