@@ -299,7 +299,7 @@ impl Proxy {
             // A request's event stream: its first event decides before anything reaches the
             // client (src/proxy/unanswered.rs). Until then the server has not shown it is well.
             let mut watch = None;
-            if let Some(id) = self.awaits_answer(ex, head, is_sse) {
+            if let Some(id) = unanswered::awaited_id(&ex.target.method, head, is_sse, &ex.handle) {
                 let first = unanswered::first_event(&mut answer.1, unanswered::FIRST_EVENT_WAIT);
                 match Box::pin(first).await {
                     First::Unanswered => return Box::pin(self.unanswered(ex, head.status)).await,
@@ -354,31 +354,6 @@ impl Proxy {
             };
             Next::Answer((resp, note))
         }
-    }
-
-    /// A GET's event stream, with a legacy server's absolute `endpoint` URL naming the upstream
-    /// pointed at the origin the client used, and its paths recorded as expected routes
-    /// (src/proxy/endpoint.rs).
-    fn endpoint_rewrite(
-        &self,
-        resp: Response<ProxyBody>,
-        client_host: &http::HeaderValue,
-        path: &str,
-    ) -> Response<ProxyBody> {
-        let Ok(host) = client_host.to_str() else {
-            return resp;
-        };
-        let client = format!("{}://{host}", self.dest.client_proto);
-        let upstream = self.dest.origin.clone();
-        let legacy = super::endpoint::Legacy {
-            stream_path: path.to_owned(),
-            paths: self.reading.routes.legacy(),
-        };
-        resp.map(|body| {
-            http_body_util::BodyExt::boxed_unsync(super::endpoint::EndpointRewrite::new(
-                body, upstream, client, legacy,
-            ))
-        })
     }
 
     /// A router answered by itself with something the client must see as it is.
@@ -539,22 +514,6 @@ impl Proxy {
         let host = headers.get(HOST);
         ex.handle
             .with_complete_body(|body| self.idempotency.judge(host, headers, body))
-            .flatten()
-    }
-
-    /// The id of the JSON-RPC request whose answer the upstream's head announces as an event
-    /// stream (`is_sse`): a POST of one request (its body kept whole), answered 2xx.
-    fn awaits_answer(
-        &self,
-        ex: &Exchange,
-        head: &http::response::Parts,
-        is_sse: bool,
-    ) -> Option<crate::jsonrpc::Id> {
-        if ex.target.method != Method::POST || !head.status.is_success() || !is_sse {
-            return None;
-        }
-        ex.handle
-            .with_complete_body(crate::jsonrpc::request_id)
             .flatten()
     }
 

@@ -266,6 +266,22 @@ where
     }
 }
 
+/// The id of the JSON-RPC request whose answer the upstream's head announces as an event
+/// stream (`is_sse`): a POST of one request (its body kept whole), answered 2xx.
+pub(super) fn awaited_id(
+    method: &http::Method,
+    head: &http::response::Parts,
+    is_sse: bool,
+    handle: &crate::replay::BodyHandle,
+) -> Option<crate::jsonrpc::Id> {
+    if method != http::Method::POST || !head.status.is_success() || !is_sse {
+        return None;
+    }
+    handle
+        .with_complete_body(crate::jsonrpc::request_id)
+        .flatten()
+}
+
 impl super::Proxy {
     /// A passed answer whose event stream has not yet carried the answer to request `id`: its
     /// body watched, and no `Content-Length` (an event may be added at its end). An unanswered
