@@ -8,10 +8,10 @@ use http::{HeaderMap, HeaderName, HeaderValue, Version};
 
 use super::Error;
 
-/// The parsed fields as a header map: names as `http` makes them (known names are constants),
-/// values as slices of `copy`, the copy of the head `buf` starts with; `room` for more. What
-/// framing and the connection's fate depend on is noted on the way, so that a head without
-/// those fields costs no lookup for them afterwards.
+/// The parsed fields as a header map: names as [`super::names`] makes them, values as slices of
+/// `copy`, the copy of the head `buf` starts with; `room` for more. What framing and the
+/// connection's fate depend on is noted on the way, so that a head without those fields costs
+/// no lookup for them afterwards.
 pub(super) fn copy_fields(
     copy: &Bytes,
     buf: &[u8],
@@ -21,34 +21,13 @@ pub(super) fn copy_fields(
     let mut headers = super::maps::take(fields.len() + room);
     let mut noted = Noted::default();
     for field in fields {
-        let name = header_name(field.name.as_bytes())?;
+        let name = super::names::header_name(field.name.as_bytes())?;
         noted.field(&name, field.value);
         let value = HeaderValue::from_maybe_shared(slice_of(copy, buf, field.value))
             .map_err(|_| Error::Parse("an invalid header value"))?;
         headers.append(name, value);
     }
     Ok((headers, noted))
-}
-
-/// Names MCP requests and answers carry that `http` has no constant for. `http` builds any other
-/// name afresh (an allocation, freed with the head); these are copies of a static one.
-static MCP_SESSION_ID: HeaderName = HeaderName::from_static("mcp-session-id");
-static MCP_PROTOCOL_VERSION: HeaderName = HeaderName::from_static("mcp-protocol-version");
-static LAST_EVENT_ID: HeaderName = HeaderName::from_static("last-event-id");
-
-/// A field's name as a `HeaderName`: one of the MCP names above (found by its length first, so
-/// other names cost one comparison of integers), else as `http` parses it.
-fn header_name(raw: &[u8]) -> Result<HeaderName, Error> {
-    let known = match raw.len() {
-        14 => Some(&MCP_SESSION_ID),
-        20 => Some(&MCP_PROTOCOL_VERSION),
-        13 => Some(&LAST_EVENT_ID),
-        _ => None,
-    };
-    match known {
-        Some(name) if raw.eq_ignore_ascii_case(name.as_str().as_bytes()) => Ok(name.clone()),
-        _ => HeaderName::from_bytes(raw).map_err(|_| Error::Parse("an invalid header name")),
-    }
 }
 
 /// The fields of a head that decide its framing and its connection's fate, seen as it is

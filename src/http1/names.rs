@@ -1,0 +1,317 @@
+//! A field's name as a `HeaderName`, the common ones found without a parse.
+//!
+//! `HeaderName::from_bytes` lowercases the name through a table into a scratch buffer, then
+//! matches it against every standard name, and allocates a copy of any other name (freed with
+//! the head): about 150 instructions a name, ten names a proxied request (its head and its
+//! answer's). The names that MCP clients, servers and the routers in front of them actually
+//! send are few; here each is found by its length and at most a few case-insensitive
+//! comparisons, and handed out as a copy of a constant (no allocation, whatever its case on the
+//! wire). Any other name goes to `http` as before, so what a head may contain does not change:
+//! a name equal to a listed one but for ASCII case is that same name to `http` too.
+
+use http::header::{
+    ACCEPT, ACCEPT_ENCODING, ACCEPT_LANGUAGE, AUTHORIZATION, CACHE_CONTROL, CONNECTION,
+    CONTENT_ENCODING, CONTENT_LENGTH, CONTENT_TYPE, COOKIE, DATE, ETAG, EXPECT, FORWARDED, HOST,
+    LAST_MODIFIED, LOCATION, ORIGIN, RETRY_AFTER, SERVER, SET_COOKIE, TE, TRAILER,
+    TRANSFER_ENCODING, UPGRADE, USER_AGENT, VARY, VIA, WWW_AUTHENTICATE,
+};
+use http::HeaderName;
+
+use super::Error;
+
+/// The names `http` has no constant for (placed in the tables below at compile time).
+macro_rules! named {
+    ($($id:ident = $text:literal;)*) => {
+        $(const $id: HeaderName = HeaderName::from_static($text);)*
+    };
+}
+
+named! {
+    MCP_SESSION_ID = "mcp-session-id";
+    MCP_PROTOCOL_VERSION = "mcp-protocol-version";
+    MCP_METHOD = "mcp-method";
+    MCP_NAME = "mcp-name";
+    LAST_EVENT_ID = "last-event-id";
+    KEEP_ALIVE = "keep-alive";
+    PROXY_CONNECTION = "proxy-connection";
+    X_FORWARDED_FOR = "x-forwarded-for";
+    X_FORWARDED_PROTO = "x-forwarded-proto";
+    X_FORWARDED_HOST = "x-forwarded-host";
+    X_FORWARDED_PORT = "x-forwarded-port";
+    X_FORWARDED_SERVER = "x-forwarded-server";
+    X_REAL_IP = "x-real-ip";
+    X_REQUEST_ID = "x-request-id";
+    X_ACCEL_BUFFERING = "x-accel-buffering";
+    TRACEPARENT = "traceparent";
+}
+
+/// A listed name: its text read as a name of its length is read ([`Words`]), and the bits
+/// that may differ in a name on the wire (each letter's case bit).
+struct Listed {
+    name: HeaderName,
+    text: Words,
+    case: Words,
+}
+
+const fn listed(text: &str, name: HeaderName) -> Listed {
+    let bytes = text.as_bytes();
+    Listed {
+        name,
+        text: Words::read(bytes, false),
+        case: Words::read(bytes, true),
+    }
+}
+
+/// A name of 2 to 24 bytes as three little-endian words of 2, 4 or 8 bytes (the widest its
+/// length allows), the last ending at its last byte: overlapping loads, so every length is read
+/// in three, with no loop and no padding.
+#[derive(Clone, Copy)]
+struct Words([u64; 3]);
+
+impl Words {
+    /// `bytes` read so, or with `case` only each lowercase letter's case bit.
+    const fn read(bytes: &[u8], case: bool) -> Words {
+        let n = bytes.len();
+        let width = if n >= 8 {
+            8
+        } else if n >= 4 {
+            4
+        } else {
+            2
+        };
+        let middle = if n >= 2 * width { width } else { n - width };
+        let starts = [0, middle, n - width];
+        let mut words = [0u64; 3];
+        let mut w = 0;
+        while w < 3 {
+            let mut i = 0;
+            while i < width {
+                let b = bytes[starts[w] + i];
+                let b = if !case {
+                    b
+                } else if b.is_ascii_lowercase() {
+                    0x20
+                } else {
+                    0
+                };
+                words[w] |= (b as u64) << (8 * i);
+                i += 1;
+            }
+            w += 1;
+        }
+        Words(words)
+    }
+
+    /// The same at run time (`bytes` 2 to 24 long), three unaligned loads.
+    fn of(bytes: &[u8]) -> Words {
+        fn at<const N: usize>(bytes: &[u8], start: usize) -> [u8; N] {
+            bytes[start..start + N].try_into().expect("in bounds")
+        }
+        let n = bytes.len();
+        match n {
+            8.. => {
+                let middle = if n >= 16 { 8 } else { n - 8 };
+                Words([0, middle, n - 8].map(|s| u64::from_le_bytes(at(bytes, s))))
+            }
+            4.. => Words([0, n - 4, n - 4].map(|s| u64::from(u32::from_le_bytes(at(bytes, s))))),
+            _ => Words([0, n - 2, n - 2].map(|s| u64::from(u16::from_le_bytes(at(bytes, s))))),
+        }
+    }
+
+    /// Whether these words are `listed`'s text but for the case of its letters: exact for any
+    /// bytes (a byte differing from a letter only in its case bit is that letter's other case).
+    fn matches(self, listed: &Listed) -> bool {
+        let differ = |w: usize| (self.0[w] ^ listed.text.0[w]) & !listed.case.0[w];
+        differ(0) | differ(1) | differ(2) == 0
+    }
+}
+
+/// The listed names of each length, the likelier first. A `static` of each, so that finding one
+/// copies a name, never builds and drops a table.
+static LEN_2: [Listed; 1] = [listed("te", TE)];
+static LEN_3: [Listed; 1] = [listed("via", VIA)];
+static LEN_4: [Listed; 4] = [
+    listed("host", HOST),
+    listed("date", DATE),
+    listed("vary", VARY),
+    listed("etag", ETAG),
+];
+static LEN_6: [Listed; 5] = [
+    listed("accept", ACCEPT),
+    listed("server", SERVER),
+    listed("origin", ORIGIN),
+    listed("cookie", COOKIE),
+    listed("expect", EXPECT),
+];
+static LEN_7: [Listed; 2] = [listed("upgrade", UPGRADE), listed("trailer", TRAILER)];
+static LEN_8: [Listed; 2] = [listed("mcp-name", MCP_NAME), listed("location", LOCATION)];
+static LEN_9: [Listed; 2] = [
+    listed("x-real-ip", X_REAL_IP),
+    listed("forwarded", FORWARDED),
+];
+static LEN_10: [Listed; 5] = [
+    listed("connection", CONNECTION),
+    listed("user-agent", USER_AGENT),
+    listed("mcp-method", MCP_METHOD),
+    listed("keep-alive", KEEP_ALIVE),
+    listed("set-cookie", SET_COOKIE),
+];
+static LEN_11: [Listed; 2] = [
+    listed("traceparent", TRACEPARENT),
+    listed("retry-after", RETRY_AFTER),
+];
+static LEN_12: [Listed; 2] = [
+    listed("content-type", CONTENT_TYPE),
+    listed("x-request-id", X_REQUEST_ID),
+];
+static LEN_13: [Listed; 4] = [
+    listed("authorization", AUTHORIZATION),
+    listed("cache-control", CACHE_CONTROL),
+    listed("last-event-id", LAST_EVENT_ID),
+    listed("last-modified", LAST_MODIFIED),
+];
+static LEN_14: [Listed; 2] = [
+    listed("content-length", CONTENT_LENGTH),
+    listed("mcp-session-id", MCP_SESSION_ID),
+];
+static LEN_15: [Listed; 3] = [
+    listed("accept-encoding", ACCEPT_ENCODING),
+    listed("x-forwarded-for", X_FORWARDED_FOR),
+    listed("accept-language", ACCEPT_LANGUAGE),
+];
+static LEN_16: [Listed; 5] = [
+    listed("x-forwarded-host", X_FORWARDED_HOST),
+    listed("x-forwarded-port", X_FORWARDED_PORT),
+    listed("content-encoding", CONTENT_ENCODING),
+    listed("proxy-connection", PROXY_CONNECTION),
+    listed("www-authenticate", WWW_AUTHENTICATE),
+];
+static LEN_17: [Listed; 3] = [
+    listed("transfer-encoding", TRANSFER_ENCODING),
+    listed("x-forwarded-proto", X_FORWARDED_PROTO),
+    listed("x-accel-buffering", X_ACCEL_BUFFERING),
+];
+static LEN_18: [Listed; 1] = [listed("x-forwarded-server", X_FORWARDED_SERVER)];
+static LEN_20: [Listed; 1] = [listed("mcp-protocol-version", MCP_PROTOCOL_VERSION)];
+
+/// The listed names as long as `len` bytes.
+fn of_length(len: usize) -> &'static [Listed] {
+    match len {
+        2 => &LEN_2,
+        3 => &LEN_3,
+        4 => &LEN_4,
+        6 => &LEN_6,
+        7 => &LEN_7,
+        8 => &LEN_8,
+        9 => &LEN_9,
+        10 => &LEN_10,
+        11 => &LEN_11,
+        12 => &LEN_12,
+        13 => &LEN_13,
+        14 => &LEN_14,
+        15 => &LEN_15,
+        16 => &LEN_16,
+        17 => &LEN_17,
+        18 => &LEN_18,
+        20 => &LEN_20,
+        _ => &[],
+    }
+}
+
+/// A field's name as it arrived (any case) as a `HeaderName`: a listed one copied, any other
+/// parsed by `http`.
+pub(super) fn header_name(raw: &[u8]) -> Result<HeaderName, Error> {
+    let listed = of_length(raw.len());
+    if !listed.is_empty() {
+        let words = Words::of(raw);
+        if let Some(found) = listed.iter().find(|l| words.matches(l)) {
+            return Ok(found.name.clone());
+        }
+    }
+    HeaderName::from_bytes(raw).map_err(|_| Error::Parse("an invalid header name"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn listed() -> impl Iterator<Item = &'static HeaderName> {
+        (0..=64).flat_map(|len| of_length(len).iter().map(|l| &l.name))
+    }
+
+    #[test]
+    fn each_listed_name_sits_under_its_length_and_is_http_s_own() {
+        for len in 0..=64 {
+            for listed in of_length(len) {
+                let name = &listed.name;
+                assert_eq!(name.as_str().len(), len, "{name} listed under {len}");
+                let text = Words::of(name.as_str().as_bytes());
+                assert_eq!(text.0, listed.text.0, "{name}: its text is its name's");
+                assert_eq!(
+                    HeaderName::from_bytes(name.as_str().as_bytes()).unwrap(),
+                    *name,
+                    "{name} is what http makes of its text"
+                );
+            }
+        }
+        assert!(listed().count() > 40);
+    }
+
+    #[test]
+    fn any_case_of_a_listed_name_is_the_name_http_would_make() {
+        for name in listed() {
+            let text = name.as_str();
+            let upper = text.to_ascii_uppercase();
+            let title: String = text
+                .split('-')
+                .map(|w| w[..1].to_ascii_uppercase() + &w[1..])
+                .collect::<Vec<_>>()
+                .join("-");
+            for wire in [text.to_owned(), upper, title] {
+                assert_eq!(
+                    header_name(wire.as_bytes()).unwrap(),
+                    HeaderName::from_bytes(wire.as_bytes()).unwrap(),
+                    "{wire}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn other_names_and_near_misses_are_parsed_as_http_parses_them() {
+        for wire in [
+            "X-Custom",
+            "Content-Lengtx",
+            "Content_Length",
+            "Hosts",
+            "Mcp-Session-Ie",
+            "a",
+            "x-forwarded-for2",
+            "Content-Lengti",
+            "mcp-protocol-versioN",
+            "mcp-protocol-versio_",
+            "Te",
+            "tE",
+            "tf",
+        ] {
+            assert_eq!(
+                header_name(wire.as_bytes()).unwrap(),
+                HeaderName::from_bytes(wire.as_bytes()).unwrap(),
+                "{wire}"
+            );
+        }
+        // A CR differs from `-` only in the bit that is a letter's case: not a letter, no match.
+        for bad in [
+            "",
+            "Host:",
+            "Con tent-Type",
+            "Date\u{0}",
+            "Läst",
+            "Content\rLength",
+            "X\rForwarded-For",
+            "hosT\r",
+        ] {
+            assert!(header_name(bad.as_bytes()).is_err(), "{bad:?}");
+        }
+    }
+}
