@@ -104,7 +104,11 @@ impl Outgoing {
     pub fn new(head: Head<'_>, body: ReplayBody, host: &HeaderValue) -> Result<Outgoing, Error> {
         use http_body::Body as _;
         let headers = head.headers;
-        let host = (!headers.contains_key(HOST)).then(|| (HOST, host.clone()));
+        // Lines the wire head needs beyond the map's: usually none (no allocation then).
+        let mut added = Vec::new();
+        if !headers.contains_key(HOST) {
+            added.push((HOST, host.clone()));
+        }
         let (framing, line) = match fields::Length::of(headers).value()? {
             Some((n, plain)) => (
                 Framing::Length(n),
@@ -128,9 +132,9 @@ impl Outgoing {
                 ),
             },
         };
-        let added = [host, line];
+        added.extend(line);
         let target = head.uri.path_and_query().map_or("/", |pq| pq.as_str());
-        let wire = encode::request_head(head.method, target, headers, added.iter().flatten());
+        let wire = encode::request_head(head.method, target, headers, &added);
         Ok(Outgoing {
             writer: BodyWriter::new(wire, framing, body),
             method: head.method.clone(),
