@@ -42,7 +42,7 @@ pub fn request_head(
     }
     // Room for every line of both: an added line that replaces one makes it a few bytes more
     // than needed, never a second allocation.
-    let mut out = Vec::with_capacity(
+    let mut out = super::maps::head_buffer(
         method.as_str().len()
             + target.len()
             + 13
@@ -67,7 +67,7 @@ pub fn request_head(
 /// `HTTP/1.1 200 OK` (or `HTTP/1.0` for `version` 1.0), the header lines and the blank line.
 pub fn response_head(version: Version, status: StatusCode, headers: &HeaderMap) -> Vec<u8> {
     let reason = status.canonical_reason().unwrap_or("");
-    let mut out = Vec::with_capacity(15 + reason.len() + fields_len(headers.iter()));
+    let mut out = super::maps::head_buffer(15 + reason.len() + fields_len(headers.iter()));
     out.extend_from_slice(if version == Version::HTTP_10 {
         b"HTTP/1.0 "
     } else {
@@ -362,8 +362,9 @@ where
         self.head_at += head;
         n -= head;
         if self.head_at == self.head.len() && !self.head.is_empty() {
-            // Written: the head's memory is not needed while the body streams.
-            self.head = Vec::new();
+            // Written: the head's memory is not needed while the body streams; the next head
+            // written on this thread takes it.
+            super::maps::recycle_head(std::mem::take(&mut self.head));
             self.head_at = 0;
         }
         let size = (self.size.len as usize - self.size_at).min(n);

@@ -200,8 +200,17 @@ fn decimal(digits: &[u8]) -> Option<u64> {
 
 /// Whether a message of `version` with `headers` leaves its connection open.
 pub fn keeps_alive(version: Version, headers: &HeaderMap) -> bool {
+    connection_keeps_alive(version, headers.get_all(CONNECTION))
+}
+
+/// Whether a message of `version` whose `Connection` lines are `lines` leaves its connection
+/// open.
+pub fn connection_keeps_alive<'a>(
+    version: Version,
+    lines: impl IntoIterator<Item = &'a HeaderValue>,
+) -> bool {
     let mut tokens = ConnectionTokens::default();
-    for value in headers.get_all(CONNECTION) {
+    for value in lines {
         tokens.add(value.as_bytes());
     }
     tokens.keeps_alive(version)

@@ -484,9 +484,14 @@ fn answer_head(
     let (mut parts, body) = resp.into_parts();
     let status = parts.status;
     let headers = &mut parts.headers;
-    if !fields::keeps_alive(Version::HTTP_11, headers) {
-        // The proxy's own answer asked to close (a 400 for a malformed request).
-        *keep = false;
+    // The proxy's own answer may ask to close (a 400 for a malformed request); a proxied
+    // answer's `Connection` lines are gone already (hop-by-hop). Read and removed in one lookup:
+    // the line that goes out is this connection's own.
+    if let http::header::Entry::Occupied(lines) = headers.entry(CONNECTION) {
+        if !fields::connection_keeps_alive(Version::HTTP_11, lines.iter()) {
+            *keep = false;
+        }
+        lines.remove_entry_mult();
     }
     let no_body = method == Method::HEAD
         || status.is_informational()
@@ -522,7 +527,6 @@ fn answer_head(
     if !headers.contains_key(DATE) {
         headers.insert(DATE, encode::date());
     }
-    headers.remove(CONNECTION);
     if !*keep {
         headers.insert(CONNECTION, HeaderValue::from_static("close"));
     } else if version == Version::HTTP_10 {
