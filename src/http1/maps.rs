@@ -12,10 +12,11 @@
 //! next head written on the thread takes it.
 
 use std::cell::RefCell;
+use std::thread::LocalKey;
 
 use http::HeaderMap;
 
-/// Most maps kept per thread.
+/// Most maps, and most head buffers, kept per thread.
 const STASH_MAX: usize = 8;
 
 /// Largest map kept (in lines it holds without growing): a head of more lines than any usual
@@ -25,14 +26,32 @@ const KEPT_CAPACITY: usize = 32;
 /// Largest head buffer kept: a head of more bytes than any usual one is not worth its room.
 const KEPT_HEAD_BYTES: usize = 2048;
 
+type Stash<T> = LocalKey<RefCell<Vec<T>>>;
+
 thread_local! {
-    static STASH: RefCell<Vec<HeaderMap>> = const { RefCell::new(Vec::new()) };
+    static MAPS: RefCell<Vec<HeaderMap>> = const { RefCell::new(Vec::new()) };
     static HEADS: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The last thing `stash` was given, if any.
+fn pop<T: 'static>(stash: &'static Stash<T>) -> Option<T> {
+    stash.with(|stash| stash.borrow_mut().pop())
+}
+
+/// Gives `item` (already emptied) to `stash`, unless it is full.
+fn keep<T: 'static>(stash: &'static Stash<T>, item: T) {
+    // `try_with`: a thread being torn down has no stash left; the item is simply dropped.
+    let _ = stash.try_with(|stash| {
+        let mut stash = stash.borrow_mut();
+        if stash.len() < STASH_MAX {
+            stash.push(item);
+        }
+    });
 }
 
 /// An empty buffer with room for `len` bytes of a head: a stashed one, or a new one.
 pub fn head_buffer(len: usize) -> Vec<u8> {
-    match HEADS.with(|stash| stash.borrow_mut().pop()) {
+    match pop(&HEADS) {
         Some(mut buf) => {
             buf.reserve(len);
             buf
@@ -44,21 +63,15 @@ pub fn head_buffer(len: usize) -> Vec<u8> {
 /// Lets go of a head buffer that is written out: emptied and kept for the next head on this
 /// thread, unless it is large or the stash is full.
 pub fn recycle_head(mut buf: Vec<u8>) {
-    if buf.capacity() == 0 || buf.capacity() > KEPT_HEAD_BYTES {
-        return;
+    if (1..=KEPT_HEAD_BYTES).contains(&buf.capacity()) {
+        buf.clear();
+        keep(&HEADS, buf);
     }
-    buf.clear();
-    let _ = HEADS.try_with(|stash| {
-        let mut stash = stash.borrow_mut();
-        if stash.len() < STASH_MAX {
-            stash.push(buf);
-        }
-    });
 }
 
 /// An empty map with room for `lines`: a stashed one, or a new one.
 pub fn take(lines: usize) -> HeaderMap {
-    match STASH.with(|stash| stash.borrow_mut().pop()) {
+    match pop(&MAPS) {
         Some(mut map) => {
             map.reserve(lines);
             map
@@ -70,17 +83,10 @@ pub fn take(lines: usize) -> HeaderMap {
 /// Lets go of a map that is done with: cleared and kept for the next head on this thread,
 /// unless it is large or the stash is full.
 pub fn recycle(mut map: HeaderMap) {
-    if map.capacity() == 0 || map.capacity() > KEPT_CAPACITY {
-        return;
+    if (1..=KEPT_CAPACITY).contains(&map.capacity()) {
+        map.clear();
+        keep(&MAPS, map);
     }
-    map.clear();
-    // `try_with`: a thread being torn down has no stash left; the map is simply dropped.
-    let _ = STASH.try_with(|stash| {
-        let mut stash = stash.borrow_mut();
-        if stash.len() < STASH_MAX {
-            stash.push(map);
-        }
-    });
 }
 
 #[cfg(test)]
