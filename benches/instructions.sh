@@ -40,7 +40,7 @@ HOLDFAST=${HOLDFAST:-target/release/holdfast}
 work=$(mktemp -d)
 pids=()
 sim=()
-[ -n "${SIM:-}" ] && sim=(--cache-sim=yes --branch-sim=yes)
+[ "${SIM:-0}" != 0 ] && sim=(--cache-sim=yes --branch-sim=yes)
 cleanup() {
     for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
     wait 2>/dev/null || true
@@ -137,7 +137,7 @@ dump=$(ls -t "$work"/cg.out* | head -1)
 total=$(callgrind_annotate "$dump" 2>/dev/null | awk '/PROGRAM TOTALS/ { gsub(",", "", $1); print $1; exit }')
 echo "requests: $requests"
 awk -v t="$total" -v r="$requests" 'BEGIN { printf "instructions per request: %.0f\n", t / r }'
-if [ -n "${SIM:-}" ]; then
+if [ "${SIM:-0}" != 0 ]; then
     # The dump's own header names its events and sums them.
     awk -v r="$requests" '
         /^events:/ { n = split($0, ev, " ") }

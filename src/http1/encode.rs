@@ -24,7 +24,7 @@ pub enum Framing {
     Close,
 }
 
-/// `METHOD target HTTP/1.1`, the header lines and the blank line, in one allocation: the lines
+/// `METHOD target HTTP/1.1`, the header lines and the blank line, in one buffer: the lines
 /// of `headers` and then the `added` ones, each of which replaces the lines of its name. So a
 /// head is written from a map it does not own (a request kept for a replay) with lines of its
 /// own, and the map is neither copied nor changed. Most requests add nothing: their lines are

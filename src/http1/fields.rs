@@ -198,8 +198,10 @@ fn decimal(digits: &[u8]) -> Option<u64> {
     })
 }
 
-/// Whether a message of `version` with `headers` leaves its connection open.
-pub fn keeps_alive(version: Version, headers: &HeaderMap) -> bool {
+/// Whether a message of `version` with `headers` leaves its connection open (the tests' reading
+/// of a whole map; the codec reads the lines it has at hand).
+#[cfg(test)]
+fn keeps_alive(version: Version, headers: &HeaderMap) -> bool {
     connection_keeps_alive(version, headers.get_all(CONNECTION))
 }
 

@@ -45,8 +45,8 @@ named! {
     TRACEPARENT = "traceparent";
 }
 
-/// A listed name: its text read as a name of its length is read ([`Words`]), and the bits
-/// that may differ in a name on the wire (each letter's case bit).
+/// A listed name: its text as [`Words`], and the bits of those words a name on the wire may
+/// have otherwise (each letter's case bit).
 struct Listed {
     name: HeaderName,
     text: Words,
@@ -104,6 +104,10 @@ impl Words {
 
     /// The same at run time (`bytes` 2 to 24 long), three unaligned loads.
     fn of(bytes: &[u8]) -> Words {
+        debug_assert!(
+            (2..=24).contains(&bytes.len()),
+            "only listed lengths are read"
+        );
         fn at<const N: usize>(bytes: &[u8], start: usize) -> [u8; N] {
             bytes[start..start + N].try_into().expect("in bounds")
         }
@@ -229,14 +233,20 @@ fn of_length(len: usize) -> &'static [Listed] {
 /// A field's name as it arrived (any case) as a `HeaderName`: a listed one copied, any other
 /// parsed by `http`.
 pub(super) fn header_name(raw: &[u8]) -> Result<HeaderName, Error> {
-    let listed = of_length(raw.len());
-    if !listed.is_empty() {
-        let words = Words::of(raw);
-        if let Some(found) = listed.iter().find(|l| words.matches(l)) {
-            return Ok(found.name.clone());
-        }
+    match find(raw) {
+        Some(listed) => Ok(listed.name.clone()),
+        None => HeaderName::from_bytes(raw).map_err(|_| Error::Parse("an invalid header name")),
     }
-    HeaderName::from_bytes(raw).map_err(|_| Error::Parse("an invalid header name"))
+}
+
+/// The listed name `raw` is, in any case.
+fn find(raw: &[u8]) -> Option<&'static Listed> {
+    let listed = of_length(raw.len());
+    if listed.is_empty() {
+        return None;
+    }
+    let words = Words::of(raw);
+    listed.iter().find(|l| words.matches(l))
 }
 
 #[cfg(test)]
@@ -266,7 +276,7 @@ mod tests {
     }
 
     #[test]
-    fn any_case_of_a_listed_name_is_the_name_http_would_make() {
+    fn any_case_of_a_listed_name_is_found_and_is_the_name_http_would_make() {
         for name in listed() {
             let text = name.as_str();
             let upper = text.to_ascii_uppercase();
@@ -276,11 +286,40 @@ mod tests {
                 .collect::<Vec<_>>()
                 .join("-");
             for wire in [text.to_owned(), upper, title] {
+                let found = find(wire.as_bytes()).map(|l| &l.name);
+                assert_eq!(found, Some(name), "{wire} is found without a parse");
                 assert_eq!(
                     header_name(wire.as_bytes()).unwrap(),
                     HeaderName::from_bytes(wire.as_bytes()).unwrap(),
                     "{wire}"
                 );
+            }
+        }
+    }
+
+    /// Every bit of every byte of every listed name flipped in turn: found only where the flip
+    /// is a letter's case, and otherwise whatever `http` makes of it (another name, or none).
+    #[test]
+    fn a_name_one_bit_away_from_a_listed_one_is_not_taken_for_it() {
+        for name in listed() {
+            let text = name.as_str().as_bytes();
+            for at in 0..text.len() {
+                for bit in 0..8 {
+                    let mut wire = text.to_vec();
+                    wire[at] ^= 1 << bit;
+                    let case_flip = bit == 5 && text[at].is_ascii_lowercase();
+                    let found = find(&wire).map(|l| &l.name);
+                    if case_flip {
+                        assert_eq!(found, Some(name), "{wire:?}");
+                    } else {
+                        assert_ne!(found, Some(name), "{wire:?} is not {name}");
+                    }
+                    assert_eq!(
+                        header_name(&wire).ok(),
+                        HeaderName::from_bytes(&wire).ok(),
+                        "{wire:?}"
+                    );
+                }
             }
         }
     }
@@ -311,13 +350,14 @@ mod tests {
         // A CR differs from `-` only in the bit that is a letter's case: not a letter, no match.
         for bad in [
             "",
-            "Host:",
+            "Hos:",
             "Con tent-Type",
-            "Date\u{0}",
-            "Läst",
+            "Dat\u{0}",
+            "Läs",
             "Content\rLength",
             "X\rForwarded-For",
-            "hosT\r",
+            "x-forwarded\rproto",
+            "mcp-protoco\u{0}-version",
         ] {
             assert!(header_name(bad.as_bytes()).is_err(), "{bad:?}");
         }

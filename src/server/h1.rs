@@ -538,3 +538,6 @@ fn answer_head(
     let body = if no_body { empty() } else { body };
     (head, framing, body)
 }
+
+#[cfg(test)]
+mod tests;

@@ -19,7 +19,7 @@ use std::task::{Context, Poll};
 
 use bytes::{Bytes, BytesMut};
 use http::header::{CONTENT_LENGTH, HOST, TRANSFER_ENCODING};
-use http::{HeaderValue, Method};
+use http::{HeaderName, HeaderValue, Method};
 use http_body::{Frame, SizeHint};
 use tokio::net::TcpStream;
 
@@ -104,11 +104,7 @@ impl Outgoing {
     pub fn new(head: Head<'_>, body: ReplayBody, host: &HeaderValue) -> Result<Outgoing, Error> {
         use http_body::Body as _;
         let headers = head.headers;
-        // Lines the wire head needs beyond the map's: usually none (no allocation then).
-        let mut added = Vec::new();
-        if !headers.contains_key(HOST) {
-            added.push((HOST, host.clone()));
-        }
+        let host = (!headers.contains_key(HOST)).then(|| (HOST, host.clone()));
         let (framing, line) = match fields::Length::of(headers).value()? {
             Some((n, plain)) => (
                 Framing::Length(n),
@@ -132,9 +128,21 @@ impl Outgoing {
                 ),
             },
         };
-        added.extend(line);
+        // The lines the wire head needs beyond the map's (usually none), as a slice on the stack.
+        let (both, one);
+        let added: &[(HeaderName, HeaderValue)] = match (host, line) {
+            (Some(host), Some(line)) => {
+                both = [host, line];
+                &both
+            }
+            (Some(only), None) | (None, Some(only)) => {
+                one = [only];
+                &one
+            }
+            (None, None) => &[],
+        };
         let target = head.uri.path_and_query().map_or("/", |pq| pq.as_str());
-        let wire = encode::request_head(head.method, target, headers, &added);
+        let wire = encode::request_head(head.method, target, headers, added);
         Ok(Outgoing {
             writer: BodyWriter::new(wire, framing, body),
             method: head.method.clone(),
