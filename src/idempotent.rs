@@ -25,14 +25,11 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::RwLock;
 
-use http::header::{HeaderMap, HeaderName, HeaderValue};
+use http::header::{HeaderMap, HeaderValue};
 use serde_json::Value;
 
-/// The 2026-07-28 header naming a request's JSON-RPC method.
-pub const MCP_METHOD: HeaderName = HeaderName::from_static("mcp-method");
-
-/// The 2026-07-28 header naming the tool (prompt, resource) a request is about.
-pub const MCP_NAME: HeaderName = HeaderName::from_static("mcp-name");
+/// The 2026-07-28 request headers (named once, in `src/http1/names.rs`).
+pub use crate::http1::names::{MCP_METHOD, MCP_NAME};
 
 /// JSON-RPC methods that only read: sending one twice has no further effect. The last two are
 /// the final 2026-07-28 revision's: `server/discover` (what replaced the handshake) and

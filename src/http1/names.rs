@@ -19,29 +19,46 @@ use http::HeaderName;
 
 use super::Error;
 
-/// The names `http` has no constant for (placed in the tables below at compile time).
+/// The names `http` has no constant for, made here once: the rest of holdfast names them from
+/// here (as `HeaderName`s they are compared, not parsed and hashed as text).
 macro_rules! named {
-    ($($id:ident = $text:literal;)*) => {
-        $(const $id: HeaderName = HeaderName::from_static($text);)*
+    ($($(#[$doc:meta])* $id:ident = $text:literal;)*) => {
+        $($(#[$doc])* pub const $id: HeaderName = HeaderName::from_static($text);)*
     };
 }
 
 named! {
+    /// The session header of the Streamable HTTP transport.
     MCP_SESSION_ID = "mcp-session-id";
+    /// The protocol version header clients send after initialization (2025-06-18 on).
     MCP_PROTOCOL_VERSION = "mcp-protocol-version";
+    /// The 2026-07-28 header naming a request's JSON-RPC method.
     MCP_METHOD = "mcp-method";
+    /// The 2026-07-28 header naming the tool (prompt, resource) a request is about.
     MCP_NAME = "mcp-name";
+    /// The SSE resumption header of a GET stream.
     LAST_EVENT_ID = "last-event-id";
+    /// Hop-by-hop (RFC 9110 §7.6.1).
     KEEP_ALIVE = "keep-alive";
+    /// Hop-by-hop, non-standard, still sent by old clients.
     PROXY_CONNECTION = "proxy-connection";
+    /// The client's address as the proxies in front saw it.
     X_FORWARDED_FOR = "x-forwarded-for";
+    /// The scheme the client used.
     X_FORWARDED_PROTO = "x-forwarded-proto";
+    /// The Host the client used.
     X_FORWARDED_HOST = "x-forwarded-host";
+    /// The port the client used (routers send it; holdfast passes it).
     X_FORWARDED_PORT = "x-forwarded-port";
+    /// The router that forwarded (Traefik sends it; holdfast passes it).
     X_FORWARDED_SERVER = "x-forwarded-server";
+    /// The client's address (nginx's convention; holdfast passes it).
     X_REAL_IP = "x-real-ip";
+    /// A request id routers add (holdfast passes it).
     X_REQUEST_ID = "x-request-id";
+    /// nginx's buffering switch an SSE server may send (holdfast passes it).
     X_ACCEL_BUFFERING = "x-accel-buffering";
+    /// W3C trace context (holdfast passes it).
     TRACEPARENT = "traceparent";
 }
 

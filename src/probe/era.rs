@@ -14,8 +14,7 @@ use crate::session::rpc::Reply;
 /// The revision `server/discover` is asked at.
 pub const MODERN: &str = "2026-07-28";
 
-const MCP_METHOD: HeaderName = HeaderName::from_static("mcp-method");
-const MCP_PROTOCOL_VERSION: HeaderName = HeaderName::from_static("mcp-protocol-version");
+use crate::http1::names::{MCP_METHOD, MCP_PROTOCOL_VERSION};
 
 /// Which eras answered.
 #[derive(Debug, Clone, Default, Serialize)]

@@ -34,7 +34,7 @@ pub const DEFAULT_PROTOCOL_VERSION: &str = "2025-11-25";
 /// Most `tools/list` pages followed.
 const MAX_PAGES: u64 = 20;
 
-const MCP_PROTOCOL_VERSION: HeaderName = HeaderName::from_static("mcp-protocol-version");
+use crate::http1::names::MCP_PROTOCOL_VERSION;
 
 /// What to probe, and how.
 #[derive(Debug, Clone)]

@@ -7,6 +7,8 @@
 
 use std::net::IpAddr;
 
+use crate::http1::names;
+
 use http::header::{
     HeaderMap, HeaderName, HeaderValue, CONNECTION, PROXY_AUTHENTICATE, PROXY_AUTHORIZATION, TE,
     TRAILER, TRANSFER_ENCODING, UPGRADE,
@@ -18,8 +20,8 @@ use http::header::{
 /// built and dropped at every use.
 static HOP_BY_HOP: [HeaderName; 9] = [
     CONNECTION,
-    HeaderName::from_static("keep-alive"),
-    HeaderName::from_static("proxy-connection"),
+    names::KEEP_ALIVE,
+    names::PROXY_CONNECTION,
     PROXY_AUTHENTICATE,
     PROXY_AUTHORIZATION,
     TE,
@@ -28,9 +30,9 @@ static HOP_BY_HOP: [HeaderName; 9] = [
     UPGRADE,
 ];
 
-static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
-static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
-static X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
+static X_FORWARDED_FOR: HeaderName = names::X_FORWARDED_FOR;
+static X_FORWARDED_PROTO: HeaderName = names::X_FORWARDED_PROTO;
+static X_FORWARDED_HOST: HeaderName = names::X_FORWARDED_HOST;
 
 /// Where `name` is in [`HOP_BY_HOP`]. A match on the name's text compiles to a switch on its
 /// length and one comparison, where comparing against each entry in turn costs nine.

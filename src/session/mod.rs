@@ -33,15 +33,5 @@ pub use entry::{Origin, Plan, Session};
 pub use keys::{spawn_key_reloader, Keys};
 pub use store::{Miss, Recorded, Sessions, TokenRefusal};
 
-use http::HeaderName;
-
-// As `HeaderName`s: looked up on every request, so compared, not parsed and hashed as text.
-
-/// The session header of the Streamable HTTP transport.
-pub const MCP_SESSION_ID: HeaderName = HeaderName::from_static("mcp-session-id");
-
-/// The protocol version header clients send after initialization (2025-06-18 on).
-pub const MCP_PROTOCOL_VERSION: HeaderName = HeaderName::from_static("mcp-protocol-version");
-
-/// The SSE resumption header of a GET stream.
-pub const LAST_EVENT_ID: HeaderName = HeaderName::from_static("last-event-id");
+/// The session headers (named once, in `src/http1/names.rs`).
+pub use crate::http1::names::{LAST_EVENT_ID, MCP_PROTOCOL_VERSION, MCP_SESSION_ID};
