@@ -144,10 +144,8 @@ mod tests {
         assert!(!r.is_expected("/.well-known/oauth-protected-resource", || now));
         r.learn("/.well-known/oauth-protected-resource", || now);
         assert!(r.is_expected("/.well-known/oauth-protected-resource", || now));
-        assert!(
-            !r.is_expected("/.well-known/oauth-protected-resource", || now
-                + Duration::from_secs(61))
-        );
+        let past_ttl = now + Duration::from_secs(61);
+        assert!(!r.is_expected("/.well-known/oauth-protected-resource", || past_ttl));
         let off = ExpectedRoutes::new(vec!["/mcp".into()], false, Duration::from_secs(60));
         off.learn("/other", || now);
         assert!(!off.is_expected("/other", || now));
@@ -209,10 +207,8 @@ mod tests {
         }
         assert_eq!(r.learned.lock().unwrap().len(), MAX_LEARNED_PATHS);
         // The oldest went first; the newest stayed.
-        assert!(!r.is_expected("/p0", || now + Duration::from_secs(1)));
-        assert!(
-            r.is_expected(&format!("/p{}", MAX_LEARNED_PATHS + 9), || now
-                + Duration::from_secs(1))
-        );
+        let later = now + Duration::from_secs(1);
+        assert!(!r.is_expected("/p0", || later));
+        assert!(r.is_expected(&format!("/p{}", MAX_LEARNED_PATHS + 9), || later));
     }
 }

@@ -27,19 +27,15 @@ pub enum Framing {
 /// `METHOD target HTTP/1.1`, the header lines and the blank line, in one buffer: the lines
 /// of `headers` and then the `added` ones, each of which replaces the lines of its name. So a
 /// head is written from a map it does not own (a request kept for a replay) with lines of its
-/// own, and the map is neither copied nor changed. Most requests add nothing: their lines are
-/// written without a comparison each.
+/// own, and the map is neither copied nor changed; an `added` slot left `None` adds nothing.
+/// Most requests add nothing: their lines are written without a comparison each.
 pub fn request_head(
     method: &Method,
     target: &str,
     headers: &HeaderMap,
-    added: &[(HeaderName, HeaderValue)],
+    added: &[Option<(HeaderName, HeaderValue)>],
 ) -> Vec<u8> {
-    fn pairs(
-        added: &[(HeaderName, HeaderValue)],
-    ) -> impl Iterator<Item = (&HeaderName, &HeaderValue)> + '_ {
-        added.iter().map(|(n, v)| (n, v))
-    }
+    let pairs = || added.iter().flatten().map(|(n, v)| (n, v));
     // Room for every line of both: an added line that replaces one makes it a few bytes more
     // than needed, never a second allocation.
     let mut out = super::maps::head_buffer(
@@ -47,18 +43,18 @@ pub fn request_head(
             + target.len()
             + 13
             + fields_len(headers.iter())
-            + fields_len(pairs(added)),
+            + fields_len(pairs()),
     );
     out.extend_from_slice(method.as_str().as_bytes());
     out.push(b' ');
     out.extend_from_slice(target.as_bytes());
     out.extend_from_slice(b" HTTP/1.1\r\n");
-    if added.is_empty() {
+    if added.iter().all(Option::is_none) {
         write_lines(&mut out, headers.iter());
     } else {
-        let replaced = |name: &HeaderName| added.iter().any(|(a, _)| a == name);
+        let replaced = |name: &HeaderName| pairs().any(|(a, _)| a == name);
         write_lines(&mut out, headers.iter().filter(|(n, _)| !replaced(n)));
-        write_lines(&mut out, pairs(added));
+        write_lines(&mut out, pairs());
     }
     out.extend_from_slice(b"\r\n");
     out
@@ -547,8 +543,9 @@ mod tests {
         h.insert("x-a", "1".parse().unwrap());
         let kept = h.clone();
         let added = [
-            (http::header::CONTENT_LENGTH, HeaderValue::from_static("2")),
-            (http::header::HOST, HeaderValue::from_static("up")),
+            Some((http::header::CONTENT_LENGTH, HeaderValue::from_static("2"))),
+            None,
+            Some((http::header::HOST, HeaderValue::from_static("up"))),
         ];
         assert_eq!(
             String::from_utf8(request_head(&Method::POST, "/", &h, &added)).unwrap(),

@@ -198,13 +198,6 @@ fn decimal(digits: &[u8]) -> Option<u64> {
     })
 }
 
-/// Whether a message of `version` with `headers` leaves its connection open (the tests' reading
-/// of a whole map; the codec reads the lines it has at hand).
-#[cfg(test)]
-fn keeps_alive(version: Version, headers: &HeaderMap) -> bool {
-    connection_keeps_alive(version, headers.get_all(CONNECTION))
-}
-
 /// Whether a message of `version` whose `Connection` lines are `lines` leaves its connection
 /// open.
 pub fn connection_keeps_alive<'a>(
@@ -226,8 +219,14 @@ mod tests {
     fn lengths_and_options_are_read_from_the_map_as_bytes() {
         let mut headers = HeaderMap::new();
         headers.append(CONNECTION, HeaderValue::from_static("Keep-Alive "));
-        assert!(keeps_alive(Version::HTTP_10, &headers));
-        assert!(keeps_alive(Version::HTTP_11, &headers));
+        assert!(connection_keeps_alive(
+            Version::HTTP_10,
+            headers.get_all(CONNECTION)
+        ));
+        assert!(connection_keeps_alive(
+            Version::HTTP_11,
+            headers.get_all(CONNECTION)
+        ));
         assert_eq!(content_length(&mut headers).unwrap(), None, "no line");
         headers.append(CONTENT_LENGTH, HeaderValue::from_static("7"));
         assert_eq!(Length::of(&headers).value().unwrap(), Some((7, true)));
@@ -262,6 +261,9 @@ mod tests {
             assert!(content_length(&mut h).is_err(), "{bad:?}");
         }
         headers.insert(CONNECTION, HeaderValue::from_static("upgrade,CLOSE"));
-        assert!(!keeps_alive(Version::HTTP_11, &headers));
+        assert!(!connection_keeps_alive(
+            Version::HTTP_11,
+            headers.get_all(CONNECTION)
+        ));
     }
 }

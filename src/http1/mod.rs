@@ -14,7 +14,8 @@
 //! - [`encode`]: heads written out, and a body sent with its framing ([`encode::BodyWriter`]).
 //! - [`head`]: heads parsed, and the framing of the body that follows decided.
 //! - [`fields`]: a head's fields copied into a header map, and the framing ones read.
-//! - [`maps`]: header maps used again, per thread, instead of made and freed per head.
+//! - [`maps`]: header maps and head buffers used again, per thread, instead of made and freed
+//!   per head.
 //! - [`names`]: a field's name as a `HeaderName`, the common ones found without a parse.
 //! - [`read`]: reading into a buffer allocated only once the socket is readable.
 //! - [`conn`]: a client connection shared by its driver and the request body being read.

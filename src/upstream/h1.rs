@@ -19,7 +19,7 @@ use std::task::{Context, Poll};
 
 use bytes::{Bytes, BytesMut};
 use http::header::{CONTENT_LENGTH, HOST, TRANSFER_ENCODING};
-use http::{HeaderName, HeaderValue, Method};
+use http::{HeaderValue, Method};
 use http_body::{Frame, SizeHint};
 use tokio::net::TcpStream;
 
@@ -128,21 +128,8 @@ impl Outgoing {
                 ),
             },
         };
-        // The lines the wire head needs beyond the map's (usually none), as a slice on the stack.
-        let (both, one);
-        let added: &[(HeaderName, HeaderValue)] = match (host, line) {
-            (Some(host), Some(line)) => {
-                both = [host, line];
-                &both
-            }
-            (Some(only), None) | (None, Some(only)) => {
-                one = [only];
-                &one
-            }
-            (None, None) => &[],
-        };
         let target = head.uri.path_and_query().map_or("/", |pq| pq.as_str());
-        let wire = encode::request_head(head.method, target, headers, added);
+        let wire = encode::request_head(head.method, target, headers, &[host, line]);
         Ok(Outgoing {
             writer: BodyWriter::new(wire, framing, body),
             method: head.method.clone(),
