@@ -5,6 +5,7 @@ mod cli;
 mod config;
 mod demo;
 mod deploy_container;
+mod deploy_image;
 mod deploy_nginx;
 mod deploy_observability;
 mod deploy_pause;
