@@ -8,10 +8,21 @@
 #
 # usage: benches/alternate.sh ROUNDS SECONDS CONNS BINARY_A BINARY_B
 # (a binary may be a script that sets the environment and execs holdfast)
+# TLS=1: the clients speak TLS 1.3 to each proxy (an ECDSA P-256 certificate made for the run,
+# HAProxy without tickets, holdfast without resumption; kept alive, so no handshake is counted).
 set -u
 rounds=$1; secs=$2; conns=$3; A=$4; B=$5
 post=$(cd "$(dirname "$0")" && pwd)/peers/post.lua
 d=$(mktemp -d); mkdir -p "$d/logs"; pids=()
+scheme=http; hap_tls=""; hf_tls=()
+if [ "${TLS:-0}" = 1 ]; then
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 -subj /CN=127.0.0.1 \
+    -addext subjectAltName=IP:127.0.0.1 -keyout "$d/key.pem" -out "$d/cert.pem" 2>/dev/null
+  cat "$d/cert.pem" "$d/key.pem" > "$d/both.pem"
+  scheme=https; hap_tls=" ssl crt $d/both.pem ssl-min-ver TLSv1.3 no-tls-tickets"
+  hf_tls=(--tls-cert "$d/cert.pem" --tls-key "$d/key.pem")
+  export HOLDFAST_TLS__SESSION_RESUMPTION=false
+fi
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; wait 2>/dev/null; rm -rf "$d"; }
 trap cleanup EXIT
 BACK=19111; HAP=19113; HA=19114; HB=19116
@@ -23,11 +34,11 @@ http { access_log off; client_body_temp_path $d; proxy_temp_path $d; fastcgi_tem
   server { listen 127.0.0.1:$BACK; client_body_buffer_size 64k;
     location / { default_type application/json; return 200 '{"jsonrpc":"2.0","id":7,"result":{"content":[{"type":"text","text":"ok"}]}}'; } } }
 CONF
-printf 'global\n  maxconn 8192\n  nbthread 1\ndefaults\n  mode http\n  timeout connect 1s\n  timeout client 30s\n  timeout server 30s\n  http-reuse always\nfrontend fe\n  bind 127.0.0.1:%s\n  default_backend be\nbackend be\n  server s1 127.0.0.1:%s\n' $HAP $BACK > "$d/hap.cfg"
+printf 'global\n  maxconn 8192\n  nbthread 1\ndefaults\n  mode http\n  timeout connect 1s\n  timeout client 30s\n  timeout server 30s\n  http-reuse always\nfrontend fe\n  bind 127.0.0.1:%s%s\n  default_backend be\nbackend be\n  server s1 127.0.0.1:%s\n' $HAP "$hap_tls" $BACK > "$d/hap.cfg"
 taskset -c 0 nginx -p "$d" -c "$d/back.conf" & pids+=($!)
 taskset -c 1 haproxy -f "$d/hap.cfg" & pids+=($!); hp=$!
-taskset -c 1 "$A" --listen 127.0.0.1:$HA --upstream http://127.0.0.1:$BACK --admin 127.0.0.1:$((HA + 100)) >"$d/logs/a.log" 2>&1 & pids+=($!); ap=$!
-taskset -c 1 "$B" --listen 127.0.0.1:$HB --upstream http://127.0.0.1:$BACK --admin 127.0.0.1:$((HB + 100)) >"$d/logs/b.log" 2>&1 & pids+=($!); bp=$!
+taskset -c 1 "$A" --listen 127.0.0.1:$HA --upstream http://127.0.0.1:$BACK --admin 127.0.0.1:$((HA + 100)) "${hf_tls[@]}" >"$d/logs/a.log" 2>&1 & pids+=($!); ap=$!
+taskset -c 1 "$B" --listen 127.0.0.1:$HB --upstream http://127.0.0.1:$BACK --admin 127.0.0.1:$((HB + 100)) "${hf_tls[@]}" >"$d/logs/b.log" 2>&1 & pids+=($!); bp=$!
 # user and system ticks of a process and its children
 ticks() { local u=0 s=0 p uu ss; for p in $1 $(pgrep -P "$1"); do read -r uu ss < <(awk '{print $14, $15}' "/proc/$p/stat"); u=$((u + uu)); s=$((s + ss)); done; echo $u $s; }
 # TCP segments sent on this machine so far (every hop is on loopback: per request, the same for
@@ -37,9 +48,9 @@ hz=$(getconf CLK_TCK); sleep 1
 for r in $(seq "$rounds"); do
   for t in haproxy:$HAP:$hp a:$HA:$ap b:$HB:$bp; do
     IFS=: read -r name port pid <<< "$t"
-    taskset -c 0 wrk -t1 -c"$conns" -d1s -s "$post" "http://127.0.0.1:$port/mcp" >/dev/null 2>&1
+    taskset -c 0 wrk -t1 -c"$conns" -d1s -s "$post" "$scheme://127.0.0.1:$port/mcp" >/dev/null 2>&1
     read -r u0 s0 < <(ticks "$pid"); g0=$(segs)
-    out=$(taskset -c 0 wrk -t1 -c"$conns" -d"${secs}s" --latency -s "$post" "http://127.0.0.1:$port/mcp" 2>&1)
+    out=$(taskset -c 0 wrk -t1 -c"$conns" -d"${secs}s" --latency -s "$post" "$scheme://127.0.0.1:$port/mcp" 2>&1)
     read -r u1 s1 < <(ticks "$pid"); g1=$(segs)
     reqs=$(echo "$out" | awk '/requests in/ {print $1}')
     rps=$(echo "$out" | awk '/Requests\/sec/ {print $2}')

@@ -21,6 +21,7 @@ use tokio_rustls::server::TlsStream;
 
 use super::decode::{Decoded, Decoder};
 use super::read::{poll_read_buf, release, Readable};
+use super::socket::Socket;
 use super::Error;
 
 /// A client connection: plain, or TLS (boxed: a TLS session is large).
@@ -28,7 +29,7 @@ pub enum Io {
     /// Plain TCP.
     Tcp(TcpStream),
     /// TLS over TCP.
-    Tls(Box<TlsStream<TcpStream>>),
+    Tls(Box<TlsStream<Socket>>),
 }
 
 impl Io {
@@ -36,7 +37,7 @@ impl Io {
     pub fn tcp(&self) -> &TcpStream {
         match self {
             Io::Tcp(tcp) => tcp,
-            Io::Tls(tls) => tls.get_ref().0,
+            Io::Tls(tls) => tls.get_ref().0.tcp(),
         }
     }
 }

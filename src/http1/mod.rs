@@ -18,6 +18,7 @@
 //!   per head.
 //! - [`names`]: a field's name as a `HeaderName`, the common ones found without a parse.
 //! - [`read`]: reading into a buffer allocated only once the socket is readable.
+//! - [`socket`]: the TCP socket under a client's TLS session, its writes made plain ones.
 //! - [`conn`]: a client connection shared by its driver and the request body being read.
 
 pub mod conn;
@@ -29,6 +30,7 @@ pub mod head;
 pub mod maps;
 pub mod names;
 pub mod read;
+pub mod socket;
 
 use std::io;
 

@@ -23,6 +23,7 @@ use tokio_rustls::server::TlsStream;
 use super::h1::{self, Limits};
 use super::idle::{Registered, Tracked};
 use crate::http1::conn::Io;
+use crate::http1::socket::Socket;
 use crate::proxy::Proxy;
 use crate::replay::ClientBody;
 
@@ -51,7 +52,7 @@ impl Served {
     /// none, by its first bytes as a plain one.
     pub async fn tls(
         self,
-        stream: TlsStream<TcpStream>,
+        stream: TlsStream<Socket>,
         peer: SocketAddr,
         registered: Arc<Registered>,
     ) {

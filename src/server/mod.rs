@@ -26,6 +26,7 @@ use tokio_rustls::TlsAcceptor;
 use crate::admin;
 use crate::admin::Readiness;
 use crate::config::{Config, UpstreamVerify};
+use crate::http1::socket::Socket;
 use crate::listener;
 pub use crate::listener::bind;
 use crate::metrics::{HandshakeFailure, Metrics, TlsMetrics};
@@ -228,10 +229,10 @@ struct ListenerTls {
 impl ListenerTls {
     /// The TLS stream, or `None` when the handshake failed (counted and logged at debug: port
     /// scanners and TCP health checks fail handshakes all day).
-    async fn handshake(&self, stream: TcpStream, peer: SocketAddr) -> Option<TlsStream<TcpStream>> {
+    async fn handshake(&self, stream: TcpStream, peer: SocketAddr) -> Option<TlsStream<Socket>> {
         let reason = match tokio::time::timeout(
             self.handshake_timeout,
-            self.acceptor.accept(stream),
+            self.acceptor.accept(Socket::new(stream)),
         )
         .await
         {
