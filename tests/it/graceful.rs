@@ -105,10 +105,27 @@ fn check(calls: &[Call], ledger: &[Ran], trace: &str) {
                 } else {
                     // Sent again after the stream that dropped its answer: it may have run in
                     // the process that was going away too, once, and held until that one was
-                    // gone, never sent into it again.
-                    let pids: std::collections::BTreeSet<u32> = ran.iter().map(|r| r.pid).collect();
+                    // gone, never sent into it again. Or its connection broke (uvicorn closing
+                    // the kept-alive connection it came on, seen once in CI): a call safe to run
+                    // twice goes again at once, as after any reset, and the dying listener may
+                    // still take it; a second break holds it for the new process. So at most
+                    // twice in the process going away, once in the new one.
+                    let newest = ran
+                        .iter()
+                        .max_by(|a, b| a.at.total_cmp(&b.at))
+                        .map(|r| r.pid);
+                    let in_newest = ran.iter().filter(|r| Some(r.pid) == newest).count();
+                    let older: std::collections::BTreeSet<u32> = ran
+                        .iter()
+                        .map(|r| r.pid)
+                        .filter(|pid| Some(*pid) != newest)
+                        .collect();
+                    let (in_older, alone) = (ran.len() - in_newest, older.is_empty());
                     assert!(
-                        (1..=2).contains(&ran.len()) && pids.len() == ran.len(),
+                        !ran.is_empty()
+                            && older.len() <= 1
+                            && in_older <= 2
+                            && (in_newest == 1 || (alone && in_newest == 2)),
                         "{call:?} ran {} times: {ran:?}",
                         ran.len()
                     );
