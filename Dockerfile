@@ -34,7 +34,8 @@ COPY . .
 # dynamic); `uname -m` makes it x86_64 or aarch64, whichever platform is being built.
 # `-Cprofile-use`: a profile-guided build, from pgo/holdfast.profdata (made by benches/pgo.sh with
 # this RUST_VERSION on x86_64; about 0.9 x the CPU per request of a build without it). On aarch64
-# the functions whose code differs by architecture find no counts and are built as without it.
+# the functions whose code differs by architecture find no counts and are built as without it
+# (the build prints a `hash mismatch` warning for each).
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
     RUSTFLAGS="-C target-feature=+crt-static -Cprofile-use=$PWD/pgo/holdfast.profdata" cargo build --release --locked --target "$(uname -m)-unknown-linux-gnu" \

@@ -5,10 +5,11 @@
 #   benches/pgo.sh [SECONDS]
 #
 # Run it after a change to the request path, and after a new Rust version (the profile belongs
-# to one LLVM: pgo/made-with records which rustc made it, and tests/it/deploy_container.rs fails
-# when the toolchain or the Dockerfile's RUST_VERSION is another one). A profile older than the
+# to one LLVM: pgo/made-with records which rustc made it, and tests/it/deploy_image.rs fails
+# when the Dockerfile's RUST_VERSION is another one). A profile older than the
 # code is not wrong, only weaker: a function whose control flow changed since loses its counts
-# and is optimised as without a profile.
+# and is optimised as without a profile; the build warns for each (`function control flow change
+# detected (hash mismatch)`), which is the sign to run this again.
 #
 # Training: benches/side-by-side.sh with the instrumented holdfast in its `plain`, `tls` and
 # (with h2load) `h2c` modes for SECONDS each (default 8), a few hundred SSE streams, then
