@@ -402,22 +402,25 @@ const GATHERED: usize = 4096;
 
 thread_local! {
     /// The buffer parts are gathered in, one per thread (it is filled and written in one call).
-    static GATHER: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    static GATHER: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
 }
 
-/// Writes `parts` as one buffer.
+/// Writes `parts` as one buffer. The thread's buffer is taken out while it is written, not
+/// borrowed: a write may gather again inside (a TLS session's gathered plaintext sealed and
+/// written to its socket's gathering write), and that one then fills a buffer of its own.
 fn poll_write_gathered<W: AsyncWrite + Unpin>(
     cx: &mut Context<'_>,
     io: &mut W,
     parts: &[IoSlice<'_>],
 ) -> Poll<io::Result<usize>> {
-    GATHER.with_borrow_mut(|buf| {
-        buf.clear();
-        for part in parts {
-            buf.extend_from_slice(part);
-        }
-        Pin::new(io).poll_write(cx, buf)
-    })
+    let mut buf = GATHER.take();
+    buf.clear();
+    for part in parts {
+        buf.extend_from_slice(part);
+    }
+    let written = Pin::new(io).poll_write(cx, &buf);
+    GATHER.set(buf);
+    written
 }
 
 #[cfg(test)]

@@ -72,7 +72,9 @@ impl AsyncWrite for Socket {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::http1::encode::poll_write_parts;
     use std::io::IoSlice;
+    use std::sync::Arc;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     /// Vectored writes arrive whole and in order, gathered (small) or passed on (large), with
@@ -113,5 +115,87 @@ mod tests {
         let mut got = Vec::new();
         peer.read_to_end(&mut got).await.unwrap();
         assert_eq!(got, sent);
+    }
+
+    /// Client and server configs for a self-signed `localhost`.
+    fn tls_configs() -> (Arc<rustls::ServerConfig>, Arc<rustls::ClientConfig>) {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec!["localhost".into()])
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let der = rustls_pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into());
+        let server = rustls::ServerConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(vec![cert.der().clone()], der)
+            .unwrap();
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(cert.der().clone()).unwrap();
+        let client = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        (Arc::new(server), Arc::new(client))
+    }
+
+    /// A TLS client that stops reading (a slow SSE reader): small gathered messages fill the
+    /// socket, the session queues sealed records, and the next write hands the socket several
+    /// records at once, which it gathers inside the outer gathered write. Every message arrives
+    /// once the client reads again.
+    #[tokio::test]
+    async fn a_tls_session_queueing_records_behind_a_slow_reader_loses_nothing() {
+        let (server_config, client_config) = tls_configs();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (blocked_tx, blocked_rx) = tokio::sync::oneshot::channel::<()>();
+        const EVENTS: usize = 20_000;
+        let server = tokio::spawn(async move {
+            let (tcp, _) = listener.accept().await.unwrap();
+            let acceptor = tokio_rustls::TlsAcceptor::from(server_config);
+            let mut tls = acceptor.accept(Socket::new(tcp)).await.unwrap();
+            let mut blocked = Some(blocked_tx);
+            for n in 0..EVENTS {
+                let event = format!("data: {n}\n\n");
+                let mut parts = [IoSlice::new(b"event: e\n"), IoSlice::new(event.as_bytes())];
+                let mut parts = &mut parts[..];
+                while !parts.is_empty() {
+                    let written = std::future::poll_fn(|cx| {
+                        let poll = poll_write_parts(cx, &mut tls, parts);
+                        if poll.is_pending() {
+                            // The socket is full: the client may read now.
+                            if let Some(tx) = blocked.take() {
+                                let _ = tx.send(());
+                            }
+                        }
+                        poll
+                    })
+                    .await
+                    .unwrap();
+                    IoSlice::advance_slices(&mut parts, written);
+                }
+            }
+            tls.shutdown().await.unwrap();
+        });
+        let tcp = TcpStream::connect(addr).await.unwrap();
+        let connector = tokio_rustls::TlsConnector::from(client_config);
+        let name = rustls_pki_types::ServerName::try_from("localhost").unwrap();
+        let mut client = connector.connect(name, tcp).await.unwrap();
+        blocked_rx.await.expect("the server's writes never waited");
+        let mut got = Vec::new();
+        client.read_to_end(&mut got).await.unwrap();
+        server.await.unwrap();
+        let want: String = (0..EVENTS)
+            .map(|n| format!("event: e\ndata: {n}\n\n"))
+            .collect();
+        assert!(
+            got == want.as_bytes(),
+            "{} bytes of {}",
+            got.len(),
+            want.len()
+        );
     }
 }

@@ -122,6 +122,54 @@ async fn a_small_message_is_written_in_one_plain_write_a_large_one_vectored() {
     assert_eq!(sink.calls, [1, 1], "the head, then the body");
 }
 
+/// A writer that gathers again inside its own write, as a TLS session does when it seals the
+/// gathered plaintext and writes the records to its socket (`http1::socket::Socket`): it
+/// passes each write on to `inner` as two parts.
+struct Sealing {
+    inner: Trickle,
+}
+
+impl AsyncWrite for Sealing {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let (a, b) = buf.split_at(buf.len() / 2);
+        poll_write_parts(cx, &mut self.inner, &[IoSlice::new(a), IoSlice::new(b)])
+    }
+    fn is_write_vectored(&self) -> bool {
+        true
+    }
+    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+    fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+}
+
+/// A gathered write whose writer gathers again inside it gets a buffer of its own (the thread's
+/// one is in use): the bytes arrive whole, each layer having written once.
+#[tokio::test]
+async fn a_gathering_write_inside_a_gathered_one_has_its_own_buffer() {
+    let head = b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\n".to_vec();
+    let mut w = BodyWriter::new(
+        head.clone(),
+        Framing::Length(5),
+        Full::new(Bytes::from("hello")),
+    );
+    let mut sink = Sealing {
+        inner: Trickle::new(usize::MAX, true),
+    };
+    let mut count = 0;
+    std::future::poll_fn(|cx| w.poll_write(cx, &mut sink, &mut count))
+        .await
+        .unwrap();
+    assert_eq!(sink.inner.out, [&head[..], b"hello"].concat());
+    assert_eq!(sink.inner.calls, [1], "the inner write gathered too");
+}
+
 /// A body of the given data frames, each ready at once.
 struct Frames(std::collections::VecDeque<&'static str>);
 
