@@ -19,6 +19,7 @@ use super::encode::poll_write_parts;
 pub struct Socket(TcpStream);
 
 impl Socket {
+    /// A freshly accepted client socket, before its TLS handshake.
     pub fn new(tcp: TcpStream) -> Self {
         Socket(tcp)
     }

@@ -109,9 +109,14 @@ async fn a_small_message_is_written_in_one_plain_write_a_large_one_vectored() {
     assert_eq!(sink.calls, [1], "one plain write");
 
     let big = Bytes::from(vec![b'y'; GATHERED]);
-    let w = BodyWriter::new(head.clone(), Framing::Length(4096), Full::new(big.clone()));
+    let big_head = format!("POST /mcp HTTP/1.1\r\ncontent-length: {GATHERED}\r\n\r\n").into_bytes();
+    let w = BodyWriter::new(
+        big_head.clone(),
+        Framing::Length(GATHERED as u64),
+        Full::new(big.clone()),
+    );
     let sink = written_to(w, Trickle::new(usize::MAX, true)).await.unwrap();
-    assert_eq!(sink.out, [&head[..], &big[..]].concat());
+    assert_eq!(sink.out, [&big_head[..], &big[..]].concat());
     assert_eq!(sink.calls, [2], "one write of head and body");
 
     let w = BodyWriter::new(head.clone(), Framing::Length(1024), Full::new(body));
