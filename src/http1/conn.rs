@@ -20,7 +20,6 @@ use tokio::net::TcpStream;
 use tokio_rustls::server::TlsStream;
 
 use super::decode::{Decoded, Decoder};
-use super::encode::poll_write_parts;
 use super::read::{poll_read_buf, release, Readable};
 use super::socket::Socket;
 use super::Error;
@@ -28,7 +27,7 @@ use super::Error;
 /// A client connection: plain, or TLS (boxed: a TLS session is large).
 pub enum Io {
     /// Plain TCP.
-    Tcp(TcpStream),
+    Tcp(Socket),
     /// TLS over TCP.
     Tls(Box<TlsStream<Socket>>),
 }
@@ -37,7 +36,7 @@ impl Io {
     /// The TCP socket under it.
     pub fn tcp(&self) -> &TcpStream {
         match self {
-            Io::Tcp(tcp) => tcp,
+            Io::Tcp(socket) => socket.tcp(),
             Io::Tls(tls) => tls.get_ref().0.tcp(),
         }
     }
@@ -74,9 +73,7 @@ impl AsyncWrite for Io {
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         match self.get_mut() {
-            // HTTP/2's frames come here as vectored writes too: a few small ones leave with one
-            // `send`, as holdfast's own HTTP/1 writes do.
-            Io::Tcp(io) => poll_write_parts(cx, io, bufs),
+            Io::Tcp(io) => Pin::new(io).poll_write_vectored(cx, bufs),
             Io::Tls(io) => Pin::new(io.as_mut()).poll_write_vectored(cx, bufs),
         }
     }
@@ -108,7 +105,7 @@ impl super::read::sealed::Sealed for Io {}
 impl Readable for Io {
     fn poll_readable(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self {
-            Io::Tcp(tcp) => tcp.poll_read_ready(cx),
+            Io::Tcp(socket) => socket.poll_readable(cx),
             // Bytes may wait decrypted inside the TLS session while the socket is quiet: read.
             Io::Tls(_) => Poll::Ready(Ok(())),
         }

@@ -333,15 +333,16 @@ where
             &self.data,
             &self.tail,
         ];
-        // Only the parts with bytes: the kernel need not walk empty ones (a length-framed body
-        // has no size line and no tail).
+        // Only the parts with bytes (a length-framed body has no size line and no tail), in one
+        // write: how to write them is the connection's to decide (a socket copies a few small
+        // ones into one `send`, `http1::socket`; a TLS session seals them into one record).
         let mut slices = [IoSlice::new(&[]); 4];
         let mut count = 0;
         for part in parts.into_iter().filter(|p| !p.is_empty()) {
             slices[count] = IoSlice::new(part);
             count += 1;
         }
-        let n = ready!(poll_write_parts(cx, io, &slices[..count]))?;
+        let n = ready!(Pin::new(&mut *io).poll_write_vectored(cx, &slices[..count]))?;
         if n == 0 {
             return Poll::Ready(Err(Error::Io(io::ErrorKind::WriteZero.into())));
         }
@@ -368,59 +369,6 @@ where
         let tail = self.tail.len().min(n);
         bytes::Buf::advance(&mut self.tail, tail);
     }
-}
-
-/// Writes what it can of `parts`, in order, the way that costs least: one part with a plain
-/// write; a few small ones (at most [`GATHERED`] bytes in all, a head with a JSON-RPC body, a
-/// TLS record or two) copied into one buffer and written with a plain write; larger ones in one
-/// vectored write. On a socket a vectored write is a `writev`, which goes through the kernel's
-/// file layer (the iovec array copied in and checked, `vfs_writev`, `sock_write_iter`) where a
-/// plain write is a `send`, and the copy costs less than that layer. Measured
-/// (`benches/alternate.sh`, 14 rounds, a 1 KiB POST): 0.93 x the system time and 0.94 x the CPU
-/// per proxied request. `Ok(0)` if every part is empty.
-pub(crate) fn poll_write_parts<W: AsyncWrite + Unpin>(
-    cx: &mut Context<'_>,
-    io: &mut W,
-    parts: &[IoSlice<'_>],
-) -> Poll<io::Result<usize>> {
-    let mut filled = parts.iter().filter(|p| !p.is_empty());
-    let Some(first) = filled.next() else {
-        return Poll::Ready(Ok(0));
-    };
-    if filled.next().is_none() || !io.is_write_vectored() {
-        return Pin::new(io).poll_write(cx, first);
-    }
-    if parts.iter().map(|p| p.len()).sum::<usize>() <= GATHERED {
-        poll_write_gathered(cx, io, parts)
-    } else {
-        Pin::new(io).poll_write_vectored(cx, parts)
-    }
-}
-
-/// The most bytes of several parts [`poll_write_parts`] copies to write them as one.
-const GATHERED: usize = 4096;
-
-thread_local! {
-    /// The buffer parts are gathered in, one per thread (it is filled and written in one call).
-    static GATHER: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
-}
-
-/// Writes `parts` as one buffer. The thread's buffer is taken out while it is written, not
-/// borrowed: a write may gather again inside (a TLS session's gathered plaintext sealed and
-/// written to its socket's gathering write), and that one then fills a buffer of its own.
-fn poll_write_gathered<W: AsyncWrite + Unpin>(
-    cx: &mut Context<'_>,
-    io: &mut W,
-    parts: &[IoSlice<'_>],
-) -> Poll<io::Result<usize>> {
-    let mut buf = GATHER.take();
-    buf.clear();
-    for part in parts {
-        buf.extend_from_slice(part);
-    }
-    let written = Pin::new(io).poll_write(cx, &buf);
-    GATHER.set(buf);
-    written
 }
 
 #[cfg(test)]

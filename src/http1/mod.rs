@@ -18,7 +18,7 @@
 //!   per head.
 //! - [`names`]: a field's name as a `HeaderName`, the common ones found without a parse.
 //! - [`read`]: reading into a buffer allocated only once the socket is readable.
-//! - [`socket`]: the TCP socket under a client's TLS session, its writes made plain ones.
+//! - [`socket`]: every TCP socket holdfast writes to, a few small parts sent as one plain write.
 //! - [`conn`]: a client connection shared by its driver and the request body being read.
 
 pub mod conn;

@@ -45,7 +45,8 @@ impl Served {
     /// sends nothing within `limits.header_read_timeout_secs` (or is closed to make room, or
     /// meets a drain first) is closed.
     pub async fn plain(self, stream: TcpStream, peer: SocketAddr, registered: Arc<Registered>) {
-        self.h1_or_h2(Io::Tcp(stream), true, peer, registered).await
+        self.h1_or_h2(Io::Tcp(Socket::new(stream)), true, peer, registered)
+            .await
     }
 
     /// Serves a TLS connection by the protocol its client picked by ALPN, or, when it picked

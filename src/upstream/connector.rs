@@ -33,6 +33,8 @@ use rustls::pki_types::ServerName;
 use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
 
+use crate::http1::socket::Socket;
+
 /// Why a connection to the upstream could not be made.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ConnectErrorKind {
@@ -203,9 +205,10 @@ impl tower_service::Service<Uri> for UpstreamConnector {
         Box::pin(async move {
             let (host, port) = host_and_port(&uri)?;
             within(timeout, async move {
-                let tcp = connect(&resolver, &host, port).await?;
+                // Written through `Socket`, as every socket holdfast writes to is.
+                let socket = Socket::new(connect(&resolver, &host, port).await?);
                 let Some(tls) = tls else {
-                    return Ok(UpstreamIo::Plain(TokioIo::new(tcp)));
+                    return Ok(UpstreamIo::Plain(TokioIo::new(socket)));
                 };
                 // SNI and certificate verification use the upstream URL's host, never anything a
                 // client sent (the Host header is the client's to choose).
@@ -216,7 +219,7 @@ impl tower_service::Service<Uri> for UpstreamConnector {
                     )
                 })?;
                 let stream = tls
-                    .connect(name, tcp)
+                    .connect(name, socket)
                     .await
                     .map_err(ConnectError::from_handshake)?;
                 Ok(UpstreamIo::Tls(Box::new(TokioIo::new(stream))))
@@ -266,9 +269,9 @@ impl ConnectError {
 #[derive(Debug)]
 pub enum UpstreamIo {
     /// `http://`.
-    Plain(TokioIo<TcpStream>),
+    Plain(TokioIo<Socket>),
     /// `https://` (boxed: a TLS session is large and the plain variant is common).
-    Tls(Box<TokioIo<TlsStream<TcpStream>>>),
+    Tls(Box<TokioIo<TlsStream<Socket>>>),
 }
 
 impl Connection for UpstreamIo {

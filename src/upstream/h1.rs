@@ -31,6 +31,7 @@ use crate::http1::encode::{self, BodyWriter, Framing};
 use crate::http1::fields;
 use crate::http1::head::{self, ResponseHead};
 use crate::http1::read::{poll_read_buf, release};
+use crate::http1::socket::Socket;
 use crate::http1::Error;
 use crate::replay::ReplayBody;
 
@@ -43,7 +44,7 @@ const MAX_READ_SIZE: usize = 64 * 1024;
 /// A plain TCP connection to the upstream.
 #[derive(Debug)]
 pub struct Conn {
-    tcp: TcpStream,
+    socket: Socket,
     /// Bytes written since it connected.
     written: u64,
     /// `tcpi_bytes_acked` right after connecting: the handshake's SYN counts there too.
@@ -55,7 +56,7 @@ impl Conn {
     pub fn new(tcp: TcpStream) -> Self {
         let acked_at_connect = tcp::bytes_acked(&tcp).unwrap_or(0);
         Conn {
-            tcp,
+            socket: Socket::new(tcp),
             written: 0,
             acked_at_connect,
         }
@@ -63,20 +64,20 @@ impl Conn {
 
     /// What the kernel says about this idle connection (see [`tcp::check`]).
     pub fn check(&self) -> Liveness {
-        tcp::check(&self.tcp)
+        tcp::check(self.socket.tcp())
     }
 
     /// Whether the upstream's TCP acknowledged any byte written after `mark`; `None` when the
     /// kernel cannot tell.
     pub fn acknowledged_since(&self, mark: u64) -> Option<bool> {
-        let acked = tcp::bytes_acked(&self.tcp).ok()?;
+        let acked = tcp::bytes_acked(self.socket.tcp()).ok()?;
         tcp::acknowledged(self.acked_at_connect, acked, mark)
     }
 }
 
 impl Reusable for Conn {
     fn check(&self, idle: std::time::Duration) -> Liveness {
-        tcp::check_idle(&self.tcp, idle)
+        tcp::check_idle(self.socket.tcp(), idle)
     }
 }
 
@@ -179,7 +180,7 @@ pub fn send(
         let head = std::future::poll_fn(|cx| {
             let Outgoing { writer, method } = &mut *out;
             if writing {
-                match writer.poll_write(cx, &mut conn.tcp, &mut conn.written) {
+                match writer.poll_write(cx, &mut conn.socket, &mut conn.written) {
                     Poll::Ready(Ok(())) => writing = false,
                     Poll::Ready(Err(e @ Error::Body(_))) => return Poll::Ready(Err(e)),
                     Poll::Ready(Err(e)) if writer.untouched() => return Poll::Ready(Err(e)),
@@ -190,7 +191,7 @@ pub fn send(
                     Poll::Pending => {}
                 }
             }
-            poll_head(cx, &mut conn.tcp, &mut buf, limits, method)
+            poll_head(cx, &mut conn.socket, &mut buf, limits, method)
         })
         .await;
         match head {
@@ -229,7 +230,7 @@ fn unacknowledged(error: &Error, conn: &Conn, mark: u64) -> bool {
 /// past: holdfast passes neither; a 101 is returned, for the proxy to refuse).
 fn poll_head(
     cx: &mut Context<'_>,
-    tcp: &mut TcpStream,
+    socket: &mut Socket,
     buf: &mut BytesMut,
     limits: Limits,
     method: &Method,
@@ -253,7 +254,7 @@ fn poll_head(
                 None => {}
             }
         }
-        match std::task::ready!(poll_read_buf(tcp, cx, buf, READ_SIZE)) {
+        match std::task::ready!(poll_read_buf(socket, cx, buf, READ_SIZE)) {
             Ok(0) => return Poll::Ready(Err(Error::Incomplete)),
             Ok(_) => {}
             Err(e) => return Poll::Ready(Err(Error::Io(e))),
@@ -321,7 +322,7 @@ impl Body {
         let (Some(writer), Some(conn)) = (self.writer.as_mut(), self.conn.as_mut()) else {
             return;
         };
-        match writer.poll_write(cx, &mut conn.tcp, &mut conn.written) {
+        match writer.poll_write(cx, &mut conn.socket, &mut conn.written) {
             Poll::Ready(Ok(())) => self.writer = None,
             Poll::Ready(Err(error)) => {
                 tracing::debug!(%error, "the rest of a request body could not be sent");
@@ -376,7 +377,7 @@ impl http_body::Body for Body {
                 .decoder
                 .known_rest()
                 .map_or(READ_SIZE, |n| n.min(MAX_READ_SIZE as u64) as usize);
-            match poll_read_buf(&mut conn.tcp, cx, &mut this.buf, size) {
+            match poll_read_buf(&mut conn.socket, cx, &mut this.buf, size) {
                 Poll::Pending => {
                     release(&mut this.buf);
                     return Poll::Pending;
