@@ -3,7 +3,7 @@
 # the machine's noise does not swamp: each round runs wrk against HAProxy, then A, then B (the
 # setup of benches/side-by-side.sh: wrk and an nginx backend on CPU 0, each proxy alone on CPU 1; a 1 KiB
 # JSON-RPC POST over CONNS keep-alive connections), and prints CPU per request split into user
-# and system time from /proc. Compare B/A within a round, and medians over rounds.
+# and system time from /proc, and at the end the medians of the per-round ratios (benches/medians.py).
 # Needs nginx, haproxy and wrk (Debian: apt-get install -y nginx haproxy wrk). Not part of .ci/run.
 #
 # usage: benches/alternate.sh ROUNDS SECONDS CONNS BINARY_A BINARY_B
@@ -55,7 +55,10 @@ for r in $(seq "$rounds"); do
     reqs=$(echo "$out" | awk '/requests in/ {print $1}')
     rps=$(echo "$out" | awk '/Requests\/sec/ {print $2}')
     p99=$(echo "$out" | awk '$1=="99%" {print $2}')
-    awk -v r="$r" -v n="$name" -v u=$((u1 - u0)) -v s=$((s1 - s0)) -v hz="$hz" -v q="$reqs" -v rps="$rps" -v p99="$p99" -v g=$((g1 - g0)) \
-      'BEGIN { printf "%d %-8s rps=%-9s p99=%-8s user=%.1f sys=%.1f cpu=%.1f segs=%.2f\n", r, n, rps, p99, u/hz*1e6/q, s/hz*1e6/q, (u+s)/hz*1e6/q, g/q }'
+    p50=$(echo "$out" | awk '$1=="50%" {print $2}')
+    awk -v r="$r" -v n="$name" -v u=$((u1 - u0)) -v s=$((s1 - s0)) -v hz="$hz" -v q="$reqs" -v rps="$rps" -v p99="$p99" -v p50="$p50" -v g=$((g1 - g0)) \
+      'BEGIN { printf "%d %-8s rps=%-9s p99=%-8s user=%.1f sys=%.1f cpu=%.1f segs=%.2f p50=%s\n", r, n, rps, p99, u/hz*1e6/q, s/hz*1e6/q, (u+s)/hz*1e6/q, g/q, p50 }' | tee -a "$d/rows"
   done
 done
+# The medians of the per-round ratios (each round's B / A, A / HAProxy, B / HAProxy).
+python3 "$(dirname "$0")/medians.py" < "$d/rows"
