@@ -3,11 +3,15 @@
 
 Each round ran HAProxy, A and B back to back, so a ratio within a round compares them under the
 same load on the machine; the median over rounds is the figure to report (a noisy round moves it
-little). Printed per figure: the median of A / HAProxy, B / HAProxy and B / A, and the rounds.
+little). Printed per figure: the median of A / HAProxy, B / HAProxy and B / A, the interval
+that holds the true median with at least 95 % confidence (from the order statistics: no
+assumption about how the noise is distributed; needs 6 rounds or more), and the rounds.
 Lower is better for every figure but req/s. Rows of an unfinished round are left out.
+Running the same binary as A and B shows what the sitting's noise alone makes of B / A.
 
     python3 benches/medians.py < rows
 """
+import math
 import re
 import statistics
 import sys
@@ -23,6 +27,21 @@ def value(key, text):
         scale = {"us": 0.001, "ms": 1.0, "s": 1000.0}[m.group(2)]
         return float(m.group(1)) * scale
     return float(text)
+
+
+def interval(sorted_values):
+    """The distribution-free 95 % confidence interval of the median: the k-th smallest and k-th
+    largest value, k the largest with P(Binomial(n, 1/2) < k) <= 2.5 %; None under 6 values."""
+    n = len(sorted_values)
+    k, below = 0, 0.0
+    while True:
+        below_next = below + math.comb(n, k) / 2**n
+        if below_next > 0.025:
+            break
+        below, k = below_next, k + 1
+    if k == 0:
+        return None
+    return sorted_values[k - 1], sorted_values[n - k]
 
 
 def main():
@@ -43,8 +62,11 @@ def main():
             ratios = [r[top][key] / r[bottom][key] for r in done
                       if key in r[top] and key in r[bottom] and r[bottom][key] > 0]
             if ratios:
+                ci = interval(sorted(ratios))
+                ci = f"({ci[0]:.2f}-{ci[1]:.2f})" if ci else "(too few)"
                 shown = " ".join(f"{x:.2f}" for x in ratios)
-                print(f"{key:4} {top}/{bottom[0]} {statistics.median(ratios):.2f}   [{shown}]")
+                median = statistics.median(ratios)
+                print(f"{key:4} {top}/{bottom[0]} {median:.2f} {ci:11}  [{shown}]")
 
 
 main()
