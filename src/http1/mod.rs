@@ -31,6 +31,8 @@ pub mod maps;
 pub mod names;
 pub mod read;
 pub mod socket;
+#[cfg(test)]
+mod trickle;
 
 use std::io;
 

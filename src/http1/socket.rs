@@ -87,7 +87,8 @@ impl Readable for Socket {
 /// TLS record or two) copied into one buffer and written with a plain write; larger ones in one
 /// vectored write. Measured (`benches/alternate.sh`, 14 rounds, a 1 KiB POST): 0.93 x the
 /// system time and 0.94 x the CPU per proxied request of a `writev` for each. `Ok(0)` if every
-/// part is empty. Generic only for its tests: [`Socket`] calls it with its `TcpStream`.
+/// part is empty. Generic only for its tests: [`Socket`] calls it with its `TcpStream`, whose
+/// vectored writes are `writev`s.
 fn poll_write_parts<W: AsyncWrite + Unpin>(
     cx: &mut Context<'_>,
     io: &mut W,
@@ -97,7 +98,7 @@ fn poll_write_parts<W: AsyncWrite + Unpin>(
     let Some(first) = filled.next() else {
         return Poll::Ready(Ok(0));
     };
-    if filled.next().is_none() || !io.is_write_vectored() {
+    if filled.next().is_none() {
         return Pin::new(io).poll_write(cx, first);
     }
     if parts.iter().map(|p| p.len()).sum::<usize>() <= GATHERED {
@@ -116,8 +117,7 @@ thread_local! {
 }
 
 /// Writes `parts` as one buffer. The thread's buffer is taken out while it is written, not
-/// borrowed, so no write can ever find it in use (were one to gather inside another, it would
-/// fill a buffer of its own).
+/// borrowed: nothing can find it in use, whatever the writer does.
 fn poll_write_gathered<W: AsyncWrite + Unpin>(
     cx: &mut Context<'_>,
     io: &mut W,

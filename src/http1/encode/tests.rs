@@ -1,4 +1,5 @@
 use super::*;
+use crate::http1::trickle::Trickle;
 use http_body_util::{BodyExt, Full};
 
 #[test]
@@ -37,59 +38,6 @@ where
     std::future::poll_fn(|cx| w.poll_write(cx, &mut sink, &mut count)).await?;
     assert_eq!(count as usize, sink.out.len());
     Ok(sink)
-}
-
-struct Trickle {
-    out: Vec<u8>,
-    step: usize,
-    /// The parts handed over by each write: `1` for a plain one.
-    calls: Vec<usize>,
-}
-
-impl Trickle {
-    fn new(step: usize) -> Self {
-        Trickle {
-            out: Vec::new(),
-            step,
-            calls: Vec::new(),
-        }
-    }
-}
-
-impl AsyncWrite for Trickle {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        _: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        self.calls.push(1);
-        let n = buf.len().min(self.step);
-        self.out.extend_from_slice(&buf[..n]);
-        Poll::Ready(Ok(n))
-    }
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        _: &mut Context<'_>,
-        bufs: &[IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        self.calls.push(bufs.len());
-        let mut room = self.step;
-        for buf in bufs {
-            let n = buf.len().min(room);
-            self.out.extend_from_slice(&buf[..n]);
-            room -= n;
-        }
-        Poll::Ready(Ok(self.step - room))
-    }
-    fn is_write_vectored(&self) -> bool {
-        true
-    }
-    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Poll::Ready(Ok(()))
-    }
-    fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Poll::Ready(Ok(()))
-    }
 }
 
 /// A head and its body are handed to the connection in one write of two parts (how to write

@@ -1,115 +1,57 @@
 use super::*;
+use crate::http1::trickle::Trickle;
 use std::sync::Arc;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-/// A writer that records the shape of each write (`1` for a plain one, the number of parts for
-/// a vectored one) and takes everything.
-struct Recorder {
-    out: Vec<u8>,
-    vectored: bool,
-    calls: Vec<usize>,
-}
-
-impl Recorder {
-    fn new(vectored: bool) -> Self {
-        Recorder {
-            out: Vec::new(),
-            vectored,
-            calls: Vec::new(),
-        }
+/// Writes `parts` with [`poll_write_parts`] to a writer that takes everything, until all are
+/// taken: the writer, with the shape of each write.
+fn written(parts: &[&[u8]]) -> Trickle {
+    let mut w = Trickle::new(usize::MAX);
+    let mut slices: Vec<IoSlice<'_>> = parts.iter().map(|p| IoSlice::new(p)).collect();
+    let mut slices = &mut slices[..];
+    let mut cx = Context::from_waker(std::task::Waker::noop());
+    while slices.iter().any(|s| !s.is_empty()) {
+        let Poll::Ready(Ok(n)) = poll_write_parts(&mut cx, &mut w, slices) else {
+            panic!("a write that takes everything failed or waited");
+        };
+        IoSlice::advance_slices(&mut slices, n);
     }
-
-    /// Writes `parts` with [`poll_write_parts`] until all are taken.
-    fn write_all(&mut self, parts: &[&[u8]]) {
-        let mut slices: Vec<IoSlice<'_>> = parts.iter().map(|p| IoSlice::new(p)).collect();
-        let mut slices = &mut slices[..];
-        let waker = std::task::Waker::noop();
-        let mut cx = Context::from_waker(waker);
-        while slices.iter().any(|s| !s.is_empty()) {
-            let Poll::Ready(Ok(n)) = poll_write_parts(&mut cx, self, slices) else {
-                panic!("a write that takes everything failed or waited");
-            };
-            IoSlice::advance_slices(&mut slices, n);
-        }
-    }
-}
-
-impl AsyncWrite for Recorder {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        _: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        self.calls.push(1);
-        self.out.extend_from_slice(buf);
-        Poll::Ready(Ok(buf.len()))
-    }
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        _: &mut Context<'_>,
-        bufs: &[IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        assert!(self.vectored, "a vectored write to a plain writer");
-        self.calls.push(bufs.len());
-        for buf in bufs {
-            self.out.extend_from_slice(buf);
-        }
-        Poll::Ready(Ok(bufs.iter().map(|b| b.len()).sum()))
-    }
-    fn is_write_vectored(&self) -> bool {
-        self.vectored
-    }
-    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Poll::Ready(Ok(()))
-    }
-    fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Poll::Ready(Ok(()))
-    }
+    w
 }
 
 /// One part, or a head and a small body, leave in one plain write (a `send`, not a `writev`),
 /// the parts copied together; parts too large to copy leave in one vectored write; empty parts
-/// are not counted; a writer that cannot gather gets the parts one by one. The bytes are the
-/// same every way.
+/// are not counted. The bytes are the same every way.
 #[test]
 fn small_parts_are_written_in_one_plain_write_large_ones_vectored() {
     let head = b"POST /mcp HTTP/1.1\r\ncontent-length: 1024\r\n\r\n".to_vec();
     let body = vec![b'x'; 1024];
     let message = [&head[..], &body[..]].concat();
 
-    let mut w = Recorder::new(true);
-    w.write_all(&[&message]);
+    let w = written(&[&message]);
     assert_eq!(w.calls, [1], "one part, one plain write");
 
-    let mut w = Recorder::new(true);
-    w.write_all(&[&head, b"", &body, b""]);
+    let w = written(&[&head, b"", &body, b""]);
     assert_eq!(w.out, message);
     assert_eq!(w.calls, [1], "head and body copied into one plain write");
 
-    let mut w = Recorder::new(true);
-    w.write_all(&[b"", &message, b""]);
+    let w = written(&[b"", &message, b""]);
     assert_eq!(w.calls, [1], "one part among empty ones, one plain write");
 
     // The most that is copied, and one byte more.
     let head = b"HTTP/1.1 200 OK\r\n\r\n".to_vec();
     for (body_len, want) in [(GATHERED - head.len(), 1), (GATHERED - head.len() + 1, 2)] {
         let body = vec![b'y'; body_len];
-        let mut w = Recorder::new(true);
-        w.write_all(&[&head, &body]);
+        let w = written(&[&head, &body]);
         assert_eq!(w.out, [&head[..], &body[..]].concat());
         assert_eq!(w.calls, [want], "{body_len} bytes of body");
     }
 
-    let mut w = Recorder::new(false);
-    w.write_all(&[&head, &body]);
-    assert_eq!(w.out, [&head[..], &body[..]].concat());
-    assert_eq!(w.calls, [1, 1], "the head, then the body");
-
-    let mut w = Recorder::new(true);
-    let waker = std::task::Waker::noop();
+    let mut w = Trickle::new(usize::MAX);
     let nothing = [IoSlice::new(b""), IoSlice::new(b"")];
-    let written = poll_write_parts(&mut Context::from_waker(waker), &mut w, &nothing);
-    assert!(matches!(written, Poll::Ready(Ok(0))));
+    let mut cx = Context::from_waker(std::task::Waker::noop());
+    let n = poll_write_parts(&mut cx, &mut w, &nothing);
+    assert!(matches!(n, Poll::Ready(Ok(0))));
     assert!(w.calls.is_empty(), "nothing to write, no write");
 }
 
