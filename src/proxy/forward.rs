@@ -21,6 +21,7 @@ use crate::mcp_method::McpMethod;
 use crate::metrics::{Pass, PassLabel, ReasonLabel, RewriteAction};
 use crate::replay::BodyHandle;
 use crate::session;
+use crate::session::forgotten;
 
 /// Bytes of a request body scanned for its MCP method.
 const MCP_METHOD_SCAN: usize = 4096;
@@ -311,10 +312,11 @@ impl Proxy {
                 }
             }
             self.answered(ex);
-            if head.status == StatusCode::NOT_FOUND {
-                // The server did not run a request it answered with a session 404, so it may go
-                // again once the session is back.
+            if forgotten::suspects(head.status) {
+                // The server did not run a request it refused for a session it forgot, so it
+                // may go again once the session is back.
                 let gone = Box::pin(self.session_gone(
+                    head.status,
                     &ex.target,
                     ex.carried.as_ref(),
                     &ex.handle,
@@ -327,8 +329,11 @@ impl Proxy {
                         let replayable = missing.is_safe_to_replay();
                         return Box::pin(self.hold_for(missing, replayable, ex)).await;
                     }
-                    Gone::Pass => self.metrics.passthrough_404.inc(),
+                    Gone::Pass => {}
                 };
+            }
+            if head.status == StatusCode::NOT_FOUND {
+                self.metrics.passthrough_404.inc();
             } else {
                 self.reading
                     .routes

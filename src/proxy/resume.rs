@@ -1,12 +1,15 @@
 //! Re-establishing a session the upstream forgot, so the client's session outlives the restart.
 //!
-//! When the application answers 404 to a request on a tracked session, the server no longer
-//! knows the session and did not execute the request (the transport spec: a server "MUST
-//! respond to requests containing that session ID with HTTP 404"). holdfast then sends what the
-//! client sent when it opened the session: the recorded `initialize` (with the *current*
-//! request's credentials, never stored ones), `notifications/initialized`, and the state the
-//! session had (`logging/setLevel`, live `resources/subscribe`s). The new upstream session id
-//! stands for the client's from then on, and the request goes again.
+//! When the application answers a request on a tracked session with 404 (the transport spec: a
+//! server "MUST respond to requests containing that session ID with HTTP 404") or 400 (what the
+//! TypeScript SDK's example servers and the reference servers copied from them send), the
+//! server may no longer know the session, and then did not execute the request. A `ping` on the
+//! session, refused the same way, makes sure ([`crate::session::forgotten`]). holdfast then
+//! sends what the client sent when it opened the session: the recorded `initialize` (with the
+//! *current* request's credentials, never stored ones), `notifications/initialized`, a `ping`
+//! that must be answered on the new session (else pings prove nothing on this server), and the
+//! state the session had (`logging/setLevel`, live `resources/subscribe`s). The new upstream
+//! session id stands for the client's from then on, and the request goes again.
 //!
 //! Every request holdfast sends here goes through [`Proxy::attempt`], so it is classified like a
 //! client's: a missing backend is a [`Gone::Missing`] that the caller holds through, exactly as
@@ -17,7 +20,7 @@ use http::header::{
     HeaderValue, ACCEPT, ACCEPT_ENCODING, CONTENT_ENCODING, CONTENT_LENGTH, CONTENT_TYPE, EXPECT,
     TRANSFER_ENCODING,
 };
-use http::{HeaderMap, Method};
+use http::{HeaderMap, Method, StatusCode};
 use http_body_util::BodyExt;
 use tokio::time::Instant;
 
@@ -26,13 +29,14 @@ use super::{Carried, Proxy, Target};
 use crate::classify::{Missing, Verdict};
 use crate::metrics::{ReestablishCause, ReestablishLabel, ResumeOutcome};
 use crate::replay::BodyHandle;
+use crate::session::forgotten::{self, PingSays};
 use crate::session::rpc::{self, Reply, StateChange};
 use crate::session::{
     Origin, Plan, Session, TokenRefusal, LAST_EVENT_ID, MCP_PROTOCOL_VERSION, MCP_SESSION_ID,
 };
 
 /// Most re-establishments one request may cause. A server that forgets the session again right
-/// after it was re-established (a restart loop) gets its 404 passed through after the second.
+/// after it was re-established (a restart loop) gets its answer passed through after the second.
 const MAX_RESUMES: u32 = 2;
 
 /// Most bytes of an answer read while looking for its JSON-RPC response.
@@ -42,13 +46,13 @@ const MAX_REPLY_BYTES: usize = 1 << 20;
 /// body, so the client's would be wrong.
 const MCP_METHOD_HEADERS: [&str; 2] = ["mcp-method", "mcp-name"];
 
-/// What to do after the application's 404 to a request on a session.
+/// What to do after the application's 404 or 400 to a request on a session.
 pub(super) enum Gone {
     /// The session is back (re-established by this request or another): send the request again.
     SendAgain,
     /// The backend went missing while re-establishing: hold (or 503) as for any missing backend.
     Missing(Missing),
-    /// Pass the server's 404 to the client.
+    /// Pass the server's answer to the client.
     Pass,
 }
 
@@ -58,7 +62,7 @@ enum Resume {
     Done,
     /// Another request did, while this one waited its turn.
     DoneByAnother,
-    /// The session is alive: the 404 was the request's own answer.
+    /// The session is alive: the 404 (or 400) was the request's own answer.
     Alive,
     /// The backend is missing.
     Missing(Missing),
@@ -75,10 +79,11 @@ struct OwnAnswer {
 }
 
 impl Proxy {
-    /// Decides what the application's 404 means for a request: a forgotten session to
-    /// re-establish, or an answer to pass.
+    /// Decides what the application's `status` (a 404 or 400: [`forgotten::suspects`]) means
+    /// for a request: a forgotten session to re-establish, or an answer to pass.
     pub(super) async fn session_gone(
         &self,
+        status: StatusCode,
         target: &Target,
         carried: Option<&Carried>,
         handle: &BodyHandle,
@@ -91,11 +96,18 @@ impl Proxy {
             return Gone::Pass;
         }
         let Some(carried) = carried else {
-            if target.headers.contains_key(MCP_SESSION_ID) {
+            // Counted for the spec's 404 only: a 400 without a session holdfast carries is
+            // the request's own answer, nothing to do with sessions.
+            if status == StatusCode::NOT_FOUND && target.headers.contains_key(MCP_SESSION_ID) {
                 self.count_resume(ResumeOutcome::not_tracked);
             }
             return Gone::Pass;
         };
+        // The server refused a ping on a session it had just opened: its refusals cannot tell a
+        // forgotten session from a request's own fault, so none is followed for a while.
+        if self.sessions.ping_doubt().holds(Instant::now()) {
+            return Gone::Pass;
+        }
         // Only the session's own endpoint answers for the session: a 404 for another path is
         // that path's (and the check below, sent to this path, would prove nothing).
         if !carried.session.is_endpoint(&target.uri) {
@@ -105,7 +117,7 @@ impl Proxy {
             self.count_token_refused(TokenRefusal::Expired);
             tracing::info!(
                 "the server forgot an MCP session whose token is older than \
-                 sessions.token_max_age_secs: not re-established, its 404 passes"
+                 sessions.token_max_age_secs: not re-established, its answer passes"
             );
             return Gone::Pass;
         }
@@ -114,37 +126,40 @@ impl Proxy {
             tracing::warn!(
                 resumes = *resumes,
                 "the server forgot an MCP session again right after it was re-established; \
-                 passing its 404 to the client"
+                 passing its answer to the client"
             );
             return Gone::Pass;
         }
         *resumes += 1;
-        match self.resume(carried, target).await {
+        match self.resume(status, carried, target).await {
             Resume::Done | Resume::DoneByAnother if !handle.is_replayable() => {
                 // Too large to send twice: this request gets the server's 404, the requests
                 // after it find the session back.
                 tracing::info!(
                     "re-established an MCP session, but the request that found it gone had a \
-                     body larger than the copy kept for a replay: passing the server's 404"
+                     body larger than the copy kept for a replay: passing the server's answer"
                 );
                 Gone::Pass
             }
             Resume::Done | Resume::DoneByAnother => Gone::SendAgain,
             Resume::Alive => {
-                tracing::debug!("the server still knows the session: its 404 is the answer");
+                tracing::debug!(
+                    status = status.as_u16(),
+                    "the server still knows the session: its answer is the request's own"
+                );
                 Gone::Pass
             }
             Resume::Missing(missing) => Gone::Missing(missing),
             Resume::Ended => {
-                tracing::debug!("the session was ended at another replica: its 404 passes");
+                tracing::debug!("the session was ended at another replica: its answer passes");
                 Gone::Pass
             }
             Resume::Failed(why) => {
                 self.count_resume(ResumeOutcome::failed);
                 tracing::warn!(
                     why = %why,
-                    "could not re-establish an MCP session the server forgot; passing its 404 \
-                     to the client"
+                    "could not re-establish an MCP session the server forgot; passing its \
+                     answer to the client"
                 );
                 Gone::Pass
             }
@@ -159,7 +174,8 @@ impl Proxy {
     }
 
     /// Re-establishes `carried`'s session upstream, one request at a time per session.
-    async fn resume(&self, carried: &Carried, current: &Target) -> Resume {
+    /// `status`: how the server refused the request on it.
+    async fn resume(&self, status: StatusCode, carried: &Carried, current: &Target) -> Resume {
         let session = &carried.session;
         let Ok(_turn) =
             // The same bound as any other wait for the backend: the hold timeout.
@@ -190,7 +206,7 @@ impl Proxy {
         };
         let mut headers = own_headers(&current.headers);
 
-        if let Some(resume) = self.alive(&own, &headers, carried, &plan).await {
+        if let Some(resume) = self.alive(status, &own, &headers, carried, &plan).await {
             return resume;
         }
         let (upstream_id, negotiated) = match self
@@ -205,20 +221,21 @@ impl Proxy {
         if let Some(version) = plan.protocol_version.clone().or(negotiated) {
             headers.insert(MCP_PROTOCOL_VERSION, version);
         }
-        if let Err(resume) = self.bring_up(&own, &headers, &plan).await {
+        if let Err(resume) = self.bring_up(status, &own, &headers, &plan).await {
             return resume;
         }
         self.resumed(session, upstream_id, plan.state.len());
         Resume::Done
     }
 
-    /// Is the session really gone? A 404 can also be a request's own answer (a server with no
-    /// GET stream that answers 404 instead of 405, a custom error): re-establishing then would
-    /// throw away a live session, and send an executed request again. A ping on the session
-    /// tells them apart: a server answers it 404 only for a session it does not know. None when
-    /// it is gone.
+    /// Is the session really gone? A 404 or 400 can also be a request's own answer (a server
+    /// with no GET stream that answers 404 instead of 405, bad JSON, a custom error):
+    /// re-establishing then would throw away a live session, and send an executed request
+    /// again. A ping on the session tells them apart: a server refuses it as it refused the
+    /// request only for a session it does not know. None when it is gone.
     async fn alive(
         &self,
+        status: StatusCode,
         own: &impl Fn(HeaderMap) -> Target,
         headers: &HeaderMap,
         carried: &Carried,
@@ -230,16 +247,24 @@ impl Proxy {
             check.insert(MCP_PROTOCOL_VERSION, version.clone());
         }
         match self.send_own(&own(check), rpc::ping_request(), true).await {
-            Ok(answer) if answer.head.status == http::StatusCode::NOT_FOUND => None,
-            Ok(_) => Some(Resume::Alive),
+            Ok(answer) => {
+                let result = matches!(answer.reply, Reply::Result(_));
+                match forgotten::ping_says(status, answer.head.status, result) {
+                    PingSays::Forgotten => None,
+                    PingSays::Alive => Some(Resume::Alive),
+                }
+            }
             Err(resume) => Some(resume),
         }
     }
 
-    /// Brings the new session to where the old one was: `notifications/initialized`, then the
-    /// recorded state changes in order (one the server refuses is skipped, and said).
+    /// Brings the new session to where the old one was: `notifications/initialized`, a ping
+    /// that must be answered (else the ping that found the old session gone proved nothing),
+    /// then the recorded state changes in order (one the server refuses is skipped, and said).
+    /// `refused_with`: how the server refused the request on the old session.
     async fn bring_up(
         &self,
+        refused_with: StatusCode,
         own: &impl Fn(HeaderMap) -> Target,
         headers: &HeaderMap,
         plan: &Plan,
@@ -257,6 +282,8 @@ impl Proxy {
                 notified.head.status
             )));
         }
+        self.ping_witnesses(refused_with, own(headers.clone()))
+            .await?;
         for (n, change) in plan.state.iter().enumerate() {
             let request = rpc::replay_request(n, change);
             match self.send_own(&own(headers.clone()), request, true).await {
@@ -273,6 +300,26 @@ impl Proxy {
             }
         }
         Ok(())
+    }
+
+    /// Whether the server answers a ping on the session it just opened. One that refuses it as
+    /// it refused the old session's refuses every ping: the old session's ping proved nothing,
+    /// and would not next time either, so suspicions are not followed for a while
+    /// ([`forgotten::PING_DOUBT`]), and the request's answer passes.
+    async fn ping_witnesses(&self, refused_with: StatusCode, target: Target) -> Result<(), Resume> {
+        let answer = self.send_own(&target, rpc::ping_request(), true).await?;
+        let result = matches!(answer.reply, Reply::Result(_));
+        if forgotten::new_session_ping_holds(refused_with, answer.head.status, result) {
+            return Ok(());
+        }
+        self.sessions.ping_doubt().begin(Instant::now());
+        Err(Resume::Failed(format!(
+            "the server answered a ping on the session it had just opened with {} (the old \
+             session's request got {refused_with}): its refusals cannot tell a forgotten \
+             session, so none is followed for the next {} minutes",
+            answer.head.status,
+            forgotten::PING_DOUBT.as_secs() / 60
+        )))
     }
 
     /// The session lives on under `upstream_id`: counted, and said.

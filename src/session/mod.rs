@@ -12,9 +12,9 @@
 //!   `sessions.key_file`'s key, that carries the initialize, the protocol version and the
 //!   upstream id. Any holdfast with the key opens it ([`Sessions::lookup`]): after its own
 //!   restart, or at another replica, the session goes on from the token alone.
-//! - **Detect** (in [`crate::proxy`]): the application's own 404 to a request carrying a tracked
-//!   session id (not a DELETE) means the server no longer knows the session, and did not execute
-//!   the request.
+//! - **Detect** ([`forgotten`], acted on in [`crate::proxy`]): the application's own 404 or 400
+//!   to a request carrying a tracked session id, confirmed by a `ping` on the session refused the
+//!   same way, means the server no longer knows the session, and did not execute the request.
 //! - **Re-establish** (in [`crate::proxy`]): the recorded `initialize` again, with the current
 //!   request's credentials, `notifications/initialized`, the recorded state; then the request.
 //!   From then on the client's id maps to the new upstream id, both ways ([`Session::apply`],
@@ -23,6 +23,7 @@
 //! This module keeps the records and reads JSON-RPC; the proxy does the sending.
 
 mod entry;
+pub mod forgotten;
 mod keys;
 pub mod rpc;
 pub mod shared;

@@ -21,6 +21,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use tokio::time::Instant;
 
 use super::entry::{unix_now, Opened, Origin, Session};
+use super::forgotten::Doubt;
 use super::keys::Keys;
 use super::rpc::StateChange;
 use super::shared::SharedStore;
@@ -48,6 +49,8 @@ pub struct Sessions {
     tracked: Gauge,
     /// Whether "too large for a token" was logged: once per process is enough.
     said_too_large: AtomicBool,
+    /// Whether the server's pings are doubted as witnesses of a forgotten session.
+    ping_doubt: Doubt,
 }
 
 struct Inner {
@@ -117,6 +120,7 @@ impl Sessions {
             epoch: now,
             tracked,
             said_too_large: AtomicBool::new(false),
+            ping_doubt: Doubt::default(),
         }
     }
 
@@ -138,6 +142,11 @@ impl Sessions {
     /// Most bytes of an `initialize` body that is still tracked.
     pub fn max_initialize_bytes(&self) -> usize {
         self.settings.max_initialize_bytes
+    }
+
+    /// Whether the server's pings are doubted as witnesses (see [`super::forgotten`]).
+    pub fn ping_doubt(&self) -> &Doubt {
+        &self.ping_doubt
     }
 
     /// Oldest token re-established.

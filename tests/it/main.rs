@@ -34,6 +34,7 @@ mod safe_calls;
 mod session;
 mod session_replicas;
 mod session_store;
+mod session_forgotten;
 mod session_tokens;
 mod session_ts;
 mod shutdown;

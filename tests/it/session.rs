@@ -7,6 +7,7 @@
 //! socket, to see exactly which id each side gets. `session_ts.rs` does the same with the
 //! official TypeScript SDK client.
 
+use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
@@ -239,6 +240,8 @@ async fn a_call_on_the_old_id_runs_once_and_the_client_keeps_its_id_until_delete
             ("ping".to_owned(), 404),
             ("initialize".to_owned(), 200),
             ("notifications/initialized".to_owned(), 202),
+            // holdfast's check that pings witness: answered on the new session.
+            ("ping".to_owned(), 200),
             ("tools/call".to_owned(), 200),
         ]
     );
@@ -463,15 +466,18 @@ async fn a_refused_re_initialize_passes_the_servers_404() {
 
 #[tokio::test]
 async fn a_server_that_keeps_forgetting_gets_two_re_establishments_then_its_404_passes() {
-    // Answers every initialize with a fresh session, and every other request with its 404.
+    // Answers every initialize with a fresh session and the first ping on each session holdfast
+    // opens (so pings witness), then forgets that session too: every other request gets its 404.
     let opened = Arc::new(Mutex::new(0u32));
+    let pinged = Arc::new(Mutex::new(HashSet::new()));
     let upstream = Upstream::start({
-        let opened = opened.clone();
+        let (opened, pinged) = (opened.clone(), pinged.clone());
         move |seen| {
-            let opened = opened.clone();
+            let (opened, pinged) = (opened.clone(), pinged.clone());
             async move {
                 let body: serde_json::Value =
                     serde_json::from_slice(&seen.body).unwrap_or_default();
+                let session = seen.header("mcp-session-id").unwrap_or_default().to_owned();
                 match body["method"].as_str() {
                     Some("initialize") => {
                         let n = {
@@ -492,6 +498,13 @@ async fn a_server_that_keeps_forgetting_gets_two_re_establishments_then_its_404_
                         )
                     }
                     Some("notifications/initialized") => response(202, &[], ""),
+                    Some("ping") if session != "s-1" && pinged.lock().unwrap().insert(session) => {
+                        response(
+                            200,
+                            &[("content-type", "application/json")],
+                            r#"{"jsonrpc":"2.0","id":"holdfast-ping","result":{}}"#,
+                        )
+                    }
                     _ => response(
                         404,
                         &[("content-type", "application/json")],

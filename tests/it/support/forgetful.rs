@@ -3,18 +3,42 @@
 //! and [`ForgetfulServer::forget`] drops its sessions without a restart, as a recreated container
 //! would have. A method named `unknown/...` gets the 2026-07-28 revision's method-not-found 404,
 //! and a GET gets a framework's 404 (no GET stream), whatever the session.
+//!
+//! How it says "forgotten" is chosen at start ([`Says`]): the spec's 404, or the 400 of the
+//! TypeScript SDK's example servers and the reference everything server. It can also refuse
+//! every ping, as a server that does not implement `ping` properly would.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
 use crate::support::http::{response, Seen, Upstream};
 
+/// The TypeScript SDK example servers' (and the everything server's) answer to a request whose
+/// session id is not in their map, byte for byte (docs/compatibility.md).
+pub const TS_EXAMPLES_400: &str = r#"{"jsonrpc":"2.0","error":{"code":-32000,"message":"Bad Request: No valid session ID provided"},"id":null}"#;
+
+/// The TypeScript SDK transport's answer to a body that is not JSON (on a live session too).
+pub const PARSE_ERROR_400: &str =
+    r#"{"jsonrpc":"2.0","error":{"code":-32700,"message":"Parse error: Invalid JSON"},"id":null}"#;
+
+/// How the server says it does not know a session.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Says {
+    /// The specification's 404 (the TypeScript SDK's transport, `-32001 Session not found`).
+    Spec404,
+    /// The TypeScript SDK examples' 400 ([`TS_EXAMPLES_400`]).
+    TsExamples400,
+}
+
 /// Sessions the server knows and how many it opened.
-#[derive(Default)]
 struct Known {
+    says: Says,
+    /// Every ping is refused as a forgotten session's request would be, known session or not.
+    refuses_pings: bool,
     sessions: HashSet<String>,
     opened: u32,
     executed: u32,
+    pings: u32,
 }
 
 /// The server and its state.
@@ -25,9 +49,22 @@ pub struct ForgetfulServer {
 }
 
 impl ForgetfulServer {
-    /// Starts on a fresh port.
+    /// Starts on a fresh port; a forgotten session gets the spec's 404.
     pub async fn start() -> ForgetfulServer {
-        let known = Arc::new(Mutex::new(Known::default()));
+        ForgetfulServer::start_saying(Says::Spec404, false).await
+    }
+
+    /// Starts on a fresh port; a forgotten session gets `says`, and with `refuses_pings` so does
+    /// every ping.
+    pub async fn start_saying(says: Says, refuses_pings: bool) -> ForgetfulServer {
+        let known = Arc::new(Mutex::new(Known {
+            says,
+            refuses_pings,
+            sessions: HashSet::new(),
+            opened: 0,
+            executed: 0,
+            pings: 0,
+        }));
         let upstream = Upstream::start({
             let known = known.clone();
             move |seen| {
@@ -37,6 +74,11 @@ impl ForgetfulServer {
         })
         .await;
         ForgetfulServer { upstream, known }
+    }
+
+    /// Pings received so far, answered or refused.
+    pub fn pings(&self) -> u32 {
+        self.known.lock().unwrap().pings
     }
 
     /// Forgets every session.
@@ -65,9 +107,29 @@ fn answer(known: &Mutex<Known>, seen: &Seen) -> http::Response<super::http::Test
         // (not the 405 the transport asks for) whatever the session.
         return response(404, &[("content-type", "text/html")], "Cannot GET /mcp");
     }
-    let body: serde_json::Value = serde_json::from_slice(&seen.body).unwrap_or_default();
     let mut known = known.lock().unwrap();
     let json = ("content-type", "application/json");
+    let body = match serde_json::from_slice::<serde_json::Value>(&seen.body) {
+        Ok(body) => body,
+        // A DELETE has no body.
+        Err(_) if seen.method != http::Method::POST => serde_json::Value::Null,
+        // As the TypeScript SDK's transport answers a body that is not JSON.
+        Err(_) => return response(400, &[json], PARSE_ERROR_400),
+    };
+    if body["method"] == "ping" {
+        known.pings += 1;
+    }
+    let forgotten = || match known.says {
+        Says::Spec404 => response(
+            404,
+            &[json],
+            r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32001,"message":"Session not found"}}"#,
+        ),
+        Says::TsExamples400 => response(400, &[json], TS_EXAMPLES_400),
+    };
+    if body["method"] == "ping" && known.refuses_pings {
+        return forgotten();
+    }
     if body["method"] == "initialize" {
         known.opened += 1;
         let id = format!("s-{}", known.opened);
@@ -79,11 +141,7 @@ fn answer(known: &Mutex<Known>, seen: &Seen) -> http::Response<super::http::Test
     }
     let session = seen.header("mcp-session-id").unwrap_or_default().to_owned();
     if !known.sessions.contains(&session) {
-        return response(
-            404,
-            &[json],
-            r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32001,"message":"Session not found"}}"#,
-        );
+        return forgotten();
     }
     let echo = ("mcp-session-id", session.as_str());
     match body["method"].as_str() {
