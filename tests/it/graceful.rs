@@ -25,10 +25,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::{json, Value};
 
+use crate::support::clients::PeerClient;
 use crate::support::files::TempDir;
 use crate::support::http as http_upstream;
 use crate::support::mcp::{mcp_post, raw_http, RawResponse};
-use crate::support::node::TsClient;
 use crate::support::proxy::Holdfast;
 use crate::support::python::{PyServer, Ran};
 
@@ -171,7 +171,7 @@ async fn ts_client_calls_through_graceful_restarts_of_a_python_sdk_server() {
     let dir = TempDir::new("graceful-ts");
     let mut server = PyServer::start(&dir.path().join("ledger")).await;
     let holdfast = Holdfast::start(&format!("http://{}", server.addr())).await;
-    let mut client = TsClient::start(&holdfast.url("/mcp")).await;
+    let mut client = PeerClient::start(&holdfast.url("/mcp")).await;
     let session = client.session_id().expect("a stateful server").to_owned();
     // The tools' annotations pass through holdfast: `lookup` is safe to send twice.
     client.send(json!({ "op": "list" }));
@@ -231,7 +231,7 @@ async fn ts_client_calls_through_graceful_restarts_of_a_python_sdk_server() {
 }
 
 /// One call by the TypeScript SDK client, timed.
-async fn ts_call(client: &mut TsClient, tool: &'static str, n: u64) -> Call {
+async fn ts_call(client: &mut PeerClient, tool: &'static str, n: u64) -> Call {
     let started = Instant::now();
     let outcome = client.call(tool, json!({ "n": n })).await;
     Call {

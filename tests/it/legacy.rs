@@ -8,8 +8,9 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use crate::support::clients::PeerClient;
 use crate::support::files::TempDir;
-use crate::support::node::{TsClient, TsServer};
+use crate::support::node::TsServer;
 use crate::support::proxy::{raw_config, Holdfast};
 use crate::support::router::{FakeRouter, Routed};
 use crate::support::LIMIT;
@@ -47,7 +48,7 @@ async fn a_legacy_servers_restart_never_shows_the_client_a_routers_404_and_its_o
     raw.routes.learn = false;
     raw.routes.behind_router = Some(true);
     let holdfast = Holdfast::start_with(raw).await;
-    let mut client = TsClient::start_legacy(&holdfast.url("/sse")).await;
+    let mut client = PeerClient::start_legacy(&holdfast.url("/sse")).await;
     assert_eq!(client.count().await, Ok(1), "trace:\n{}", client.trace());
 
     // The container is recreated: its route vanishes from the router, then the server stops

@@ -2,6 +2,7 @@
 //! concern, every server in process on 127.0.0.1:0.
 
 mod cli;
+mod compat;
 mod config;
 mod demo;
 mod deploy_container;
@@ -32,9 +33,9 @@ mod rmcp_smoke;
 mod rows;
 mod safe_calls;
 mod session;
+mod session_forgotten;
 mod session_replicas;
 mod session_store;
-mod session_forgotten;
 mod session_tokens;
 mod session_ts;
 mod shutdown;

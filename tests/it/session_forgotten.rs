@@ -122,7 +122,11 @@ async fn a_400_for_a_session_holdfast_does_not_carry_passes_at_once() {
     let answer = send(&holdfast, "POST", Some("not-a-token"), &count_call(1)).await;
     assert_eq!(answer.status_line, "HTTP/1.1 400 Bad Request");
     assert_eq!(answer.body, TS_EXAMPLES_400.as_bytes());
-    assert_eq!(server.pings(), 0, "no ping for a session holdfast never saw");
+    assert_eq!(
+        server.pings(),
+        0,
+        "no ping for a session holdfast never saw"
+    );
     assert_eq!(server.upstream.seen().len(), 1);
     // `not_tracked` counts the spec's 404 only.
     assert_eq!(holdfast.metric(&resumes("not_tracked")).await, 0.0);
@@ -140,8 +144,16 @@ async fn a_server_that_refuses_every_ping_costs_one_re_establishment_then_none()
     let bad = send(&holdfast, "POST", Some(&id), "{not json").await;
     assert_eq!(bad.status_line, "HTTP/1.1 400 Bad Request");
     assert_eq!(bad.body, PARSE_ERROR_400.as_bytes());
-    assert_eq!(server.opened(), 2, "the client's session and holdfast's one try");
-    assert_eq!(server.pings(), 2, "the suspected session's and the new one's");
+    assert_eq!(
+        server.opened(),
+        2,
+        "the client's session and holdfast's one try"
+    );
+    assert_eq!(
+        server.pings(),
+        2,
+        "the suspected session's and the new one's"
+    );
     let sent_bad = server
         .upstream
         .seen()

@@ -11,9 +11,9 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
+use crate::support::clients::PeerClient;
 use crate::support::files::TempDir;
 use crate::support::nginx::Nginx;
-use crate::support::node::TsClient;
 use crate::support::pod::Pod;
 
 /// Two keys as `openssl rand -hex 32` prints them.
@@ -98,7 +98,7 @@ pub(crate) fn round_robin(pods: &[SocketAddr]) -> impl Fn(SocketAddr) -> String 
 }
 
 /// The session id the client was given, which must be holdfast's token.
-pub(crate) fn token_of(client: &TsClient) -> String {
+pub(crate) fn token_of(client: &PeerClient) -> String {
     let id = client
         .session_id()
         .expect("a stateful server gives a session id");
@@ -123,7 +123,7 @@ async fn round_robin_over_two_pods_thirty_calls_each_run_once() {
     let files = Files::new(&[KEY_A]);
     let (a, b) = (files.pod(true).await, files.pod(true).await);
     let nginx = Nginx::start(round_robin(&[a.addr(), b.addr()])).await;
-    let mut client = TsClient::start(&nginx.url("/mcp")).await;
+    let mut client = PeerClient::start(&nginx.url("/mcp")).await;
     let session = token_of(&client);
 
     client.count_from(&session, 0, 30).await;
@@ -151,7 +151,7 @@ async fn without_a_shared_key_the_client_cannot_even_connect() {
     let files = Files::new(&[KEY_A]);
     let (a, b) = (files.pod(false).await, files.pod(false).await);
     let nginx = Nginx::start(round_robin(&[a.addr(), b.addr()])).await;
-    let failed = TsClient::try_start(&nginx.url("/mcp"))
+    let failed = PeerClient::try_start(&nginx.url("/mcp"))
         .await
         .err()
         .expect("the client cannot connect");
@@ -175,7 +175,7 @@ async fn each_pod_replaced_in_turn_during_the_calls_loses_no_call() {
     let files = Files::new(&[KEY_A]);
     let (mut a, mut b) = (files.pod(true).await, files.pod(true).await);
     let nginx = Nginx::start_reloadable(round_robin(&[a.addr(), b.addr()])).await;
-    let mut client = TsClient::start(&nginx.url("/mcp")).await;
+    let mut client = PeerClient::start(&nginx.url("/mcp")).await;
     let session = token_of(&client);
 
     // The calls go on, one after another, while the pods are replaced: the test's two halves
@@ -234,7 +234,7 @@ async fn each_pod_replaced_in_turn_during_the_calls_loses_no_call() {
 async fn restart_mid_session(with_server: bool) -> f64 {
     let files = Files::new(&[KEY_A]);
     let mut pod = files.pod(true).await;
-    let mut client = TsClient::start(&pod.url("/mcp")).await;
+    let mut client = PeerClient::start(&pod.url("/mcp")).await;
     let session = token_of(&client);
 
     client.count_from(&session, 0, 5).await;
@@ -271,7 +271,7 @@ async fn holdfast_and_its_server_restarted_together_lose_no_call() {
 async fn without_a_key_file_a_restart_of_holdfast_loses_the_session() {
     let files = Files::new(&[KEY_A]);
     let mut pod = files.pod(false).await;
-    let mut client = TsClient::start(&pod.url("/mcp")).await;
+    let mut client = PeerClient::start(&pod.url("/mcp")).await;
     let session = token_of(&client);
     client.count_from(&session, 0, 1).await;
 
@@ -286,7 +286,7 @@ async fn without_a_key_file_a_restart_of_holdfast_loses_the_session() {
 async fn after_a_key_rotation_old_sessions_keep_working_until_their_key_is_removed() {
     let files = Files::new(&[KEY_A]);
     let mut pod = files.pod(true).await;
-    let mut old = TsClient::start(&pod.url("/mcp")).await;
+    let mut old = PeerClient::start(&pod.url("/mcp")).await;
     let old_session = token_of(&old);
     old.count_from(&old_session, 0, 1).await;
 
@@ -294,7 +294,7 @@ async fn after_a_key_rotation_old_sessions_keep_working_until_their_key_is_remov
     // picks the file up by itself.
     write(&files.keys, &[KEY_B, KEY_A]);
     pod.wait_for_line("session keys reloaded").await;
-    let mut new = TsClient::start(&pod.url("/mcp")).await;
+    let mut new = PeerClient::start(&pod.url("/mcp")).await;
     let new_session = token_of(&new);
     new.count_from(&new_session, 1, 1).await;
 

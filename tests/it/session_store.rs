@@ -7,9 +7,9 @@
 //! `logging/setLevel` they receive to one file.
 
 use crate::session_replicas::{round_robin, token_of, Files, KEY_A};
+use crate::support::clients::PeerClient;
 use crate::support::mcp::raw_http;
 use crate::support::nginx::Nginx;
-use crate::support::node::TsClient;
 use crate::support::redis::Redis;
 
 /// The client sets a log level (at whichever pod), makes calls at both, both servers restart,
@@ -23,7 +23,7 @@ async fn levels_through_restarts(store: Option<&Redis>) -> Vec<String> {
     let mut a = files.pod_with(Some(files.keys()), env.clone()).await;
     let mut b = files.pod_with(Some(files.keys()), env).await;
     let nginx = Nginx::start(round_robin(&[a.addr(), b.addr()])).await;
-    let mut client = TsClient::start(&nginx.url("/mcp")).await;
+    let mut client = PeerClient::start(&nginx.url("/mcp")).await;
     let session = token_of(&client);
 
     client.set_level("debug").await.expect("setLevel");
@@ -63,7 +63,7 @@ async fn a_session_ended_at_one_replica_is_not_re_established_at_another() {
     let mut a = files.pod_with(Some(files.keys()), env.clone()).await;
     let mut b = files.pod_with(Some(files.keys()), env).await;
     // The client talks to pod a only; pod b never saw the session.
-    let client = TsClient::start(&a.url("/mcp")).await;
+    let client = PeerClient::start(&a.url("/mcp")).await;
     let session = token_of(&client);
     client.close().await.expect("DELETE the session");
 

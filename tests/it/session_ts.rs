@@ -2,7 +2,7 @@
 //! embed. It opens one session and never starts another by itself: after the server forgets the
 //! session (a restart), every call on it fails unless holdfast re-establishes it upstream.
 //!
-//! The client ([`TsClient`]) is the SDK's `Client` + `StreamableHTTPClientTransport` in a `node`
+//! The client ([`PeerClient`]) is the SDK's `Client` + `StreamableHTTPClientTransport` in a `node`
 //! process; the servers are rmcp's stateful server ([`McpServer`]) and the SDK's own stateful
 //! server ([`TsServer`], sessions in a map, the SDK's 404 for an unknown one). Each test checks
 //! what a user would: every call succeeds, each ran exactly once, in order, and the client kept
@@ -10,9 +10,10 @@
 
 use serde_json::json;
 
+use crate::support::clients::PeerClient;
 use crate::support::files::TempDir;
 use crate::support::mcp::{mcp_post, raw_http, McpServer};
-use crate::support::node::{TsClient, TsServer};
+use crate::support::node::TsServer;
 use crate::support::proxy::Holdfast;
 use crate::support::within;
 
@@ -28,7 +29,7 @@ async fn ts_server(dir: &TempDir) -> TsServer {
 }
 
 /// The session id the client was given at `initialize`.
-fn initial_session(client: &TsClient) -> String {
+fn initial_session(client: &PeerClient) -> String {
     client
         .session_id()
         .expect("a stateful server gives a session id")
@@ -39,7 +40,7 @@ fn initial_session(client: &TsClient) -> String {
 async fn ts_client_keeps_its_session_across_an_rmcp_server_restart() {
     let mut server = McpServer::start().await;
     let holdfast = Holdfast::start(&format!("http://{}", server.addr())).await;
-    let mut client = TsClient::start(&holdfast.url("/mcp")).await;
+    let mut client = PeerClient::start(&holdfast.url("/mcp")).await;
     let session = initial_session(&client);
 
     client.count_from(&session, 0, 3).await;
@@ -57,7 +58,7 @@ async fn ts_client_keeps_its_session_across_a_ts_server_restart() {
     let dir = TempDir::new("session-ts");
     let mut server = ts_server(&dir).await;
     let holdfast = Holdfast::start(&format!("http://{}", server.addr())).await;
-    let mut client = TsClient::start(&holdfast.url("/mcp")).await;
+    let mut client = PeerClient::start(&holdfast.url("/mcp")).await;
     let session = initial_session(&client);
 
     client.count_from(&session, 0, 3).await;
@@ -91,7 +92,7 @@ async fn thirty_calls_with_a_restart_and_a_call_held_through_it_all_succeed() {
     let dir = TempDir::new("session-ts");
     let mut server = ts_server(&dir).await;
     let holdfast = Holdfast::start(&format!("http://{}", server.addr())).await;
-    let mut client = TsClient::start(&holdfast.url("/mcp")).await;
+    let mut client = PeerClient::start(&holdfast.url("/mcp")).await;
     let session = initial_session(&client);
 
     client.count_from(&session, 0, HELD - 1).await;
@@ -127,7 +128,7 @@ async fn a_log_level_set_before_a_restart_is_set_again_after_it() {
     let dir = TempDir::new("session-ts");
     let mut server = ts_server(&dir).await;
     let holdfast = Holdfast::start(&format!("http://{}", server.addr())).await;
-    let mut client = TsClient::start(&holdfast.url("/mcp")).await;
+    let mut client = PeerClient::start(&holdfast.url("/mcp")).await;
     let session = initial_session(&client);
 
     client.set_level("debug").await.expect("setLevel");
@@ -154,7 +155,7 @@ async fn a_log_level_set_before_a_restart_is_set_again_after_it() {
 async fn without_holdfast_the_ts_client_loses_its_session_for_good() {
     let dir = TempDir::new("session-ts");
     let mut server = ts_server(&dir).await;
-    let mut client = TsClient::start(&server.url()).await;
+    let mut client = PeerClient::start(&server.url()).await;
     let session = initial_session(&client);
     client.count_from(&session, 0, 1).await;
 

@@ -1,9 +1,14 @@
 // The official MCP TypeScript SDK client, driven one command at a time by a Rust test
 // (tests/it/support/node.rs) so the test decides when each call happens.
 //
-// Usage: node client.mjs [--legacy] URL
+// Usage: node client.mjs [--legacy | --mcp-remote CONFIG_DIR] URL
 //   --legacy: the deprecated 2024-11-05 HTTP+SSE transport (SSEClientTransport): URL is the
 //   server's GET stream (e.g. /sse); its `endpoint` event names where the client POSTs.
+//   --mcp-remote: the SDK client over stdio to `mcp-remote` (npm, pinned in package-lock.json),
+//   the bridge desktop clients run to reach a remote server; it speaks Streamable HTTP to URL
+//   with its default settings. CONFIG_DIR: its MCP_REMOTE_CONFIG_DIR (a fresh directory, so no
+//   OAuth state of another run is found). Then the trace shows mcp-remote's own stderr; the
+//   session id is mcp-remote's and is not seen here (null).
 // stdout: one JSON line per event: {"event":"ready","sessionId":...} once connected (or
 //         {"event":"failed","error":...} and exit 1), then per command one
 //         {"event":"result","ok":true,"text":<first text content>,"sessionId":...} or
@@ -18,12 +23,15 @@
 import { createInterface } from 'node:readline';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { SSEClientTransport } from '@modelcontextprotocol/sdk/client/sse.js';
+import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import { fileURLToPath } from 'node:url';
 
 const legacy = process.argv[2] === '--legacy';
-const url = process.argv[legacy ? 3 : 2];
+const remoteConfig = process.argv[2] === '--mcp-remote' ? process.argv[3] : undefined;
+const url = process.argv[legacy ? 3 : remoteConfig ? 4 : 2];
 if (!url) {
-    console.error('usage: node client.mjs [--legacy] URL');
+    console.error('usage: node client.mjs [--legacy | --mcp-remote CONFIG_DIR] URL');
     process.exit(2);
 }
 
@@ -57,9 +65,26 @@ async function tracedFetch(input, init = {}) {
 
 // The legacy transport's event stream goes through the same traced fetch (SSEClientTransport
 // hands `fetch` to its EventSource).
+function remoteTransport() {
+    const proxy = fileURLToPath(new URL('node_modules/mcp-remote/dist/proxy.js', import.meta.url));
+    const bridge = new StdioClientTransport({
+        command: process.execPath,
+        args: [proxy, url],
+        env: { ...process.env, MCP_REMOTE_CONFIG_DIR: remoteConfig },
+        stderr: 'pipe'
+    });
+    bridge.stderr?.on('data', chunk => {
+        for (const line of String(chunk).split('\n').filter(Boolean)) {
+            trace(`mcp-remote: ${line}`);
+        }
+    });
+    return bridge;
+}
 const transport = legacy
     ? new SSEClientTransport(new URL(url), { fetch: tracedFetch })
-    : new StreamableHTTPClientTransport(new URL(url), { fetch: tracedFetch });
+    : remoteConfig
+      ? remoteTransport()
+      : new StreamableHTTPClientTransport(new URL(url), { fetch: tracedFetch });
 const client = new Client({ name: 'holdfast-ts-test-client', version: '1.0.0' });
 // Errors the SDK reports out of band (the GET stream dropping, its reconnects failing): not a
 // command's result, but what the client went through.
@@ -93,8 +118,9 @@ async function perform(command) {
             await client.setLoggingLevel(command.level);
             return '';
         case 'close':
-            // A legacy session ends with its stream, closed below.
-            if (!legacy) {
+            // A legacy session ends with its stream, closed below; mcp-remote ends its own
+            // when its stdin closes.
+            if (!legacy && !remoteConfig) {
                 await transport.terminateSession();
             }
             return '';

@@ -1,5 +1,6 @@
 //! Test support: in-process peers the tests drive, child processes, and bounded waits.
 
+pub mod clients;
 pub mod files;
 pub mod forgetful;
 pub mod http;
@@ -14,6 +15,8 @@ pub mod proxy;
 pub mod python;
 pub mod redis;
 pub mod router;
+pub mod script;
+pub mod stacks;
 
 use std::future::Future;
 use std::time::Duration;

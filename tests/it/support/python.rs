@@ -17,6 +17,7 @@ use std::thread;
 
 use super::files::repo_path;
 use super::process::{find_program, sigterm, Guard};
+use super::script::Script;
 use super::LIMIT;
 
 /// One execution of a tool, as the server wrote it to its ledger.
@@ -35,22 +36,43 @@ pub struct Ran {
 /// The `python3` that has the MCP Python SDK, or a failure that says how to get one: these
 /// tests must not pass by not running.
 pub fn require_python_sdk() -> PathBuf {
+    require_python_module("mcp.server.mcpserver", "mcp==2.3.0")
+}
+
+/// The `python3` on `PATH` that can import `module` (from the pip requirement `requirement`),
+/// or a failure that says how to get it.
+pub fn require_python_module(module: &str, requirement: &str) -> PathBuf {
     let python = find_program("python3").unwrap_or_else(|| {
         panic!("`python3` is not installed, so this test cannot run; run .ci/run")
     });
-    let has_sdk = Command::new(&python)
-        .args(["-c", "import mcp.server.mcpserver"])
+    let has_it = Command::new(&python)
+        .args(["-c", &format!("import {module}")])
         .stderr(Stdio::null())
         .status()
         .is_ok_and(|s| s.success());
     assert!(
-        has_sdk,
-        "the MCP Python SDK is not importable by {}, so this test cannot run. Run .ci/run (it \
-         installs `mcp` into target/ci-venv and puts that first on PATH), or \
-         `pip install mcp==2.3.0` into a virtual environment on PATH.",
+        has_it,
+        "`{module}` is not importable by {}, so this test cannot run. Run .ci/run (it \
+         installs it into target/ci-venv and puts that first on PATH), or \
+         `pip install {requirement}` into a virtual environment on PATH.",
         python.display()
     );
     python
+}
+
+/// Starts `tests/python/<file>` with `args` under the `python3` that has `module`
+/// (`requirement` says where it comes from).
+pub fn python_script(name: String, file: &str, args: &[&str], module: (&str, &str)) -> Script {
+    let python = require_python_module(module.0, module.1);
+    let mut argv = vec![file];
+    argv.extend_from_slice(args);
+    Script::spawn(
+        name,
+        &python,
+        &argv,
+        (&repo_path("tests/python"), &[]),
+        Stdio::piped(),
+    )
 }
 
 /// A running (or stopped) Python SDK server.

@@ -37,6 +37,9 @@ pub struct Routed {
     pub answered_404: bool,
     /// Why the request body broke off (then it was not forwarded, and `body` is empty).
     pub body_error: Option<String>,
+    /// The backend's status, once its answer's head arrived (none for what the router answered
+    /// itself).
+    pub status: Option<StatusCode>,
 }
 
 impl Routed {
@@ -138,15 +141,20 @@ async fn route(
     let header =
         |h: &HeaderMap, name: &str| h.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
     let answered_404 = missing.load(Ordering::SeqCst);
-    log.lock().unwrap().push(Routed {
-        method: parts.method.clone(),
-        path: parts.uri.path().to_owned(),
-        session: header(&parts.headers, "mcp-session-id"),
-        last_event_id: header(&parts.headers, "last-event-id"),
-        body: body.clone(),
-        answered_404,
-        body_error: body_error.clone(),
-    });
+    let entry = {
+        let mut entries = log.lock().unwrap();
+        entries.push(Routed {
+            method: parts.method.clone(),
+            path: parts.uri.path().to_owned(),
+            session: header(&parts.headers, "mcp-session-id"),
+            last_event_id: header(&parts.headers, "last-event-id"),
+            body: body.clone(),
+            answered_404,
+            body_error: body_error.clone(),
+            status: None,
+        });
+        entries.len() - 1
+    };
     if body_error.is_some() {
         // Not forwarded: a router would not send a cut request on either.
         let resp = Response::builder()
@@ -186,7 +194,10 @@ async fn route(
         .await
     {
         // Streamed straight back, frame by frame: SSE stays live.
-        Ok(resp) => Ok(resp.map(BodyExt::boxed)),
+        Ok(resp) => {
+            log.lock().unwrap()[entry].status = Some(resp.status());
+            Ok(resp.map(BodyExt::boxed))
+        }
         Err(_) => Ok(Response::builder()
             .status(StatusCode::BAD_GATEWAY)
             .body(
