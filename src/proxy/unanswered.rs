@@ -267,7 +267,10 @@ where
 }
 
 /// The id of the JSON-RPC request whose answer the upstream's head announces as an event
-/// stream (`is_sse`): a POST of one request (its body kept whole), answered 2xx.
+/// stream (`is_sse`): a POST of one request (its body kept whole), answered 2xx, with events
+/// holdfast can read. A compressed stream (a front proxy's gzip: nginx with `gzip_types
+/// text/event-stream`) is not watched: its events cannot be read here, so an answered stream
+/// would look unanswered, and no event could be added to it.
 pub(super) fn awaited_id(
     method: &http::Method,
     head: &http::response::Parts,
@@ -275,6 +278,14 @@ pub(super) fn awaited_id(
     handle: &crate::replay::BodyHandle,
 ) -> Option<crate::jsonrpc::Id> {
     if method != http::Method::POST || !head.status.is_success() || !is_sse {
+        return None;
+    }
+    let coded = head
+        .headers
+        .get_all(http::header::CONTENT_ENCODING)
+        .iter()
+        .any(|coding| !coding.as_bytes().eq_ignore_ascii_case(b"identity"));
+    if coded {
         return None;
     }
     handle

@@ -226,6 +226,47 @@ async fn x_accel_buffering_is_added_to_sse_only() {
 }
 
 #[tokio::test]
+async fn a_compressed_event_stream_answering_a_call_passes_as_it_came() {
+    // A front proxy that compresses event streams (nginx with gzip_types text/event-stream, as
+    // Debian's configuration invites) between holdfast and the server: holdfast cannot read the
+    // events, so it cannot tell an answered stream from an unanswered one, nor add an event to
+    // it. The stream passes untouched; it is not mistaken for a server going away.
+    const GZIPPED: &[u8] = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03not events holdfast can read";
+    let upstream = Upstream::start(|_| async move {
+        response(
+            200,
+            &[
+                ("content-type", "text/event-stream"),
+                ("content-encoding", "gzip"),
+            ],
+            GZIPPED,
+        )
+    })
+    .await;
+    let holdfast = Holdfast::start(&upstream.url()).await;
+    let call = r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"t"}}"#;
+    let url = holdfast.url("/mcp");
+    let req = Request::post(&url)
+        .header("host", host_of(&url))
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("accept-encoding", "gzip")
+        .body(Full::new(Bytes::from_static(call.as_bytes())))
+        .unwrap();
+    let resp = within(send(req)).await;
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers().get("content-encoding").unwrap(), "gzip");
+    let body = within(resp.into_body().collect()).await.unwrap().to_bytes();
+    assert_eq!(&body[..], GZIPPED);
+    assert_eq!(
+        holdfast
+            .metric_or_zero("holdfast_upstream_failures_total{reason=\"unanswered\"}")
+            .await,
+        0.0
+    );
+}
+
+#[tokio::test]
 async fn a_long_stream_outlives_the_response_and_idle_timeouts() {
     const EVENTS: usize = 25;
     const EVERY: Duration = Duration::from_millis(100);
