@@ -429,6 +429,34 @@ mod tests {
     }
 
     #[test]
+    fn nginx_error_pages_are_the_routers_and_never_replay_safe() {
+        let html = headers(&[("content-type", "text/html")]);
+        let not_safe = Verdict::Missing(Missing {
+            reason: RewriteReason::RouterUnavailable,
+            never_reached_app: false,
+        });
+        for (status, title) in [
+            (502, "Bad Gateway"),
+            (503, "Service Temporarily Unavailable"),
+            (504, "Gateway Time-out"),
+        ] {
+            // With its version, and without (server_tokens off).
+            for foot in ["nginx/1.22.1", "nginx"] {
+                let page = format!("<html>\r\n<head><title>{status} {title}</title></head>\r\n<body>\r\n<center><h1>{status} {title}</h1></center>\r\n<hr><center>{foot}</center>\r\n</body>\r\n</html>\r\n");
+                assert_eq!(
+                    verdict(status, &html, page.as_bytes(), true, false),
+                    not_safe
+                );
+            }
+        }
+        // The application's own HTML 502 is its answer.
+        assert_eq!(
+            verdict(502, &html, b"<h1>upstream said no</h1>", true, false),
+            Verdict::Application
+        );
+    }
+
+    #[test]
     fn other_presets() {
         let html = headers(&[("content-type", "text/html")]);
         let page = b"<html>\r\n<head><title>404 Not Found</title></head>\r\n<body>\r\n<center><h1>404 Not Found</h1></center>\r\n<hr><center>nginx/1.22.1</center>\r\n</body>\r\n</html>\r\n";

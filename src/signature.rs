@@ -167,6 +167,9 @@ impl Signature {
     }
 }
 
+/// What every error page nginx writes itself has at its foot.
+const NGINX_PAGE: &[u8] = b"<hr><center>nginx";
+
 /// Built-in router signatures (shared/mcp-notes.md, "What routers send when the route is missing").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Preset {
@@ -181,6 +184,13 @@ pub enum Preset {
     Traefik504,
     /// nginx's built-in 404 page (no matching location).
     Nginx404,
+    /// nginx's built-in 502 page (its upstream refused, reset or closed): never replay-safe, as
+    /// Traefik's 502.
+    Nginx502,
+    /// nginx's built-in 503 page (no live upstream, a rate limit).
+    Nginx503,
+    /// nginx's built-in 504 page (its upstream did not answer in time): never replay-safe.
+    Nginx504,
     /// The Kubernetes default backend (ingress-gce, ingress-nginx's default-http-backend).
     IngressGce404,
     /// Envoy's empty no-route 404. Off by default: an application's empty 404 behind an Envoy
@@ -189,12 +199,15 @@ pub enum Preset {
 }
 
 impl Preset {
-    const ALL: [Preset; 7] = [
+    const ALL: [Preset; 10] = [
         Preset::Traefik404,
         Preset::Traefik503,
         Preset::Traefik502,
         Preset::Traefik504,
         Preset::Nginx404,
+        Preset::Nginx502,
+        Preset::Nginx503,
+        Preset::Nginx504,
         Preset::IngressGce404,
         Preset::Envoy404,
     ];
@@ -207,6 +220,9 @@ impl Preset {
             Preset::Traefik502 => "traefik-502",
             Preset::Traefik504 => "traefik-504",
             Preset::Nginx404 => "nginx-404",
+            Preset::Nginx502 => "nginx-502",
+            Preset::Nginx503 => "nginx-503",
+            Preset::Nginx504 => "nginx-504",
             Preset::IngressGce404 => "ingress-gce-404",
             Preset::Envoy404 => "envoy-404",
         }
@@ -263,9 +279,25 @@ impl Preset {
             Preset::Nginx404 => (
                 StatusCode::NOT_FOUND,
                 Some("text/html".to_string()),
-                BodyMatch::Contains(Bytes::from_static(b"<hr><center>nginx")),
+                BodyMatch::Contains(Bytes::from_static(NGINX_PAGE)),
                 vec![],
                 true,
+            ),
+            // nginx's own error pages, `<hr><center>nginx/1.22.1</center>` (or `nginx</center>`
+            // with server_tokens off) at their foot. A 502 also follows a request the upstream
+            // read and then dropped, a 504 one it is still running; a 503 may be an upstream's
+            // own page passed through with proxy_intercept_errors. None is replay-safe: a
+            // request safe to run twice is held anyway, any other gets the 503 at once.
+            Preset::Nginx502 | Preset::Nginx503 | Preset::Nginx504 => (
+                match self {
+                    Preset::Nginx502 => StatusCode::BAD_GATEWAY,
+                    Preset::Nginx503 => StatusCode::SERVICE_UNAVAILABLE,
+                    _ => StatusCode::GATEWAY_TIMEOUT,
+                },
+                Some("text/html".to_string()),
+                BodyMatch::Contains(Bytes::from_static(NGINX_PAGE)),
+                vec![],
+                false,
             ),
             Preset::IngressGce404 => (
                 StatusCode::NOT_FOUND,

@@ -46,6 +46,9 @@ pub mod defaults {
         "traefik-502",
         "traefik-504",
         "nginx-404",
+        "nginx-502",
+        "nginx-503",
+        "nginx-504",
         "ingress-gce-404",
     ];
     /// Largest request head accepted from a client.

@@ -90,6 +90,11 @@ struct Outage {
     started: Instant,
     first_reason: RewriteReason,
     last_reason: RewriteReason,
+    /// A router answered for the backend with a 5xx in this outage (its 502 while the route
+    /// still points at a dead container): a held request sent as the probe could meet it too,
+    /// and a 502 may follow a request the backend read, so the probe asks with a request that
+    /// runs nothing first.
+    router_5xx: bool,
     /// The horizon's warning was given for this outage.
     horizon_warned: bool,
 }
@@ -208,10 +213,12 @@ impl<W> Machine<W> {
     }
 
     fn open(&mut self, reason: RewriteReason, now: Instant, id: u64, fx: &mut Effects<W>) {
+        let router_5xx = reason == RewriteReason::RouterUnavailable;
         let outage = Outage {
             started: now,
             first_reason: reason,
             last_reason: reason,
+            router_5xx,
             horizon_warned: false,
         };
         match std::mem::replace(&mut self.phase, Phase::Clear) {
@@ -252,6 +259,7 @@ impl<W> Machine<W> {
                 pause,
             } => {
                 outage.last_reason = reason;
+                outage.router_5xx |= router_5xx;
                 // A dormant outage wakes up: its route is still missing, and someone asks.
                 if dormant {
                     fx.push(Effect::Counted(true));
@@ -442,6 +450,7 @@ impl<W> Machine<W> {
                 reason: outage.last_reason,
                 started: outage.started,
                 held_in: held.id,
+                ask_first: outage.router_5xx,
             },
         };
         if step == ProbeStep::Stop {

@@ -1,6 +1,6 @@
 //! Probing during an outage: one probe at a time, with jittered exponential backoff; a TCP
 //! connect where that tells enough, then the oldest held request itself, or (with
-//! `hold.probe_path`) a health request instead.
+//! `hold.probe_path`, or after a router's 5xx) a request that runs nothing instead.
 
 use super::machine::ProbeStep;
 use super::*;
@@ -44,7 +44,7 @@ impl RouteOutage {
             ))
             .await;
             attempt = attempt.saturating_add(1);
-            let (reason, started, outage) = {
+            let (reason, started, outage, ask_first) = {
                 let mut m = self.lock();
                 let (step, effects) =
                     m.probe_step(self.shared.shutting_down.load(Ordering::Acquire));
@@ -59,7 +59,8 @@ impl RouteOutage {
                         reason,
                         started,
                         held_in,
-                    } => (reason, Instant::from_std(started), held_in),
+                        ask_first,
+                    } => (reason, Instant::from_std(started), held_in, ask_first),
                 }
             };
             // Where the failure was a connection failure, a bare connect tells whether anything
@@ -73,13 +74,21 @@ impl RouteOutage {
             }
             // With hold.probe_path the health check decides, and no held request goes out before
             // the application has answered it: a port that accepts before anything serves it
-            // (docker-proxy) must not cost a held request. But a path that answers without ever
-            // passing (a 503 for a degraded dependency, a wrong path behind a router) must not
-            // hold everyone forever: after HEALTH_ANSWERS_TRUSTED such answers the held
-            // requests probe again, as without a health path.
-            if let Some(health) = &self.health {
+            // (docker-proxy) must not cost a held request. Without it, once a router answered a
+            // 5xx for the backend (a 502 while its route still points at a dead container), a
+            // held call sent as the probe would meet that 502 and, not safe to send again, get
+            // a 503: a request that runs nothing (`OPTIONS` on the endpoint, a pause's presence
+            // check) asks instead. But a check that answers without ever passing (a 503 for a
+            // degraded dependency, a wrong path behind a router) must not hold everyone
+            // forever: after HEALTH_ANSWERS_TRUSTED such answers the held requests probe again.
+            let check = match (&self.health, &self.presence) {
+                (Some(health), _) => Some(health),
+                (None, Some(presence)) if ask_first => Some(presence),
+                _ => None,
+            };
+            if let Some(check) = check {
                 if not_up < HEALTH_ANSWERS_TRUSTED {
-                    self.check_health(health.as_ref(), &mut not_up).await;
+                    self.check_health(check.as_ref(), &mut not_up).await;
                     continue;
                 }
             }
@@ -140,7 +149,8 @@ impl RouteOutage {
                         route = self.route,
                         status = status.as_u16(),
                         answers = *not_up,
-                        "hold.probe_path keeps answering without passing; held requests probe \
+                        "the health check (hold.probe_path, or OPTIONS on the endpoint after a \
+                         router's 5xx) keeps answering without passing; held requests probe \
                          the upstream instead. Check the path (it is sent as is, without the \
                          upstream URL's path prefix)"
                     );

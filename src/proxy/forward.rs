@@ -236,7 +236,7 @@ impl Proxy {
                 Step::Now(Next::Again)
             }
             (Verdict::Missing(missing), _) => {
-                let replayable = missing.is_safe_to_replay();
+                let replayable = missing.is_safe_to_replay() || self.held_anyway(ex);
                 Step::Later(Box::pin(self.hold_for(missing, replayable, ex)))
             }
             (Verdict::Application | Verdict::RouterPassthrough(_), None) => {
@@ -498,6 +498,22 @@ impl Proxy {
             }
             _ => false,
         }
+    }
+
+    /// Whether a request a router answered with a 5xx that may follow a request the backend
+    /// read (a 502, a 504) is held all the same: it is safe to run twice, so waiting for the
+    /// backend and sending it again costs nothing a refused connect would not. Counted and said
+    /// as a resend.
+    fn held_anyway(&self, ex: &Exchange) -> bool {
+        let Some(kind) = self.safe_to_repeat(ex) else {
+            return false;
+        };
+        self.count_resend(
+            kind,
+            ex.attempts.breaks(),
+            "a router answered for the backend: held until it is back",
+        );
+        true
     }
 
     /// Counts and says one resend of a request safe to run twice after an ambiguous failure.

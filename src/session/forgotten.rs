@@ -57,7 +57,11 @@ pub enum PingSays {
 /// status, no JSON-RPC result). A ping answered with a result, a 2xx, or a different refusal
 /// shows a server that knows the session: the request's answer passes unchanged and nothing is
 /// sent twice.
-pub fn ping_says(request_status: StatusCode, ping_status: StatusCode, ping_result: bool) -> PingSays {
+pub fn ping_says(
+    request_status: StatusCode,
+    ping_status: StatusCode,
+    ping_result: bool,
+) -> PingSays {
     if suspects(request_status) && ping_status == request_status && !ping_result {
         PingSays::Forgotten
     } else {
@@ -131,7 +135,9 @@ mod tests {
     fn only_the_statuses_real_servers_use_are_suspected() {
         assert!(suspects(GONE));
         assert!(suspects(BAD));
-        for other in [200, 202, 401, 403, 405, 406, 409, 410, 413, 415, 421, 422, 429, 500, 503] {
+        for other in [
+            200, 202, 401, 403, 405, 406, 409, 410, 413, 415, 421, 422, 429, 500, 503,
+        ] {
             let status = StatusCode::from_u16(other).unwrap();
             assert!(!suspects(status), "{other} suspected");
         }
@@ -166,6 +172,10 @@ mod tests {
         assert!(!new_session_ping_holds(BAD, BAD, false));
         assert!(!new_session_ping_holds(GONE, GONE, false));
         // Refused in another way: no witness either.
-        assert!(!new_session_ping_holds(BAD, StatusCode::METHOD_NOT_ALLOWED, false));
+        assert!(!new_session_ping_holds(
+            BAD,
+            StatusCode::METHOD_NOT_ALLOWED,
+            false
+        ));
     }
 }

@@ -25,7 +25,7 @@ use crate::support::jail::jailed;
 const SAMPLE_UPSTREAM: &str = "http://mcp-backend:8000";
 
 /// Built-in presets on by default (mirrors `config::defaults::PRESETS`, checked below).
-const DEFAULT_PRESETS: usize = 6;
+const DEFAULT_PRESETS: usize = 9;
 
 fn sample_path() -> PathBuf {
     repo_path("config/holdfast.toml")

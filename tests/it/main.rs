@@ -30,6 +30,7 @@ mod per_route;
 mod probe;
 mod retry;
 mod rmcp_smoke;
+mod router_5xx;
 mod rows;
 mod safe_calls;
 mod session;

@@ -106,11 +106,14 @@ pub(in crate::hold) enum ProbeStep {
     Stop,
     /// Paused before the upstream went: the instance that would answer is the one about to stop.
     Wait,
-    /// Probe the outage `held_in` opened with `reason` at `started`.
+    /// Probe the outage `held_in` opened with `reason` at `started`. `ask_first`: a router
+    /// answered a 5xx for the backend in it, so no held request goes out as the probe before a
+    /// request that runs nothing found the application there.
     Probe {
         reason: RewriteReason,
         started: Instant,
         held_in: u64,
+        ask_first: bool,
     },
 }
 

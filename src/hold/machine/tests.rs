@@ -160,6 +160,39 @@ fn a_probe_still_out_when_the_outage_ends_counts_as_released() {
 }
 
 #[test]
+fn once_a_router_answered_a_5xx_the_probe_asks_first_for_the_whole_outage() {
+    let now = t0();
+    let ask_first = |m: &mut M| match m.probe_step(false).0 {
+        ProbeStep::Probe { ask_first, .. } => ask_first,
+        step => panic!("{step:?}"),
+    };
+    // A route-missing 404 alone: held requests never reached the application, so the oldest
+    // may go as the probe.
+    let mut m = M::new(true);
+    m.missing(RewriteReason::RouteMissing404, now, 1);
+    enter(&mut m, &mut Place::default(), now, false);
+    assert!(!ask_first(&mut m));
+    // The router's 502 (the dead container still routed to), then its 404 (the route gone):
+    // the 502 may come again, so every probe of this outage asks first.
+    let mut m = M::new(true);
+    m.missing(RewriteReason::RouterUnavailable, now, 1);
+    enter(&mut m, &mut Place::default(), now, false);
+    m.missing(RewriteReason::RouteMissing404, now + secs(1), 2);
+    assert!(ask_first(&mut m));
+    // And a 404 outage that meets a 502 later.
+    let mut m = M::new(true);
+    m.missing(RewriteReason::RouteMissing404, now, 1);
+    enter(&mut m, &mut Place::default(), now, false);
+    m.missing(RewriteReason::RouterUnavailable, now + secs(1), 2);
+    assert!(ask_first(&mut m));
+    // The next outage starts afresh.
+    m.answered(now + secs(2));
+    m.missing(RewriteReason::RouteMissing404, now + secs(3), 3);
+    enter(&mut m, &mut Place::default(), now + secs(3), false);
+    assert!(!ask_first(&mut m));
+}
+
+#[test]
 fn a_route_nobody_waits_in_sleeps_when_its_prober_stops_and_wakes_when_met() {
     let now = t0();
     let mut m = M::new(true);
