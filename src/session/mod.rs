@@ -1,7 +1,8 @@
 //! Session continuity: an MCP session outlives the backend's restart.
 //!
 //! Most MCP servers keep sessions in memory, so a recreated container has forgotten every one
-//! and answers the next request on it with `404` ("Session not found"). The spec tells the client
+//! and answers the next request on it with `404` ("Session not found"), or `400` (the reference
+//! everything server, one-transport TypeScript servers). The spec tells the client
 //! to start a new session then, but the official TypeScript SDK client never does: every call
 //! after the restart fails. holdfast carries the session instead:
 //!
