@@ -1,18 +1,18 @@
-//! Health at rest: with `hold.probe_path`, the upstream is checked every
-//! `hold.check_interval_secs` even without traffic, so `holdfast_upstream_up` (and the alerts
-//! on it) follow the server rather than the last request.
-//!
-//! Without it an outage opens only when a request meets the gap and closes only when the
-//! application answers one: a server gone on a quiet night reads 1, and one that came back
-//! after an outage longer than the hold reads 0 until the next request (and pages).
+//! Health at rest: the upstream is checked every `hold.check_interval_secs` (10 s) even without
+//! traffic, so `holdfast_upstream_up`, `/status` and the alerts on them follow the server rather
+//! than the last request: a wrong upstream name, or a server gone on a quiet night, shows within
+//! one interval, and a server back after an outage longer than the hold reads up again.
 //!
 //! The check at rest is as cautious as a request would be. With no outage it only connects:
-//! nothing listening is the same evidence a request's refused connection gives, and opens the
-//! same upstream-wide outage (the next request is held instead of sent into the gap). An answer
-//! that is not healthy (a 5xx, a router's 404) opens nothing: a request would get it too, and
-//! decide for itself. With an outage that no prober is working on (nobody is held), it asks the
-//! health path, and the application's answer closes the outage. While a prober runs, or a pause
-//! is on, the check stays out of their way.
+//! nothing listening (refused, a name that does not resolve, no route) is the same evidence a
+//! request's failed connection gives, and opens the same upstream-wide outage, whose log line
+//! names the reason and the error (the next request is held instead of sent into the gap). An
+//! answer that is not healthy (a 5xx, a router's 404) opens nothing: a request would get it too,
+//! and decide for itself. With an outage that no prober is working on (nobody is held), it asks
+//! whether the application is there (`hold.probe_path`, or else `OPTIONS` on the first endpoint,
+//! which runs nothing), and the application's answer closes the outage. While a prober runs, or a
+//! pause is on, the check stays out of their way. `hold.check_interval_secs = 0` turns it off.
+//! The settings are read at every tick: a reload changes them.
 
 use super::*;
 
@@ -41,25 +41,31 @@ fn jittered(every: Duration, jitter: f64) -> Duration {
     every.mul_f64(0.9 + 0.2 * jitter.clamp(0.0, 1.0))
 }
 
+/// How long the check sleeps while it is off (`hold.check_interval_secs = 0`) before it reads
+/// the settings again (a reload may turn it on).
+const OFF_RECHECK: Duration = Duration::from_secs(10);
+
 impl RouteOutage {
-    /// The check at rest, for the upstream-wide outage: none without `hold.probe_path` or with
-    /// `hold.check_interval_secs` 0.
-    pub(super) fn at_rest(
-        self: &Arc<Self>,
-    ) -> Option<impl std::future::Future<Output = ()> + Send + 'static> {
-        let every = self.cfg.check_interval?;
-        let health = self.health.clone()?;
+    /// The check at rest, for the upstream-wide outage: a task for as long as holdfast serves.
+    /// The first check is at once: a wrong upstream shows from the start.
+    pub(super) fn at_rest(self: &Arc<Self>) -> impl std::future::Future<Output = ()> + Send + 'static {
         let this = self.clone();
-        Some(async move {
+        async move {
             loop {
+                let settings = this.settings();
+                let Some(every) = settings.cfg.check_interval else {
+                    tokio::time::sleep(OFF_RECHECK).await;
+                    continue;
+                };
+                let ask = settings.health.clone().or_else(|| settings.presence.clone());
+                this.check_at_rest(&settings, ask.as_deref()).await;
                 tokio::time::sleep(jittered(every, fastrand::f64())).await;
-                this.check_at_rest(health.as_ref()).await;
             }
-        })
+        }
     }
 
-    /// One tick of the check at rest.
-    async fn check_at_rest(&self, health: &dyn Health) {
+    /// One tick of the check at rest; `ask`: what asks whether the application is there.
+    async fn check_at_rest(&self, settings: &Template, ask: Option<&dyn Health>) {
         let step = {
             let m = self.lock();
             next_step(
@@ -73,7 +79,8 @@ impl RouteOutage {
             AtRest::Skip => {}
             AtRest::Connect => {
                 use tower_service::Service;
-                let Err(err) = self.connector.clone().call(self.probe_uri.clone()).await else {
+                let connect = settings.connector.clone().call(settings.probe_uri.clone());
+                let Err(err) = connect.await else {
                     return;
                 };
                 let Some(reason) = RewriteReason::of_connect(err.kind()) else {
@@ -85,7 +92,8 @@ impl RouteOutage {
                 self.missing(reason);
             }
             AtRest::Health => {
-                if health.check(self.host.as_ref()).await == Checked::Up {
+                let Some(ask) = ask else { return };
+                if ask.check(self.host.as_ref()).await == Checked::Up {
                     tracing::debug!(route = self.route, "the check at rest passed");
                     self.answered();
                 }
@@ -133,7 +141,7 @@ mod tests {
         };
         let (mut template, metrics) = template(cfg);
         template.health = health.map(|h| h as Arc<dyn Health>);
-        let o = RouteOutage::new(&template, Shared::new(), "(all)".into(), None);
+        let o = RouteOutage::new(Shared::new(template), "(all)".into(), None);
         (Arc::new(o), metrics)
     }
 
@@ -144,12 +152,17 @@ mod tests {
         })
     }
 
-    #[test]
-    fn no_check_at_rest_without_a_health_path_or_an_interval() {
-        let every = Some(Duration::from_secs(10));
-        assert!(upstream_with(None, every).0.at_rest().is_none());
-        assert!(upstream_with(Some(fake(true)), None).0.at_rest().is_none());
-        assert!(upstream_with(Some(fake(true)), every).0.at_rest().is_some());
+    /// Off (`hold.check_interval_secs = 0`): nothing is asked, however long it runs.
+    #[tokio::test(start_paused = true)]
+    async fn no_check_at_rest_with_the_interval_off() {
+        let health = fake(true);
+        let (o, _) = upstream_with(Some(health.clone()), None);
+        o.missing(RewriteReason::ConnectRefused);
+        let task = tokio::spawn(o.at_rest());
+        tokio::time::sleep(Duration::from_secs(120)).await;
+        assert_eq!(health.checks.load(Ordering::SeqCst), 0);
+        assert!(o.in_outage());
+        task.abort();
     }
 
     /// An outage nobody is held in (its requests timed out) closes when the health path
@@ -160,20 +173,23 @@ mod tests {
         let (o, metrics) = upstream_with(Some(health.clone()), Some(Duration::from_secs(10)));
         o.missing(RewriteReason::ConnectRefused);
         assert_eq!(metrics.upstream_up.get(), 0);
-        tokio::spawn(o.at_rest().unwrap());
+        tokio::spawn(o.at_rest());
 
-        tokio::time::sleep(Duration::from_secs(12)).await;
+        tokio::time::sleep(Duration::from_secs(8)).await;
+        assert_eq!(health.checks.load(Ordering::SeqCst), 1, "the first at once");
+        assert!(o.in_outage(), "no answer keeps the outage open");
+        tokio::time::sleep(Duration::from_secs(4)).await;
         assert_eq!(
             health.checks.load(Ordering::SeqCst),
-            1,
-            "one tick in 9–11 s"
+            2,
+            "the next 9–11 s later"
         );
         assert!(o.in_outage(), "no answer keeps the outage open");
         assert_eq!(metrics.upstream_up.get(), 0);
 
         health.up.store(true, Ordering::SeqCst);
         tokio::time::sleep(Duration::from_secs(11)).await;
-        assert_eq!(health.checks.load(Ordering::SeqCst), 2);
+        assert_eq!(health.checks.load(Ordering::SeqCst), 3);
         assert!(!o.in_outage());
         assert_eq!(metrics.upstream_up.get(), 1);
         assert_eq!(

@@ -110,22 +110,15 @@ pub struct Template {
 }
 
 /// One route's outage state and the requests held for it: a [`Machine`] behind a lock, whose
-/// effects are carried out here (wakes, metrics, logs, the prober).
+/// effects are carried out here (wakes, metrics, logs, the prober). Its settings are every
+/// route's, in [`Shared`]: a reload changes them for every route at once.
 pub struct RouteOutage {
-    cfg: HoldConfig,
     /// What every route shares.
     shared: Arc<Shared>,
     /// The route, for logs (`host endpoint`).
     route: String,
     /// The Host its requests send upstream (for the health check).
     host: Option<http::HeaderValue>,
-    /// `retry_after_secs`: the fixed Retry-After, and the observed one's fallback.
-    retry_after: Duration,
-    /// Where the bare TCP probe connects.
-    probe_uri: Uri,
-    connector: Connector,
-    health: Option<Arc<dyn Health>>,
-    presence: Option<Arc<dyn Health>>,
     metrics: Arc<Metrics>,
     /// The machine's [`Machine::is_open`], for requests to read without the lock (the hot
     /// path); written only by [`RouteOutage::apply`], under the lock.
@@ -163,31 +156,24 @@ fn now() -> std::time::Instant {
 
 impl RouteOutage {
     /// Starts healthy: the horizon counts from now.
-    fn new(
-        template: &Template,
-        shared: Arc<Shared>,
-        route: String,
-        host: Option<http::HeaderValue>,
-    ) -> Self {
-        let t = template.clone();
+    fn new(shared: Arc<Shared>, route: String, host: Option<http::HeaderValue>) -> Self {
         // Routes have a Host; the upstream-wide outage (connection failures) has none, and
         // stays open until the application answers.
         let may_sleep = host.is_some();
         Self {
-            cfg: t.cfg,
+            metrics: shared.settings().metrics.clone(),
             shared,
             route,
             host,
-            retry_after: t.retry_after,
-            probe_uri: t.probe_uri,
-            connector: t.connector,
-            health: t.health,
-            presence: t.presence,
-            metrics: t.metrics,
             in_outage: AtomicBool::new(false),
             active: AtomicBool::new(false),
             state: Mutex::new(Machine::new(may_sleep)),
         }
+    }
+
+    /// The settings now (they change on a reload).
+    fn settings(&self) -> Arc<Template> {
+        self.shared.settings()
     }
 
     fn lock(&self) -> MutexGuard<'_, Held> {
@@ -316,12 +302,7 @@ impl RouteOutage {
 
     /// Whether holding is on.
     pub fn enabled(&self) -> bool {
-        self.cfg.enabled
-    }
-
-    /// Largest body kept for a replay.
-    pub fn max_body_bytes(&self) -> usize {
-        self.cfg.max_body_bytes
+        self.shared.enabled()
     }
 
     /// Whether an outage is open.
@@ -379,7 +360,12 @@ impl RouteOutage {
     fn count_outage_start(&self, reason: RewriteReason, cause: Option<&str>) {
         self.shared.outage_count(true, &self.metrics.upstream_up);
         self.metrics.outages.inc();
-        let upstream = self.probe_uri.authority().map(|a| a.as_str()).unwrap_or("");
+        let settings = self.settings();
+        let upstream = settings
+            .probe_uri
+            .authority()
+            .map(|a| a.as_str())
+            .unwrap_or("");
         // `error` is recorded only when there is one (a router's 404 has none).
         tracing::warn!(
             route = self.route,

@@ -75,7 +75,7 @@ impl OutageRoutes {
 
 impl RouteOutage {
     fn pause(self: &Arc<Self>, max: Duration, who: &str, host: Option<HeaderValue>) -> PauseStart {
-        if !self.cfg.enabled {
+        if !self.enabled() {
             return PauseStart::HoldDisabled;
         }
         let mut m = self.lock();
@@ -129,16 +129,18 @@ impl RouteOutage {
     /// application is there, first to see it gone, then to see the new instance answer. Ends it
     /// at `pause.max_secs`.
     async fn watch(self: Arc<Self>, id: u64, host: Option<HeaderValue>) {
-        let presence = self.health.clone().or_else(|| self.presence.clone());
         let mut attempt = 0u32;
         loop {
+            // Read each time: a reload may change them while a pause lasts.
+            let settings = self.settings();
+            let presence = settings.health.clone().or_else(|| settings.presence.clone());
             let until = match self.lock().pause() {
                 Some(v) if v.pause.id == id => Instant::from_std(v.pause.until),
                 _ => return,
             };
             let delay = backoff(
-                self.cfg.backoff_initial,
-                self.cfg.backoff_max,
+                settings.cfg.backoff_initial,
+                settings.cfg.backoff_max,
                 attempt,
                 fastrand::f64(),
             );

@@ -36,9 +36,11 @@ impl RouteOutage {
         // The outage in which a connect was refused: the instance that was there is gone.
         let mut refused_in: Option<u64> = None;
         loop {
+            // Read each time: a reload may change them during an outage.
+            let settings = self.settings();
             tokio::time::sleep(backoff(
-                self.cfg.backoff_initial,
-                self.cfg.backoff_max,
+                settings.cfg.backoff_initial,
+                settings.cfg.backoff_max,
                 attempt,
                 fastrand::f64(),
             ))
@@ -81,7 +83,7 @@ impl RouteOutage {
             // check) asks instead. But a check that answers without ever passing (a 503 for a
             // degraded dependency, a wrong path behind a router) must not hold everyone
             // forever: after HEALTH_ANSWERS_TRUSTED such answers the held requests probe again.
-            let check = match (&self.health, &self.presence) {
+            let check = match (&settings.health, &settings.presence) {
                 (Some(health), _) => Some(health),
                 (None, Some(presence)) if ask_first => Some(presence),
                 _ => None,
@@ -116,10 +118,11 @@ impl RouteOutage {
         refused_in: &mut Option<u64>,
     ) -> bool {
         use tower_service::Service;
-        if self
+        let settings = self.settings();
+        if settings
             .connector
             .clone()
-            .call(self.probe_uri.clone())
+            .call(settings.probe_uri.clone())
             .await
             .is_err()
         {

@@ -145,15 +145,16 @@ impl RouteOutage {
             return Err(Released::Shutdown);
         }
         // Reserve what the body may grow to while read ahead, not only what is read now.
-        let bytes = body.expected_bytes(self.cfg.max_body_bytes);
+        let settings = self.settings();
+        let bytes = body.expected_bytes(settings.cfg.max_body_bytes);
         let at = Instant::now();
         let (tx, rx) = oneshot::channel();
-        let (shared, cfg) = (&self.shared, &self.cfg);
+        let (shared, cfg) = (&self.shared, &settings.cfg);
         // The caps are over every route together.
         let (entry, effects) = m.enter(
             &mut ticket.place,
             tx,
-            (bytes, at.into_std(), self.cfg.timeout),
+            (bytes, at.into_std(), cfg.timeout),
             ticket.probe.is_some(),
             || shared.reserve(bytes, cfg),
         );

@@ -7,12 +7,14 @@ impl RouteOutage {
     /// Retry-After for a 503 of a request that waited `waited`: from observed outages (their
     /// median, minus the time already waited, within bounds) or the fixed value.
     pub fn retry_after(&self, waited: Duration) -> Duration {
-        if !self.cfg.enabled || self.cfg.retry_after == RetryAfter::Fixed {
-            return self.retry_after;
+        let settings = self.settings();
+        let cfg = &settings.cfg;
+        if !cfg.enabled || cfg.retry_after == RetryAfter::Fixed {
+            return settings.retry_after;
         }
         let history = self.shared.history.lock().expect("history lock");
         let typical = if history.is_empty() {
-            self.retry_after
+            settings.retry_after
         } else {
             let mut sorted: Vec<Duration> = history.iter().copied().collect();
             sorted.sort();
@@ -22,7 +24,7 @@ impl RouteOutage {
         let remaining = typical.saturating_sub(waited);
         let secs =
             Duration::from_secs(remaining.as_secs() + u64::from(remaining.subsec_nanos() > 0));
-        secs.clamp(self.cfg.retry_after_min, self.cfg.retry_after_max)
+        secs.clamp(cfg.retry_after_min, cfg.retry_after_max)
     }
 
     /// Whether the route has been missing for longer than `horizon`: an outage is open (or

@@ -39,10 +39,9 @@ struct RouteKey {
 
 /// Every route's outage state.
 pub struct OutageRoutes {
-    template: Template,
     shared: Arc<Shared>,
     /// Whether routes are told apart (a router sits in between).
-    per_route: bool,
+    per_route: AtomicBool,
     routes: RwLock<HashMap<RouteKey, Arc<RouteOutage>>>,
     /// The one route without a router, and where routes go past [`MAX_ROUTES`].
     shared_route: Arc<RouteOutage>,
@@ -52,17 +51,15 @@ impl OutageRoutes {
     /// No outage yet. `per_route`: tell routes apart (a router sits between holdfast and the
     /// application).
     pub fn new(template: Template, per_route: bool) -> Self {
-        let shared = Shared::new();
+        let shared = Shared::new(template);
         let shared_route = Arc::new(RouteOutage::new(
-            &template,
             shared.clone(),
             if per_route { "(other routes)" } else { "(all)" }.to_owned(),
             None,
         ));
         Self {
-            template,
             shared,
-            per_route,
+            per_route: AtomicBool::new(per_route),
             routes: RwLock::new(HashMap::new()),
             shared_route,
         }
@@ -70,13 +67,25 @@ impl OutageRoutes {
 
     /// Whether holding is on.
     pub fn enabled(&self) -> bool {
-        self.template.cfg.enabled
+        self.shared.enabled()
+    }
+
+    /// New settings (a reload), for every route from now on; `per_route`: whether routes are
+    /// told apart from now on. What is held stays held, in the outage it waits in.
+    pub fn reconfigure(&self, template: Template, per_route: bool) {
+        self.shared.replace(template);
+        self.per_route.store(per_route, Ordering::Release);
+    }
+
+    /// Largest body kept for a replay, now.
+    pub fn max_body_bytes(&self) -> usize {
+        self.shared.settings().cfg.max_body_bytes
     }
 
     /// The outage state of the route a request takes: the Host it sends upstream, and the
     /// endpoint (index into `routes.endpoints`) its path falls under.
     pub fn route(&self, host: Option<&HeaderValue>, endpoint: Option<usize>) -> Arc<RouteOutage> {
-        if !self.per_route {
+        if !self.per_route.load(Ordering::Acquire) {
             return self.shared_route.clone();
         }
         let key = RouteKey {
@@ -114,12 +123,7 @@ impl OutageRoutes {
             key.endpoint
                 .map_or_else(|| "(other paths)".to_owned(), |i| format!("endpoint {i}"))
         );
-        let route = Arc::new(RouteOutage::new(
-            &self.template,
-            self.shared.clone(),
-            name,
-            key.host.clone(),
-        ));
+        let route = Arc::new(RouteOutage::new(self.shared.clone(), name, key.host.clone()));
         routes.insert(key, route.clone());
         route
     }
@@ -130,9 +134,9 @@ impl OutageRoutes {
         &self.shared_route
     }
 
-    /// The check at rest of the upstream (`hold.probe_path` with `hold.check_interval_secs`):
-    /// a task to run for as long as holdfast serves, or none when not configured.
-    pub fn at_rest(&self) -> Option<impl std::future::Future<Output = ()> + Send + 'static> {
+    /// The check at rest of the upstream (every `hold.check_interval_secs`, unless 0): a task
+    /// to run for as long as holdfast serves.
+    pub fn at_rest(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
         self.shared_route.at_rest()
     }
 

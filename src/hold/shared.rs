@@ -1,11 +1,17 @@
-//! What every route's outage shares: the caps on held requests and bytes, shutdown, the
-//! Retry-After history, and `holdfast_upstream_up`.
+//! What every route's outage shares: the settings, the caps on held requests and bytes,
+//! shutdown, the Retry-After history, and `holdfast_upstream_up`.
+
+use std::sync::RwLock;
 
 use super::*;
 
 /// What every route's outage shares: the hold's caps, shutdown, the Retry-After history and the
 /// upstream-wide `holdfast_upstream_up`.
 pub(super) struct Shared {
+    /// The settings every route reads, replaced whole by a reload.
+    settings: RwLock<Arc<Template>>,
+    /// `hold.enabled` of the settings, for the hot path to read without the lock.
+    enabled: AtomicBool,
     /// Requests held now, over all routes.
     pub(super) held: AtomicUsize,
     /// Body bytes reserved by held requests, over all routes.
@@ -25,8 +31,10 @@ pub(super) struct Shared {
 }
 
 impl Shared {
-    pub(super) fn new() -> Arc<Shared> {
+    pub(super) fn new(settings: Template) -> Arc<Shared> {
         Arc::new(Shared {
+            enabled: AtomicBool::new(settings.cfg.enabled),
+            settings: RwLock::new(Arc::new(settings)),
             held: AtomicUsize::new(0),
             buffered: AtomicUsize::new(0),
             open: Mutex::new(0),
@@ -35,6 +43,23 @@ impl Shared {
             history: Mutex::new(VecDeque::new()),
             last_id: std::sync::atomic::AtomicU64::new(0),
         })
+    }
+
+    /// The settings now.
+    pub(super) fn settings(&self) -> Arc<Template> {
+        self.settings.read().expect("settings lock").clone()
+    }
+
+    /// Whether holding is on now.
+    pub(super) fn enabled(&self) -> bool {
+        self.enabled.load(Ordering::Acquire)
+    }
+
+    /// New settings, for every route from now on. A held request keeps the deadline it was
+    /// given; a reserved place is given back by the caps it was taken under.
+    pub(super) fn replace(&self, settings: Template) {
+        self.enabled.store(settings.cfg.enabled, Ordering::Release);
+        *self.settings.write().expect("settings lock") = Arc::new(settings);
     }
 
     /// An id for an outage or pause that may begin (never 0: a request never held has 0).

@@ -499,9 +499,9 @@ impl Proxy {
         self.sessions.enabled().then(|| self.sessions.keys())
     }
 
-    /// The check at rest of the upstream, to run as long as the proxy serves; none unless
-    /// `hold.probe_path` is set and `hold.check_interval_secs` is not 0.
-    pub fn checks_at_rest(&self) -> Option<impl std::future::Future<Output = ()> + Send + 'static> {
+    /// The check at rest of the upstream, to run as long as holdfast serves (it reads
+    /// `hold.check_interval_secs` at every tick; 0 turns it off).
+    pub fn checks_at_rest(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
         self.hold.at_rest()
     }
 

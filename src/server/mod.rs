@@ -125,9 +125,7 @@ pub async fn run(
     // The session keys' reloader, stopped with `run` like the certificate's.
     let key_reloader = key_reloader(&proxy);
     // The upstream checked without traffic (`hold.check_interval_secs`), stopped with `run`.
-    let _checks_at_rest = proxy
-        .checks_at_rest()
-        .map(|checks| AbortOnDrop(tokio::spawn(checks)));
+    let _checks_at_rest = AbortOnDrop(tokio::spawn(proxy.checks_at_rest()));
     let ready = Arc::new(Readiness::default());
 
     let admin_addr = admin_listener.local_addr()?;

@@ -13,6 +13,7 @@ use tokio::net::{TcpListener, TcpStream};
 use crate::support::http::{post_json, Reserved};
 use crate::support::proxy::{raw_config, Holdfast};
 use crate::support::within;
+use holdfast::config::RawConfig;
 
 const CALL: &str = r#"{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"record"}}"#;
 
@@ -239,11 +240,56 @@ async fn at_rest_the_upstream_is_checked_without_traffic() {
     up.stop().await;
 }
 
+/// By default, with no health path: a wrong upstream name shows at once, as a name that does
+/// not resolve, in `/status` and `holdfast_upstream_up`, with no request at all.
+#[tokio::test]
+async fn by_default_a_name_that_does_not_resolve_shows_at_once() {
+    let mut raw = raw_config("http://mcp-bakend.invalid:8000");
+    raw.hold.check_interval_secs = RawConfig::default().hold.check_interval_secs;
+    let hf = Holdfast::start_with(raw).await;
+    hf.metric_until("holdfast_upstream_up", |v| v == 0.0).await;
+    let status = crate::support::http::get(&format!("http://{}/status", hf.admin)).await;
+    assert!(
+        status.text().contains(r#""outage_reason":"dns""#),
+        "{}",
+        status.text()
+    );
+}
+
+/// With no health path, an outage nobody is held in closes when the application answers an
+/// `OPTIONS` on the endpoint (which runs nothing on an MCP server): `holdfast_upstream_up` reads
+/// 1 again without a request.
+#[tokio::test]
+async fn without_a_health_path_options_on_the_endpoint_closes_an_outage_at_rest() {
+    let port = Reserved::new();
+    let mut raw = raw_config(&port.url());
+    raw.routes.behind_router = Some(false);
+    raw.hold.check_interval_secs = 0.05;
+    let hf = Holdfast::start_with(raw).await;
+    hf.metric_until("holdfast_upstream_up", |v| v == 0.0).await;
+
+    let up = crate::support::http::Upstream::serve(port.listen(), |_| async {
+        crate::support::http::response(405, &[("allow", "GET, POST, DELETE")], "")
+    });
+    hf.metric_until("holdfast_upstream_up", |v| v == 1.0).await;
+    let seen = up.seen();
+    assert!(
+        seen.iter()
+            .all(|s| s.method == http::Method::OPTIONS && s.uri == "/mcp"),
+        "only OPTIONS on the endpoint reached the server: {:?}",
+        seen.iter().map(|s| (&s.method, &s.uri)).collect::<Vec<_>>()
+    );
+    up.stop().await;
+}
+
 /// `hold.check_interval_secs`: 10 s by default, 0 turns the check at rest off, anything else
 /// must be a positive number of seconds.
 #[test]
 fn the_check_interval_defaults_to_ten_seconds_and_zero_turns_it_off() {
-    let mut raw = raw_config("http://b:1");
+    let mut raw = RawConfig {
+        upstream: "http://b:1".into(),
+        ..RawConfig::default()
+    };
     let c = holdfast::config::Config::from_raw(&raw, &|_| "test".into()).unwrap();
     assert_eq!(c.hold.check_interval, Some(Duration::from_secs(10)));
     raw.hold.check_interval_secs = 0.0;

@@ -25,14 +25,19 @@ pub struct Holdfast {
     running: holdfast::server::Spawned,
 }
 
-/// A raw configuration pointing at `upstream`, with every listener on port 0.
+/// A raw configuration pointing at `upstream`, with every listener on port 0 and the check at
+/// rest off: it is traffic of holdfast's own on a clock of its own (an outage it opens at start
+/// would hold a test's first request before it is sent). The tests of the check itself turn it
+/// on (`health.rs`).
 pub fn raw_config(upstream: &str) -> RawConfig {
-    RawConfig {
+    let mut raw = RawConfig {
         upstream: upstream.to_string(),
         listen: "127.0.0.1:0".into(),
         admin: "127.0.0.1:0".into(),
         ..RawConfig::default()
-    }
+    };
+    raw.hold.check_interval_secs = 0.0;
+    raw
 }
 
 impl Holdfast {
