@@ -106,6 +106,20 @@ impl Idempotency {
         }
     }
 
+    /// The same with new settings (a reload), keeping what was learned from annotations.
+    pub fn reconfigured(
+        &self,
+        enabled: bool,
+        learn: bool,
+        configured: &[String],
+        never: &[String],
+    ) -> Self {
+        let fresh = Self::new(enabled, learn, configured, never);
+        *fresh.learned.write().expect("learned lock") =
+            self.learned.read().expect("learned lock").clone();
+        fresh
+    }
+
     /// Whether `tools/list` answers are read for annotations at all.
     pub fn learns(&self) -> bool {
         self.enabled && self.learn

@@ -274,10 +274,10 @@ fn run(cli: &ProxyArgs) -> ExitCode {
         config.connect_timeout,
     ));
     let result = runtime.block_on(async {
-        let shutdown = shutdown_signal();
+        let asks = signals(cli.clone());
         let listener = server::bind(config.listen, "proxy").await?;
         let admin = server::bind(config.admin, "admin").await?;
-        server::run(config, listener, admin, shutdown).await
+        server::run(config, listener, admin, asks).await
     });
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -288,42 +288,68 @@ fn run(cli: &ProxyArgs) -> ExitCode {
     }
 }
 
-/// Completes on SIGINT or SIGTERM. The handlers are installed when this is *called*, not when
-/// the future is first polled: a SIGTERM that arrives while holdfast is still starting must
-/// drain it, not kill it with the default action.
-fn shutdown_signal() -> impl std::future::Future<Output = ()> {
+/// What the signals ask of the running holdfast: the first SIGTERM or SIGINT a drain, the next
+/// one to stop at once; SIGHUP a reload, with the configuration read again from the sources it
+/// was read from at start (the same file, the environment, the flags as given). The handlers
+/// are installed when this is *called*, not when the task first runs: a signal that arrives
+/// while holdfast is still starting must be handled, not take the default action (for SIGHUP,
+/// the process's end).
+fn signals(cli: ProxyArgs) -> tokio::sync::mpsc::UnboundedReceiver<server::Ask> {
+    let (asks, asked) = tokio::sync::mpsc::unbounded_channel();
     #[cfg(unix)]
-    let (mut term, mut int) = {
+    {
         use tokio::signal::unix::{signal, SignalKind};
-        (
-            signal(SignalKind::terminate()).ok(),
-            signal(SignalKind::interrupt()).ok(),
-        )
-    };
-    async move {
-        #[cfg(unix)]
-        {
-            let term = async {
-                match term.as_mut() {
-                    Some(s) => drop(s.recv().await),
-                    None => std::future::pending::<()>().await,
+        let mut term = signal(SignalKind::terminate()).ok();
+        let mut int = signal(SignalKind::interrupt()).ok();
+        let mut hup = signal(SignalKind::hangup()).ok();
+        tokio::spawn(async move {
+            let mut stopping = false;
+            loop {
+                let stop = tokio::select! {
+                    Some(()) = recv(&mut term) => true,
+                    Some(()) = recv(&mut int) => true,
+                    Some(()) = recv(&mut hup) => false,
+                    else => return,
+                };
+                let ask = if stop {
+                    tracing::info!(again = stopping, "signal received");
+                    let ask = if stopping {
+                        server::Ask::StopNow
+                    } else {
+                        server::Ask::Stop
+                    };
+                    stopping = true;
+                    ask
+                } else {
+                    tracing::info!("SIGHUP received: reloading the configuration");
+                    let cli = cli.clone();
+                    let read = tokio::task::spawn_blocking(move || {
+                        config::load(cli.config.as_deref(), &cli.flags())
+                    })
+                    .await
+                    .expect("reading the configuration does not panic");
+                    server::Ask::Reload(read.map(Box::new).map_err(|e| e.to_string()))
+                };
+                if asks.send(ask).is_err() {
+                    return;
                 }
-            };
-            let int = async {
-                match int.as_mut() {
-                    Some(s) => drop(s.recv().await),
-                    None => std::future::pending::<()>().await,
-                }
-            };
-            tokio::select! {
-                () = term => {},
-                () = int => {},
             }
-        }
-        #[cfg(not(unix))]
-        {
-            let _ = tokio::signal::ctrl_c().await;
-        }
+        });
+    }
+    #[cfg(not(unix))]
+    tokio::spawn(async move {
+        let _ = tokio::signal::ctrl_c().await;
         tracing::info!("signal received");
+        let _ = asks.send(server::Ask::Stop);
+    });
+    asked
+}
+
+/// The next delivery of `signal`, or never when its handler could not be installed.
+#[cfg(unix)]
+async fn recv(signal: &mut Option<tokio::signal::unix::Signal>) -> Option<()> {
+    match signal.as_mut() {
+        Some(s) => s.recv().await,
+        None => std::future::pending().await,
     }
 }

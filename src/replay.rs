@@ -97,7 +97,8 @@ pub enum ClientBodyError {
 #[derive(Debug)]
 pub struct CopyBudget {
     used: AtomicUsize,
-    max: usize,
+    /// The bound; a reload may move it (copies already taken stay).
+    max: AtomicUsize,
 }
 
 impl CopyBudget {
@@ -105,14 +106,20 @@ impl CopyBudget {
     pub fn new(max: usize) -> Arc<CopyBudget> {
         Arc::new(CopyBudget {
             used: AtomicUsize::new(0),
-            max,
+            max: AtomicUsize::new(max),
         })
     }
 
+    /// A new bound (a reload): copies already taken stay; new ones fit under it.
+    pub fn set_max(&self, max: usize) {
+        self.max.store(max, Ordering::Release);
+    }
+
     fn try_take(&self, n: usize) -> bool {
+        let max = self.max.load(Ordering::Acquire);
         self.used
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
-                used.checked_add(n).filter(|total| *total <= self.max)
+                used.checked_add(n).filter(|total| *total <= max)
             })
             .is_ok()
     }

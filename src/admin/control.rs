@@ -21,6 +21,7 @@ use crate::config::AdminToken;
 use crate::hold::PauseStart;
 use crate::metrics::PauseOutcome;
 use crate::proxy::body::ProxyBody;
+use crate::proxy::current::Current;
 use crate::proxy::Proxy;
 use crate::respond;
 
@@ -35,14 +36,20 @@ const REPORTED: usize = 10;
 
 /// Pause, resume and status.
 pub struct Control {
-    proxy: Arc<Proxy>,
+    /// The proxy now: a reload replaces it (its pause and in-flight state are carried over).
+    current: Arc<Current>,
     token: Option<AdminToken>,
 }
 
 impl Control {
+    /// The proxy now.
+    fn proxy(&self) -> Arc<Proxy> {
+        self.current.get()
+    }
+
     /// Controls `proxy`; `token`: what callers of the endpoints that change state must present.
-    pub fn new(proxy: Arc<Proxy>, token: Option<AdminToken>) -> Self {
-        Self { proxy, token }
+    pub fn new(current: Arc<Current>, token: Option<AdminToken>) -> Self {
+        Self { current, token }
     }
 
     /// `GET /status`.
@@ -60,7 +67,7 @@ impl Control {
             Err(message) => return refused(StatusCode::BAD_REQUEST, message),
         };
         let who = peer.to_string();
-        let started = match self.proxy.pause(&who) {
+        let started = match self.proxy().pause(&who) {
             PauseStart::Started => true,
             PauseStart::Already => {
                 tracing::info!(
@@ -82,9 +89,13 @@ impl Control {
                 )
             }
         };
-        let drained = self.proxy.in_flight().drained(Instant::now() + drain).await;
+        let drained = self
+            .proxy()
+            .in_flight()
+            .drained(Instant::now() + drain)
+            .await;
         if started {
-            self.proxy.count_pause(if drained {
+            self.proxy().count_pause(if drained {
                 PauseOutcome::drained
             } else {
                 PauseOutcome::drain_timeout
@@ -93,7 +104,7 @@ impl Control {
         if !drained {
             tracing::warn!(
                 peer = who,
-                in_flight = self.proxy.in_flight().len(),
+                in_flight = self.proxy().in_flight().len(),
                 drain_timeout_secs = drain.as_secs_f64(),
                 "paused, but requests are still in flight after the drain timeout; they are not \
                  cut off"
@@ -111,7 +122,7 @@ impl Control {
         if let Err(Refused(message)) = self.authorize(req, peer) {
             return refused(StatusCode::FORBIDDEN, message);
         }
-        let resumed = self.proxy.unpause(&peer.to_string());
+        let resumed = self.proxy().unpause(&peer.to_string());
         let mut state = self.state();
         state["resumed"] = json!(resumed);
         respond::admin_json(StatusCode::OK, &state)
@@ -147,8 +158,9 @@ impl Control {
 
     /// The pause, the hold and what is in flight, as JSON.
     fn state(&self) -> serde_json::Value {
-        let pause = self.proxy.pause_status();
-        let in_flight = self.proxy.in_flight();
+        let proxy = self.proxy();
+        let pause = proxy.pause_status();
+        let in_flight = proxy.in_flight();
         let oldest: Vec<_> = in_flight
             .oldest(REPORTED)
             .into_iter()
@@ -160,7 +172,7 @@ impl Control {
                 })
             })
             .collect();
-        let (url, outage) = self.proxy.upstream_status();
+        let (url, outage) = proxy.upstream_status();
         json!({
             // holdfast's view of the upstream: /readyz is holdfast's own readiness, this is
             // where an operator sees whether the backend is there.
@@ -253,7 +265,7 @@ mod access_tests {
         let mut registry = prometheus_client::registry::Registry::default();
         let metrics = Arc::new(crate::metrics::Metrics::register(&mut registry));
         let proxy = Arc::new(Proxy::new(&config, metrics));
-        Control::new(proxy, token.map(AdminToken::for_tests))
+        Control::new(Current::new(proxy), token.map(AdminToken::for_tests))
     }
 
     fn post(path: &str, bearer: Option<&str>) -> Request<()> {
@@ -281,7 +293,7 @@ mod access_tests {
         assert!(text(resp).await.contains("loopback only"));
         let resp = c.resume(&post("/resume", None), LAN.parse().unwrap());
         assert_eq!(resp.status(), StatusCode::FORBIDDEN);
-        assert!(c.proxy.pause_status().is_none(), "nothing changed");
+        assert!(c.proxy().pause_status().is_none(), "nothing changed");
         // IPv4 loopback, and IPv4 loopback as IPv6 sees it on a dual-stack listener.
         for peer in [LOOPBACK, "[::ffff:127.0.0.1]:40000"] {
             let q = post("/pause?drain_timeout_secs=0", None);
@@ -289,10 +301,10 @@ mod access_tests {
                 c.pause(&q, peer.parse().unwrap()).await.status(),
                 StatusCode::OK
             );
-            assert!(c.proxy.pause_status().is_some());
+            assert!(c.proxy().pause_status().is_some());
             let resp = c.resume(&post("/resume", None), peer.parse().unwrap());
             assert_eq!(resp.status(), StatusCode::OK);
-            assert!(c.proxy.pause_status().is_none());
+            assert!(c.proxy().pause_status().is_none());
         }
     }
 
@@ -309,13 +321,13 @@ mod access_tests {
             assert_eq!(resp.status(), StatusCode::FORBIDDEN, "{peer} {bearer:?}");
             assert!(text(resp).await.contains("needs the admin token"));
         }
-        assert!(c.proxy.pause_status().is_none(), "nothing changed");
+        assert!(c.proxy().pause_status().is_none(), "nothing changed");
         let q = post("/pause?drain_timeout_secs=0", Some(TOKEN));
         assert_eq!(
             c.pause(&q, LAN.parse().unwrap()).await.status(),
             StatusCode::OK
         );
-        assert!(c.proxy.pause_status().is_some());
+        assert!(c.proxy().pause_status().is_some());
         // Reads stay open.
         assert_eq!(c.status().status(), StatusCode::OK);
     }
@@ -326,6 +338,6 @@ mod access_tests {
         let q = post("/pause?drain_timeout_secs=soon", None);
         let resp = c.pause(&q, LOOPBACK.parse().unwrap()).await;
         assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
-        assert!(c.proxy.pause_status().is_none());
+        assert!(c.proxy().pause_status().is_none());
     }
 }

@@ -74,6 +74,17 @@ impl ExpectedRoutes {
         }
     }
 
+    /// The same with new settings (a reload), keeping the paths learned and the legacy server's.
+    pub fn reconfigured(&self, endpoints: Vec<String>, learn: bool, ttl: Duration) -> Self {
+        Self {
+            endpoints,
+            legacy: self.legacy.clone(),
+            learn,
+            ttl,
+            learned: Mutex::new(self.learned.lock().expect("learned lock").clone()),
+        }
+    }
+
     /// Whether a router's 404 for `path` means the backend is missing. `now` is asked only for
     /// a path learned (not one under a configured endpoint): every answer passes here, and a
     /// clock read is not free.

@@ -48,7 +48,9 @@ const OFF_RECHECK: Duration = Duration::from_secs(10);
 impl RouteOutage {
     /// The check at rest, for the upstream-wide outage: a task for as long as holdfast serves.
     /// The first check is at once: a wrong upstream shows from the start.
-    pub(super) fn at_rest(self: &Arc<Self>) -> impl std::future::Future<Output = ()> + Send + 'static {
+    pub(super) fn at_rest(
+        self: &Arc<Self>,
+    ) -> impl std::future::Future<Output = ()> + Send + 'static {
         let this = self.clone();
         async move {
             loop {
@@ -57,7 +59,10 @@ impl RouteOutage {
                     tokio::time::sleep(OFF_RECHECK).await;
                     continue;
                 };
-                let ask = settings.health.clone().or_else(|| settings.presence.clone());
+                let ask = settings
+                    .health
+                    .clone()
+                    .or_else(|| settings.presence.clone());
                 this.check_at_rest(&settings, ask.as_deref()).await;
                 tokio::time::sleep(jittered(every, fastrand::f64())).await;
             }

@@ -133,7 +133,10 @@ impl RouteOutage {
         loop {
             // Read each time: a reload may change them while a pause lasts.
             let settings = self.settings();
-            let presence = settings.health.clone().or_else(|| settings.presence.clone());
+            let presence = settings
+                .health
+                .clone()
+                .or_else(|| settings.presence.clone());
             let until = match self.lock().pause() {
                 Some(v) if v.pause.id == id => Instant::from_std(v.pause.until),
                 _ => return,

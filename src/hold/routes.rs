@@ -123,7 +123,11 @@ impl OutageRoutes {
             key.endpoint
                 .map_or_else(|| "(other paths)".to_owned(), |i| format!("endpoint {i}"))
         );
-        let route = Arc::new(RouteOutage::new(self.shared.clone(), name, key.host.clone()));
+        let route = Arc::new(RouteOutage::new(
+            self.shared.clone(),
+            name,
+            key.host.clone(),
+        ));
         routes.insert(key, route.clone());
         route
     }

@@ -20,8 +20,10 @@ use crate::upstream::ClosedCounters;
 mod atomic;
 mod labels;
 pub mod process;
+mod server;
 pub use atomic::{AtomicHistogram, McpRequestCounters, RequestCounters};
 pub use labels::*;
+pub use server::{ReloadResult, ServerMetrics};
 
 /// Buckets of `holdfast_request_duration_seconds`, in seconds: from 1 ms (a proxied answer on
 /// loopback) to 5 min (a long tool call answered as JSON). Measured to the response *head*: a

@@ -19,6 +19,8 @@
 //! - `attempts`: what happened to a request's attempts so far, and whether it goes again.
 //! - `answer`: what the client gets: passed through, 503, 502.
 //! - `resume`: re-establishing a session the upstream forgot.
+//! - `build`: the proxy from configuration, and again on a reload with its state carried over.
+//! - [`current`]: the proxy new requests go to, replaced whole by a reload.
 //! - [`headers`]: hop-by-hop removal, Host, X-Forwarded-*.
 //! - `request`: the request made ready for the upstream, and what is refused with a 400 (ambiguous
 //!   framing, Host, dot segments).
@@ -34,6 +36,8 @@ mod answer;
 mod attempt;
 mod attempts;
 pub mod body;
+mod build;
+pub mod current;
 mod endpoint;
 mod forward;
 pub mod headers;
@@ -55,12 +59,12 @@ use http::{Request, Response, StatusCode, Uri};
 use tokio::time::Instant;
 
 use crate::classify::ExpectedRoutes;
-use crate::config::{Config, HostHeader};
-use crate::hold::{Health, OutageRoutes, PauseStart, PauseStatus, RouteOutage, Template};
+use crate::config::HostHeader;
+use crate::hold::{OutageRoutes, PauseStart, PauseStatus, RouteOutage};
 use crate::metrics::Metrics;
 use crate::replay::CopyBudget;
 use crate::session::Sessions;
-use crate::upstream::{self, Client};
+use crate::upstream::Client;
 use body::ProxyBody;
 pub use request::refusal;
 
@@ -83,10 +87,10 @@ pub struct Proxy {
     /// Request bodies kept for a replay.
     bodies: Bodies,
     client: Arc<Client>,
-    /// Outages, per route.
-    hold: OutageRoutes,
+    /// Outages, per route (carried over a reload, as everything in an `Arc` here).
+    hold: Arc<OutageRoutes>,
     /// MCP sessions carried across backend restarts.
-    sessions: Sessions,
+    sessions: Arc<Sessions>,
     /// Which requests are safe to send twice.
     idempotency: Arc<crate::idempotent::Idempotency>,
     /// Requests in flight, for a pause's drain.
@@ -142,47 +146,6 @@ struct Bodies {
     replay_cap: usize,
     /// All request-body copies together stay within `hold.max_buffered_bytes`.
     copy_budget: Arc<CopyBudget>,
-}
-
-/// The health check of `hold.probe_path`: a GET of `path` on the upstream, through the same
-/// client as every request. A pause's presence check without it: `OPTIONS` on the first
-/// endpoint under the upstream's path prefix (it answers without running anything, and a router
-/// routes it as it routes the endpoint).
-fn health_check(
-    cfg: &Config,
-    client: &Arc<Client>,
-    method: http::Method,
-    path: &http::uri::PathAndQuery,
-) -> Arc<dyn Health> {
-    let mut parts = http::uri::Parts::default();
-    parts.scheme = Some(cfg.upstream.scheme());
-    parts.authority = Some(cfg.upstream.authority.clone());
-    parts.path_and_query = Some(path.clone());
-    Arc::new(health::HealthCheck {
-        client: client.clone(),
-        method,
-        uri: Uri::from_parts(parts).expect("scheme, authority and path make a URI"),
-        upstream_host: http::HeaderValue::from_str(cfg.upstream.authority.as_str())
-            .expect("an authority is a header value"),
-        signatures: cfg.routes.signatures.clone(),
-    })
-}
-
-/// Where a pause's presence check asks: the first endpoint, under the upstream's path prefix.
-fn presence_path(cfg: &Config) -> Option<http::uri::PathAndQuery> {
-    let endpoint = cfg.routes.endpoints.first().map_or("/", String::as_str);
-    format!("{}{endpoint}", cfg.upstream.path_prefix)
-        .parse()
-        .ok()
-}
-
-/// Whether `host` names this machine: `localhost`, or a loopback address.
-fn is_loopback(host: &str) -> bool {
-    let bare = host.trim_start_matches('[').trim_end_matches(']');
-    bare.eq_ignore_ascii_case("localhost")
-        || bare
-            .parse::<std::net::IpAddr>()
-            .is_ok_and(|ip| ip.is_loopback())
 }
 
 /// The access-log action of a request whose client went away while it was held.
@@ -262,117 +225,7 @@ struct Carried {
     sent: http::HeaderValue,
 }
 
-impl Destination {
-    fn new(cfg: &Config) -> Self {
-        Destination {
-            url: cfg.upstream.clone(),
-            origin: format!("{}://{}", cfg.upstream.scheme(), cfg.upstream.authority)
-                .to_ascii_lowercase()
-                .into(),
-            scheme: cfg.upstream.scheme(),
-            host: http::HeaderValue::from_str(cfg.upstream.authority.as_str())
-                .expect("an authority is a header value"),
-            host_header: cfg.host_header,
-            client_proto: if cfg.tls.is_some() { "https" } else { "http" },
-            trusted_proxies: cfg.trusted_proxies.clone(),
-            note_hosts: cfg.host_header == HostHeader::Preserve,
-        }
-    }
-}
-
-impl Reading {
-    fn new(cfg: &Config) -> Self {
-        Reading {
-            signatures: cfg.routes.signatures.clone(),
-            routes: ExpectedRoutes::new(
-                cfg.routes.endpoints.clone(),
-                cfg.routes.learn,
-                cfg.routes.learn_ttl,
-            ),
-            horizon: cfg.routes.horizon,
-            max_peek_bytes: cfg.routes.max_peek_bytes,
-        }
-    }
-}
-
-impl Bodies {
-    fn new(cfg: &Config) -> Self {
-        Bodies {
-            replay_cap: if cfg.hold.enabled {
-                cfg.hold.max_body_bytes
-            } else {
-                ID_COPY_CAP
-            },
-            copy_budget: CopyBudget::new(cfg.hold.max_buffered_bytes),
-        }
-    }
-}
-
 impl Proxy {
-    /// Builds the proxy from validated configuration.
-    pub fn new(cfg: &Config, metrics: Arc<Metrics>) -> Self {
-        let unsaid = cfg.routes.behind_router && !cfg.routes.behind_router_said;
-        if unsaid && is_loopback(cfg.upstream.authority.host()) {
-            tracing::warn!(
-                upstream = %cfg.upstream.original,
-                "the upstream is on this host, as a sidecar's MCP server is, and routes.behind_router \
-                 is not set, so an answer that looks like a router's (a Go server's own 404 is byte \
-                 for byte Traefik's) is masked. Set routes.behind_router = false when nothing \
-                 sits in between, true to keep this and silence the warning"
-            );
-        }
-        let client = Arc::new(Client::new(
-            cfg.upstream.base_uri(),
-            cfg.connect_timeout,
-            cfg.pool_idle_timeout,
-            cfg.upstream_tls.as_ref().map(|t| t.config.clone()),
-            metrics.upstream_closed.clone(),
-            crate::upstream::ResponseLimits {
-                max_headers: cfg.max_headers,
-                max_head_bytes: cfg.max_header_bytes,
-            },
-        ));
-        Self {
-            dest: Destination::new(cfg),
-            reading: Reading::new(cfg),
-            timeouts: Timeouts {
-                response: cfg.response_timeout,
-                stream_idle: cfg.stream_idle_timeout,
-                resume_wait: cfg.hold.timeout,
-                pause_max: cfg.pause.max,
-            },
-            bodies: Bodies::new(cfg),
-            access_log: cfg.access_log,
-            client: client.clone(),
-            hold: OutageRoutes::new(
-                Template {
-                    cfg: cfg.hold.clone(),
-                    retry_after: cfg.retry_after,
-                    probe_uri: cfg.upstream.base_uri(),
-                    connector: upstream::Connector::new(cfg.connect_timeout),
-                    health: cfg
-                        .hold
-                        .probe_path
-                        .as_ref()
-                        .map(|path| health_check(cfg, &client, http::Method::GET, path)),
-                    presence: presence_path(cfg)
-                        .map(|path| health_check(cfg, &client, http::Method::OPTIONS, &path)),
-                    metrics: metrics.clone(),
-                },
-                cfg.routes.behind_router,
-            ),
-            sessions: Sessions::new(cfg.sessions.clone(), metrics.sessions_tracked.clone()),
-            idempotency: Arc::new(crate::idempotent::Idempotency::new(
-                cfg.retry.enabled,
-                cfg.retry.learn_annotations,
-                &cfg.retry.idempotent_tools,
-                &cfg.retry.never_tools,
-            )),
-            in_flight: Arc::default(),
-            metrics,
-        }
-    }
-
     /// Answers one client request. Never fails. What can be done with the request before
     /// anything is awaited is done here, outside the future: only what lives across its awaits
     /// is in it (this future lives as long as the request, for a held one as long as the hold).

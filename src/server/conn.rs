@@ -24,14 +24,14 @@ use super::h1::{self, Limits};
 use super::idle::{Registered, Tracked};
 use crate::http1::conn::Io;
 use crate::http1::socket::Socket;
-use crate::proxy::Proxy;
+use crate::proxy::current::Current;
 use crate::replay::ClientBody;
 
 /// What every connection is served with.
 #[derive(Clone)]
 pub struct Served {
-    /// The proxy requests go to.
-    pub proxy: Arc<Proxy>,
+    /// Where requests go: the proxy now (a reload replaces it).
+    pub current: Arc<Current>,
     /// The HTTP/2 server's settings.
     pub h2: Arc<hyper::server::conn::http2::Builder<TokioExecutor>>,
     /// Limits of HTTP/1 connections.
@@ -79,7 +79,7 @@ impl Served {
     ) {
         let connection = h1::Connection::new(
             io,
-            self.proxy.clone(),
+            self.current.clone(),
             peer,
             registered.clone(),
             self.drain.clone(),
@@ -100,9 +100,10 @@ impl Served {
     where
         I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
-        let (proxy, in_service) = (self.proxy.clone(), registered.clone());
+        let (current, in_service) = (self.current.clone(), registered.clone());
         let service = service_fn(move |req: http::Request<Incoming>| {
-            let (proxy, registered) = (proxy.clone(), in_service.clone());
+            // Each stream's request goes to the proxy of the moment it began.
+            let (proxy, registered) = (current.get(), in_service.clone());
             async move {
                 // Busy from the request's start to its response body's end.
                 let busy = registered.begin();

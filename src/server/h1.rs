@@ -42,7 +42,7 @@ use crate::http1::fields;
 use crate::http1::head::{self, RequestHead};
 use crate::http1::read::{poll_read_buf, release};
 use crate::proxy::body::ProxyBody;
-use crate::proxy::Proxy;
+use crate::proxy::current::{Cached, Current};
 use crate::replay::ClientBody;
 
 /// What a connection is held to.
@@ -81,7 +81,10 @@ const LINGER_BYTES: usize = 256 * 1024;
 /// One connection's driver.
 pub struct Connection {
     shared: Arc<Shared>,
-    proxy: Arc<Proxy>,
+    /// Where requests go (a reload replaces it between two requests).
+    current: Arc<Current>,
+    /// The proxy this connection's requests go to, brought up to date before each.
+    proxy: Cached,
     peer: SocketAddr,
     registered: Arc<Registered>,
     drain: watch::Receiver<bool>,
@@ -135,7 +138,7 @@ impl Connection {
     /// (h2c with prior knowledge, or TLS without ALPN) hands it back from [`Connection::serve`].
     pub fn new(
         io: Io,
-        proxy: Arc<Proxy>,
+        current: Arc<Current>,
         peer: SocketAddr,
         registered: Arc<Registered>,
         drain: watch::Receiver<bool>,
@@ -144,7 +147,8 @@ impl Connection {
     ) -> Self {
         Connection {
             shared: Shared::new(io),
-            proxy,
+            proxy: current.cached(),
+            current,
             peer,
             registered,
             drain,
@@ -162,6 +166,7 @@ impl Connection {
             let keep = match self.next_head().await {
                 Ok((head, receiving)) => {
                     self.served = true;
+                    self.current.refresh(&mut self.proxy);
                     let begun = self.begin(head);
                     // The request is busy now: the head's own mark goes without the connection
                     // ever looking idle between them.
@@ -304,6 +309,7 @@ impl Connection {
             // small.
             handling: Box::pin(
                 self.proxy
+                    .proxy()
                     .handle(Request::from_parts(parts, body), self.peer),
             ),
             method,

@@ -9,7 +9,6 @@
 //! like a request head, and a failure is counted by reason. The admin listener stays plain HTTP
 //! on loopback.
 
-use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,15 +28,19 @@ use crate::config::{Config, UpstreamVerify};
 use crate::http1::socket::Socket;
 use crate::listener;
 pub use crate::listener::bind;
-use crate::metrics::{HandshakeFailure, Metrics, TlsMetrics};
+use crate::metrics::{HandshakeFailure, Metrics, ServerMetrics, TlsMetrics};
+use crate::proxy::current::Current;
 use crate::proxy::Proxy;
 use crate::tls;
 
 mod conn;
 mod h1;
 mod idle;
+mod reload;
 use conn::Served;
 use idle::Idle;
+use reload::Live;
+pub use reload::{fixed_changes, Ask};
 
 /// holdfast running on a task of the current runtime (the demo, tests and benchmarks run it so).
 pub struct Spawned {
@@ -45,7 +48,7 @@ pub struct Spawned {
     pub addr: SocketAddr,
     /// The admin listener's address.
     pub admin: SocketAddr,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    asks: tokio::sync::mpsc::UnboundedSender<Ask>,
     task: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
 }
 
@@ -56,14 +59,12 @@ pub async fn spawn(config: Config) -> std::io::Result<Spawned> {
     let admin_listener = bind(config.admin, "admin").await?;
     let addr = listener.local_addr()?;
     let admin = admin_listener.local_addr()?;
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(run(config, listener, admin_listener, async move {
-        let _ = stopped.await;
-    }));
+    let (asks, asked) = tokio::sync::mpsc::unbounded_channel();
+    let task = tokio::spawn(run(config, listener, admin_listener, asked));
     Ok(Spawned {
         addr,
         admin,
-        stop: Some(stop),
+        asks,
         task: Some(task),
     })
 }
@@ -71,9 +72,17 @@ pub async fn spawn(config: Config) -> std::io::Result<Spawned> {
 impl Spawned {
     /// Starts shutting down (as SIGTERM does) without waiting.
     pub fn begin_shutdown(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
+        let _ = self.asks.send(Ask::Stop);
+    }
+
+    /// Ends a drain under way at once (as a second SIGTERM does).
+    pub fn stop_now(&self) {
+        let _ = self.asks.send(Ask::StopNow);
+    }
+
+    /// Takes `config` (as SIGHUP does with the configuration read again).
+    pub fn reload(&self, config: Config) {
+        let _ = self.asks.send(Ask::Reload(Ok(Box::new(config))));
     }
 
     /// Waits for a shutdown begun earlier to finish (at once if it already has).
@@ -97,21 +106,27 @@ impl Drop for Spawned {
     }
 }
 
-/// Serves the proxy on `listener` and the admin endpoints on `admin_listener` until `shutdown`
-/// completes, then drains.
+/// Serves the proxy on `listener` and the admin endpoints on `admin_listener`, doing what `asks`
+/// asks (reload, stop), until asked to stop (or `asks` closes), then drains.
 pub async fn run(
     config: Config,
     listener: TcpListener,
     admin_listener: TcpListener,
-    shutdown: impl Future<Output = ()>,
+    asks: tokio::sync::mpsc::UnboundedReceiver<Ask>,
 ) -> std::io::Result<()> {
     let mut registry = Registry::default();
     let metrics = Arc::new(Metrics::register(&mut registry));
+    let server_metrics = ServerMetrics::register(&mut registry);
     crate::metrics::process::register(&mut registry);
+    let tls_metrics = config
+        .tls
+        .as_ref()
+        .map(|_| TlsMetrics::register(&mut registry));
     let tls = config
         .tls
         .as_ref()
-        .map(|t| listener_tls(t, config.header_read_timeout, &mut registry));
+        .zip(tls_metrics.clone())
+        .map(|(t, m)| listener_tls(t, config.header_read_timeout, m));
     if let Some(u) = &config.upstream_tls {
         if u.verify == UpstreamVerify::InsecureSkipVerify {
             tracing::warn!(
@@ -122,6 +137,7 @@ pub async fn run(
         }
     }
     let proxy = Arc::new(Proxy::new(&config, metrics));
+    let current = Current::new(proxy.clone());
     // The session keys' reloader, stopped with `run` like the certificate's.
     let key_reloader = key_reloader(&proxy);
     // The upstream checked without traffic (`hold.check_interval_secs`), stopped with `run`.
@@ -133,7 +149,7 @@ pub async fn run(
     let admin = Arc::new(admin::Admin {
         registry: Arc::new(registry),
         ready: ready.clone(),
-        control: admin::Control::new(proxy.clone(), config.admin_token.clone()),
+        control: admin::Control::new(current.clone(), config.admin_token.clone()),
     });
     let admin_task = tokio::spawn(admin::serve(admin_listener, admin, async move {
         let _ = admin_stop_rx.await;
@@ -148,11 +164,17 @@ pub async fn run(
         "holdfast proxying"
     );
     ready.set(true);
-    let listener_tls = tls.as_ref().map(|(t, _)| t.clone());
-    serve_proxy(&config, listener, proxy, listener_tls, &ready, shutdown).await;
-
-    // The certificate reloader stops here (or on any early return): its guard is in `tls`.
-    drop(tls);
+    let live = Live {
+        permits: Arc::new(Semaphore::new(config.max_connections)),
+        config,
+        current,
+        tls,
+        tls_metrics,
+        metrics: server_metrics,
+    };
+    // The certificate reloader stops when `live` goes (or on any early return): its guard is in
+    // `live.tls`.
+    serve_proxy(live, listener, &ready, asks).await;
     drop(key_reloader);
     let _ = admin_stop_tx.send(());
     let _ = admin_task.await;
@@ -165,9 +187,8 @@ pub async fn run(
 fn listener_tls(
     t: &crate::config::InboundTls,
     handshake_timeout: Duration,
-    registry: &mut Registry,
+    metrics: TlsMetrics,
 ) -> (ListenerTls, AbortOnDrop) {
-    let metrics = TlsMetrics::register(registry);
     let store = tls::CertStore::new(&t.identity);
     let reloader = AbortOnDrop(tls::spawn_reloader(
         store.clone(),
@@ -207,7 +228,7 @@ fn key_reloader(proxy: &Proxy) -> Option<AbortOnDrop> {
 }
 
 /// Aborts a background task when dropped, so it ends with `run` however `run` ends.
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
+pub(super) struct AbortOnDrop(tokio::task::JoinHandle<()>);
 
 impl Drop for AbortOnDrop {
     fn drop(&mut self) {
@@ -217,7 +238,7 @@ impl Drop for AbortOnDrop {
 
 /// The listener's TLS: how to shake hands, and where failures are counted.
 #[derive(Clone)]
-struct ListenerTls {
+pub(super) struct ListenerTls {
     acceptor: TlsAcceptor,
     metrics: TlsMetrics,
     /// Slowloris guard for the handshake (`limits.header_read_timeout_secs`).
@@ -272,58 +293,80 @@ pub async fn try_upstream_once(upstream: crate::config::UpstreamUrl, connect_tim
     }
 }
 
-/// The proxy's accept loop and drain.
+/// What the accept loop hears: a connection, or an ask.
+enum Event {
+    Accepted(TcpStream, SocketAddr),
+    Asked(Ask),
+    /// The accept grace is over.
+    GraceOver,
+}
+
+/// The proxy's accept loop and drain, doing what is asked meanwhile.
 async fn serve_proxy(
-    config: &Config,
+    mut live: Live,
     listener: TcpListener,
-    proxy: Arc<Proxy>,
-    tls: Option<ListenerTls>,
     ready: &Readiness,
-    shutdown: impl Future<Output = ()>,
+    mut asks: tokio::sync::mpsc::UnboundedReceiver<Ask>,
 ) {
-    let (served, drain) = served(config, proxy.clone());
+    let (drain, draining) = tokio::sync::watch::channel(false);
     let mut connections = JoinSet::new();
-    // At the limit, the connection just accepted waits until a slot is free (the rest wait in
-    // the kernel's backlog) rather than being dropped; an idle keep-alive connection is closed
-    // to free one at once.
-    let permits = Arc::new(Semaphore::new(config.max_connections));
     let idle = Idle::new();
-    let spawner = Spawner {
-        served,
-        tls,
+    let mut spawner = Spawner {
+        served: served(&live.config, live.current.clone(), draining),
+        tls: live.tls.as_ref().map(|(t, _)| t.clone()),
         idle: idle.clone(),
     };
-    tokio::pin!(shutdown);
+    // A closed channel (its holder dropped it) is asked to stop.
+    let mut next_ask = async move || asks.recv().await.unwrap_or(Ask::Stop);
 
     // After SIGTERM with `shutdown.accept_grace_secs`: when accepting stops. Until then
     // readiness fails but connections are still accepted and served, so a balancer that takes a
     // moment to notice (a Service's endpoints, Traefik's health check) sends nothing into a
     // closed port meanwhile.
     let mut grace_ends: Option<Instant> = None;
+    let mut now = false;
     loop {
-        let (stream, peer) = tokio::select! {
-            accepted = listener::accept(&listener, "proxy") => accepted,
-            () = &mut shutdown, if grace_ends.is_none() => {
-                if config.accept_grace.is_zero() {
+        let event = tokio::select! {
+            (stream, peer) = listener::accept(&listener, "proxy") => Event::Accepted(stream, peer),
+            ask = next_ask() => Event::Asked(ask),
+            () = until(grace_ends) => Event::GraceOver,
+        };
+        let (stream, peer) = match event {
+            Event::Accepted(stream, peer) => (stream, peer),
+            Event::GraceOver => break,
+            Event::Asked(Ask::Reload(read)) => {
+                live.reload(read, &mut spawner);
+                continue;
+            }
+            // A second TERM during the grace: stop now.
+            Event::Asked(Ask::StopNow) | Event::Asked(Ask::Stop) if grace_ends.is_some() => {
+                now = true;
+                break;
+            }
+            Event::Asked(Ask::StopNow) => {
+                now = true;
+                break;
+            }
+            Event::Asked(Ask::Stop) => {
+                let grace = live.config.accept_grace;
+                if grace.is_zero() {
                     break;
                 }
                 ready.set(false);
                 tracing::info!(
-                    accept_grace_secs = config.accept_grace.as_secs_f64(),
+                    accept_grace_secs = grace.as_secs_f64(),
                     "shutting down: not ready, still accepting for shutdown.accept_grace_secs"
                 );
-                grace_ends = Some(Instant::now() + config.accept_grace);
+                grace_ends = Some(Instant::now() + grace);
                 continue;
             }
-            () = until(grace_ends) => break,
         };
-        let permit = match permits.clone().try_acquire_owned() {
+        let permit = match live.permits.clone().try_acquire_owned() {
             Ok(permit) => permit,
             Err(_) => {
                 idle.make_room();
                 let permit = tokio::select! {
-                    permit = permits.clone().acquire_owned() => permit.expect("semaphore never closed"),
-                    () = &mut shutdown, if grace_ends.is_none() => break,
+                    permit = live.permits.clone().acquire_owned() => permit.expect("semaphore never closed"),
                     () = until(grace_ends) => break,
                 };
                 idle.room_made();
@@ -339,20 +382,29 @@ async fn serve_proxy(
     // sent a request already, and closing the listener over them would reset them (a request
     // lost that nothing retries). Each is served like any other (and the drain gives a new
     // connection a moment for its first request: h1.rs, FRESH_DRAIN_GRACE).
-    spawner.accept_queued(&listener, &permits, &mut connections);
+    if !now {
+        spawner.accept_queued(&listener, &live.permits, &mut connections);
+    }
     // Not ready from the moment accepting stops, so load balancers move away during the drain.
     ready.set(false);
     // Held requests would wait for an upstream that may never come back before the drain ends:
     // they get their 503 now.
-    proxy.begin_shutdown();
+    live.current.get().begin_shutdown();
     drop(listener);
-    drain_all(connections, drain, config.drain_timeout).await;
+    let timeout = if now {
+        Duration::ZERO
+    } else {
+        live.config.drain_timeout
+    };
+    drain_all(connections, drain, timeout, next_ask).await;
 }
 
 /// Starts each accepted connection's task.
-struct Spawner {
-    served: Served,
-    tls: Option<ListenerTls>,
+pub(super) struct Spawner {
+    /// What each connection is served with (a reload replaces it for new connections).
+    pub(super) served: Served,
+    /// The listener's TLS (a reload replaces it for new connections).
+    pub(super) tls: Option<ListenerTls>,
     idle: Arc<Idle>,
 }
 
@@ -417,8 +469,12 @@ async fn until(deadline: Option<Instant>) {
     }
 }
 
-/// What every connection is served with, and the sender that starts their drain.
-fn served(config: &Config, proxy: Arc<Proxy>) -> (Served, tokio::sync::watch::Sender<bool>) {
+/// What every connection is served with under `config`; `drain` turns true when a drain begins.
+fn served(
+    config: &Config,
+    current: Arc<Current>,
+    drain: tokio::sync::watch::Receiver<bool>,
+) -> Served {
     let mut h2 = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
     h2.timer(TokioTimer::new())
         // Pings find dead peers (a vanished client) so their connections free their slots
@@ -426,26 +482,26 @@ fn served(config: &Config, proxy: Arc<Proxy>) -> (Served, tokio::sync::watch::Se
         .keep_alive_interval(config.h2_ping_interval)
         .keep_alive_timeout(config.h2_ping_interval * 2 / 3)
         .max_header_list_size(u32::try_from(config.max_header_bytes).unwrap_or(u32::MAX));
-    let (drain, draining) = tokio::sync::watch::channel(false);
-    let served = Served {
-        proxy,
+    Served {
+        current,
         h2: Arc::new(h2),
         limits: h1::Limits {
             max_head_bytes: config.max_header_bytes,
             max_headers: config.max_headers,
             header_read_timeout: config.header_read_timeout,
         },
-        drain: draining,
-    };
-    (served, drain)
+        drain,
+    }
 }
 
 /// The drain: idle connections close now, busy ones after their request (HTTP/2: GOAWAY, then
 /// its open streams); whatever is left after `timeout` (long SSE streams) is closed.
+/// A second SIGTERM or SIGINT (`Ask::StopNow`, or `Ask::Stop` again) ends it at once.
 async fn drain_all(
     mut connections: JoinSet<()>,
     drain: tokio::sync::watch::Sender<bool>,
     timeout: Duration,
+    mut next_ask: impl AsyncFnMut() -> Ask,
 ) {
     tracing::info!(
         drain_timeout_secs = timeout.as_secs_f64(),
@@ -453,11 +509,25 @@ async fn drain_all(
     );
     let _ = drain.send(true);
     let drained = async { while connections.join_next().await.is_some() {} };
-    if tokio::time::timeout(timeout, drained).await.is_err() {
-        tracing::info!(
+    let asked_to_stop = async {
+        loop {
+            match next_ask().await {
+                Ask::Stop | Ask::StopNow => return,
+                // Too late to take a configuration: said, and left.
+                Ask::Reload(_) => tracing::warn!("shutting down: the reload is ignored"),
+            }
+        }
+    };
+    tokio::select! {
+        () = drained => {}
+        () = tokio::time::sleep(timeout) => tracing::info!(
             remaining = connections.len(),
             "drain timeout reached; closing remaining connections"
-        );
+        ),
+        () = asked_to_stop => tracing::info!(
+            remaining = connections.len(),
+            "asked again to stop: closing remaining connections now"
+        ),
     }
     connections.shutdown().await;
 }

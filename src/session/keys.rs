@@ -48,6 +48,11 @@ impl Keys {
         self.configured
     }
 
+    /// Replaces the keys with `keys` (a reload's, read from the same file).
+    pub fn replace(&self, keys: &[crate::config::SessionKey]) {
+        *self.ring.write().expect("keys lock") = Arc::new(Keyring::new(keys));
+    }
+
     /// Replaces the keys with those in `text` (a key file's content); the number of keys, or
     /// why `text` holds none (the keys stay as they were).
     pub fn reload(&self, text: &str) -> Result<usize, String> {

@@ -26,6 +26,7 @@
 mod entry;
 pub mod forgotten;
 mod keys;
+mod live;
 pub mod rpc;
 pub mod shared;
 mod store;

@@ -23,6 +23,7 @@ use tokio::time::Instant;
 use super::entry::{unix_now, Opened, Origin, Session};
 use super::forgotten::Doubt;
 use super::keys::Keys;
+use super::live::{fixed_changes, Live};
 use super::rpc::StateChange;
 use super::shared::SharedStore;
 use super::token::{self, Contents, Refused};
@@ -36,7 +37,10 @@ const MAX_SUBSCRIPTIONS: usize = 256;
 
 /// Every tracked session, by the id its client knows.
 pub struct Sessions {
-    settings: config::Sessions,
+    /// What a reload may change.
+    live: Live,
+    /// The settings as started, for what a reload cannot change.
+    fixed: config::Sessions,
     keys: Arc<Keys>,
     /// `sessions.store`, when set.
     shared: Option<SharedStore>,
@@ -107,7 +111,8 @@ impl Sessions {
         });
         let now = Instant::now();
         Sessions {
-            settings,
+            live: Live::new(&settings),
+            fixed: settings,
             keys,
             shared,
             inner: Mutex::new(Inner {
@@ -126,7 +131,19 @@ impl Sessions {
 
     /// Whether sessions are carried across restarts at all (`sessions.resume`).
     pub fn enabled(&self) -> bool {
-        self.settings.resume
+        self.live.resume()
+    }
+
+    /// Takes a reloaded `[sessions]`: its limits and timeouts from now on, and the key file's
+    /// keys as validation read them again. What it cannot change (the key file's path, the
+    /// store) is returned by key, and stays as started.
+    pub fn reconfigure(&self, settings: &config::Sessions) -> Vec<&'static str> {
+        self.live.set(settings);
+        let fixed = fixed_changes(&self.fixed, settings);
+        if !fixed.contains(&"sessions.key_file") && !settings.keys.keys.is_empty() {
+            self.keys.replace(&settings.keys.keys);
+        }
+        fixed
     }
 
     /// The keys tokens are sealed with (for the reloader).
@@ -141,7 +158,7 @@ impl Sessions {
 
     /// Most bytes of an `initialize` body that is still tracked.
     pub fn max_initialize_bytes(&self) -> usize {
-        self.settings.max_initialize_bytes
+        self.live.max_initialize_bytes()
     }
 
     /// Whether the server's pings are doubted as witnesses (see [`super::forgotten`]).
@@ -151,7 +168,7 @@ impl Sessions {
 
     /// Oldest token re-established.
     pub fn token_max_age(&self) -> Duration {
-        self.settings.token_max_age
+        self.live.token_max_age()
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -164,7 +181,7 @@ impl Sessions {
 
     fn is_idle(&self, session: &Session, now_ms: u64) -> bool {
         let idle_ms = now_ms.saturating_sub(session.last_used.load(Ordering::Relaxed));
-        Duration::from_millis(idle_ms) > self.settings.idle_timeout
+        Duration::from_millis(idle_ms) > self.live.idle_timeout()
     }
 
     /// The session a request's `Mcp-Session-Id` names: tracked (and not idle too long), or
@@ -219,7 +236,7 @@ impl Sessions {
         uri: &Uri,
         protocol_version: Option<HeaderValue>,
     ) -> Recorded {
-        if initialize.len() > self.settings.max_initialize_bytes {
+        if initialize.len() > self.live.max_initialize_bytes() {
             return Recorded::TooLarge;
         }
         let issued = unix_now();
@@ -284,10 +301,10 @@ impl Sessions {
     /// use by a request come back only when it ends, so the byte bound gets one pass per new
     /// session, not a loop that could empty the store.
     fn make_room(&self, inner: &mut Inner, newest: &HeaderValue) {
-        while inner.by_client_id.len() > self.settings.max_tracked {
+        while inner.by_client_id.len() > self.live.max_tracked() {
             self.evict_batch(inner, newest);
         }
-        if self.recorded.load(Ordering::Acquire) > self.settings.max_recorded_bytes {
+        if self.recorded.load(Ordering::Acquire) > self.live.max_recorded_bytes() {
             self.evict_batch(inner, newest);
         }
     }
@@ -335,7 +352,7 @@ impl Sessions {
         };
         if inner.ended.insert(nonce) {
             inner.ended_order.push_back(nonce);
-            if inner.ended_order.len() > self.settings.max_tracked {
+            if inner.ended_order.len() > self.live.max_tracked() {
                 let oldest = inner.ended_order.pop_front().expect("not empty");
                 inner.ended.remove(&oldest);
             }
@@ -359,7 +376,7 @@ impl Sessions {
 
     /// Whether one more subscription URI of `len` bytes fits the store's byte bound.
     fn has_room_for(&self, len: usize) -> bool {
-        self.recorded.load(Ordering::Acquire) + len <= self.settings.max_recorded_bytes
+        self.recorded.load(Ordering::Acquire) + len <= self.live.max_recorded_bytes()
     }
 
     /// Records what a successful request changed on `session`.
