@@ -68,7 +68,9 @@ impl Live {
         let mut next = match read {
             Ok(next) => next,
             Err(problems) => {
-                for problem in problems.lines().filter(|l| !l.trim().is_empty()) {
+                // One line per problem; the error's own heading ("…:") says nothing more.
+                let lines = problems.lines().map(|l| l.trim().trim_start_matches("- "));
+                for problem in lines.filter(|l| !l.is_empty() && !l.ends_with(':')) {
                     tracing::error!(problem, "reload refused: the configuration is invalid");
                 }
                 tracing::error!("reload refused; the running configuration stays");

@@ -28,6 +28,7 @@ mod oracle;
 mod pause;
 mod per_route;
 mod probe;
+mod reload;
 mod retry;
 mod rmcp_smoke;
 mod router_5xx;

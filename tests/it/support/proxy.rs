@@ -71,6 +71,23 @@ impl Holdfast {
         self.running.begin_shutdown();
     }
 
+    /// Takes `raw` (its listen addresses replaced by port 0, as at start) as SIGHUP takes a
+    /// configuration read again, and waits until the reload is counted.
+    pub async fn reload(&self, mut raw: RawConfig) {
+        raw.listen = "127.0.0.1:0".into();
+        raw.admin = "127.0.0.1:0".into();
+        let series = "holdfast_config_reloads_total{result=\"ok\"}";
+        let before = self.metric(series).await;
+        let config = Config::from_raw(&raw, &|_| "test".into()).expect("valid test config");
+        self.running.reload(config);
+        self.metric_until(series, |n| n > before).await;
+    }
+
+    /// Ends a drain under way at once (as a second SIGTERM does).
+    pub fn stop_now(&self) {
+        self.running.stop_now();
+    }
+
     /// Shuts down and waits until holdfast has stopped.
     pub async fn shutdown(mut self) {
         self.begin_shutdown();
