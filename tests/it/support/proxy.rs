@@ -83,10 +83,6 @@ impl Holdfast {
         self.metric_until(series, |n| n > before).await;
     }
 
-    /// Ends a drain under way at once (as a second SIGTERM does).
-    pub fn stop_now(&self) {
-        self.running.stop_now();
-    }
 
     /// Shuts down and waits until holdfast has stopped.
     pub async fn shutdown(mut self) {
