@@ -63,7 +63,7 @@ fn unknown(what: &str, found: &str, known: &[&str]) -> String {
 
 /// The known name `found` most likely meant: one it begins (`timeout` → `timeout_secs`), or
 /// the closest within a third of its length in edits.
-fn nearest<'a>(found: &str, known: &[&'a str]) -> Option<&'a str> {
+pub(super) fn nearest<'a>(found: &str, known: &[&'a str]) -> Option<&'a str> {
     let lower = found.to_ascii_lowercase().replace('-', "_");
     if let Some(k) = known.iter().find(|k| **k == lower) {
         return Some(k);

@@ -33,6 +33,7 @@ use crate::tls::{self, Identity, TlsError};
 mod forwarded;
 mod hold;
 mod layers;
+mod log_level;
 mod messages;
 mod pause;
 mod raw;

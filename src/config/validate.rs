@@ -498,16 +498,9 @@ impl Validator<'_> {
                 format!("expected `text` or `json`, got `{other}`"),
             ),
         };
-        let level = match tracing_subscriber::EnvFilter::try_new(&raw.log_level) {
-            Ok(_) => Some(raw.log_level.clone()),
-            Err(e) => self.fail(
-                "log_level",
-                format!(
-                    "expected a level (error, warn, info, debug, trace) or a filter such as \
-                     `warn,holdfast::access=info`, got `{}` ({e})",
-                    raw.log_level
-                ),
-            ),
+        let level = match super::log_level::check(&raw.log_level) {
+            Ok(()) => Some(raw.log_level.clone()),
+            Err(message) => self.fail("log_level", message),
         };
         (format, level)
     }

@@ -4,6 +4,7 @@
 mod cli;
 mod compat;
 mod config;
+mod config_values;
 mod demo;
 mod deploy_container;
 mod deploy_image;
