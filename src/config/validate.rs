@@ -115,6 +115,9 @@ impl Config {
         let hold = v.hold(&raw.hold);
 
         let routes = v.routes(&raw.routes);
+        if let (Some(upstream), Some(routes)) = (&upstream, &routes) {
+            v.upstream_path(upstream, &routes.endpoints);
+        }
         let sessions = v.sessions(&raw.sessions);
         let retry = v.retry(&raw.retry);
         let pause = v.pause(&raw.pause);

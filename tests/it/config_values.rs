@@ -77,3 +77,55 @@ fn a_mistyped_log_level_is_refused_with_the_level_meant() {
         assert_eq!(c.log_level, level);
     }
 }
+
+// --- upstream's path -------------------------------------------------------------------------
+
+/// `upstream = "http://host:8000/mcp"` (the endpoint's full URL, as `holdfast probe` takes it)
+/// passed, and the server received `/mcp/mcp`. An upstream path that ends in an endpoint is
+/// refused, naming the base URL to give instead; a genuine prefix is kept.
+#[test]
+fn an_upstream_url_ending_in_the_endpoint_is_refused_naming_the_base() {
+    for (url, base) in [
+        ("http://b:8000/mcp", "`http://b:8000`"),
+        ("http://b:8000/mcp/", "`http://b:8000`"),
+        ("https://b/api/mcp", "`https://b/api`"),
+    ] {
+        let p = only_problem(&validate(&raw_with_upstream(url)).unwrap_err(), "upstream");
+        for says in [
+            base,
+            "`/mcp` would reach the server as",
+            "holdfast probe` takes the endpoint's full URL",
+        ] {
+            assert!(p.message.contains(says), "{url}: no {says:?} in {p}");
+        }
+    }
+    let p = only_problem(
+        &validate(&raw_with_upstream("http://b:8000/mcp")).unwrap_err(),
+        "upstream",
+    );
+    assert!(p.message.contains("as `/mcp/mcp`"), "{p}");
+
+    // The endpoints are the configured ones; a path that is none of them is a prefix.
+    let mut raw = raw_with_upstream("http://b:8000/rpc");
+    raw.routes.endpoints = vec!["/mcp".into(), "/rpc/".into()];
+    only_problem(&validate(&raw).unwrap_err(), "upstream");
+    for url in [
+        "http://b:8000/api",
+        "http://b:8000/mcp-root",
+        "http://b:8000/mcp/api",
+    ] {
+        let c = validate(&raw_with_upstream(url)).unwrap_or_else(|e| panic!("{url}: {e}"));
+        assert_eq!(c.upstream.original, url);
+    }
+
+    let out = finish(holdfast(&[
+        "check-config",
+        "--upstream",
+        "http://b:8000/mcp",
+    ]));
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(
+        out.stderr.contains("upstream (from command-line flag)"),
+        "{out:?}"
+    );
+}
