@@ -15,7 +15,7 @@ use http::header::HeaderMap;
 use http::StatusCode;
 
 use crate::signature::Signature;
-use crate::upstream::{ConnectErrorKind, FailedSend};
+use crate::upstream::{ClientBodyFault, ConnectErrorKind, FailedSend};
 
 /// What one attempt at the upstream means for the client.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,6 +29,10 @@ pub enum Verdict {
     /// The request may have reached the application and then failed, or it cannot be sent for
     /// a reason that waiting does not fix (TLS): 502, never held or replayed.
     Failed(FailReason),
+    /// The client broke its own request body once the upload had begun: its fault, answered as
+    /// nginx and HAProxy answer it (400, or 408 for a stall), never counted against the
+    /// upstream, never held or replayed.
+    ClientBody(ClientBodyFault),
 }
 
 /// Why a router's own answer is passed through rather than rewritten.
@@ -160,8 +164,6 @@ pub enum FailReason {
     UpstreamReset,
     /// The upstream sent something that is not HTTP.
     Protocol,
-    /// The client's request body failed while it was being forwarded.
-    ClientBody,
     /// TLS to the upstream failed: its certificate is not trusted or not for its name, it
     /// refused holdfast's client certificate, or no protocol version or cipher suite is shared.
     /// A configuration error that no retry fixes.
@@ -178,7 +180,6 @@ impl FailReason {
             FailReason::ResponseTimeout => "response_timeout",
             FailReason::UpstreamReset => "upstream_reset",
             FailReason::Protocol => "upstream_protocol",
-            FailReason::ClientBody => "client_body",
             FailReason::UpstreamTls => "upstream_tls",
             FailReason::Unanswered => "unanswered",
         }
@@ -272,8 +273,10 @@ pub fn classify(outcome: &Outcome<'_>, cx: &Context<'_>) -> Verdict {
 
         // 5. Sent, then no answer in time: it may be executing right now.
         Outcome::ResponseTimeout => Verdict::Failed(FailReason::ResponseTimeout),
-        // 6. Sent, then failed: the application may have executed it.
-        Outcome::Failed(FailedSend::ClientBody) => Verdict::Failed(FailReason::ClientBody),
+        // 6. The client's body broke while it was forwarded: the client's failure, whatever
+        //    the upstream made of an upload cut short.
+        Outcome::Failed(FailedSend::ClientBody(fault)) => Verdict::ClientBody(*fault),
+        // 7. Sent, then failed: the application may have executed it.
         Outcome::Failed(FailedSend::Tls) => Verdict::Failed(FailReason::UpstreamTls),
         Outcome::Failed(FailedSend::Protocol) => Verdict::Failed(FailReason::Protocol),
         Outcome::Failed(FailedSend::Broke) => Verdict::Failed(FailReason::UpstreamReset),

@@ -15,6 +15,7 @@ use http_body_util::{BodyExt, Full};
 
 use crate::classify::{FailReason, RewriteReason};
 use crate::proxy::body::ProxyBody;
+use crate::upstream::ClientBodyFault;
 
 /// Header naming why holdfast answered itself.
 pub const REASON_HEADER: &str = "holdfast-reason";
@@ -80,6 +81,34 @@ pub fn bad_gateway(reason: FailReason, version: Version) -> Response<ProxyBody> 
     );
     resp.headers_mut()
         .insert(REASON_HEADER, HeaderValue::from_static(reason.as_str()));
+    close_on_http1(&mut resp, version);
+    resp
+}
+
+/// 400 for a body the client sent malformed or cut short, 408 for one it let stall, once the
+/// upload had begun (nginx and HAProxy answer the same): the client's failure, so not the 502
+/// that says the upstream failed. The connection closes on HTTP/1.x: where the next request
+/// would begin in it is unknown.
+pub fn client_body(fault: ClientBodyFault, version: Version) -> Response<ProxyBody> {
+    let (status, reason, text) = match fault {
+        ClientBodyFault::Malformed => (
+            StatusCode::BAD_REQUEST,
+            "client_body",
+            "bad request: the request body is malformed or ended before its length",
+        ),
+        ClientBodyFault::Stalled => (
+            StatusCode::REQUEST_TIMEOUT,
+            "client_body_timeout",
+            "request timeout: the request body stopped arriving",
+        ),
+    };
+    let mut resp = build(
+        status,
+        "text/plain; charset=utf-8",
+        format!("{text} ({reason})\n").into(),
+    );
+    resp.headers_mut()
+        .insert(REASON_HEADER, HeaderValue::from_static(reason));
     close_on_http1(&mut resp, version);
     resp
 }

@@ -244,12 +244,20 @@ fn failed_connections_are_missing_and_sent_requests_failed() {
     for (failed, reason) in [
         (FailedSend::Broke, FailReason::UpstreamReset),
         (FailedSend::Protocol, FailReason::Protocol),
-        (FailedSend::ClientBody, FailReason::ClientBody),
     ] {
         assert!(failed.sent());
         assert_eq!(
             classify(&Outcome::Failed(failed), &cx),
             Verdict::Failed(reason)
+        );
+    }
+    // A body the client broke is the client's failure, not the upstream's (never a 502).
+    for fault in [ClientBodyFault::Malformed, ClientBodyFault::Stalled] {
+        let failed = FailedSend::ClientBody(fault);
+        assert!(failed.sent(), "part of it went: it is never sent again");
+        assert_eq!(
+            classify(&Outcome::Failed(failed), &cx),
+            Verdict::ClientBody(fault)
         );
     }
     assert_eq!(
