@@ -57,9 +57,10 @@ pub struct ProxyArgs {
     #[arg(long, value_enum)]
     pub log_format: Option<LogFormatArg>,
 
-    /// What is logged: error, warn, info, debug, trace, or a filter such as
-    /// `warn,holdfast::access=info` [default: info] [env: HOLDFAST_LOG_LEVEL]. RUST_LOG, when
-    /// set, wins.
+    /// What is logged: error, warn, info, debug, trace, off, or a filter such as
+    /// `warn,holdfast::access=info` [default: info] [env: HOLDFAST_LOG_LEVEL]. Given here, in
+    /// the environment or the file, it wins over RUST_LOG, which applies only when log_level is
+    /// said nowhere.
     #[arg(long, value_name = "FILTER")]
     pub log_level: Option<String>,
 

@@ -2,6 +2,7 @@
 //! concern, every server in process on 127.0.0.1:0.
 
 mod cli;
+mod cli_output;
 mod client_body;
 mod compat;
 mod config;
