@@ -30,3 +30,21 @@ fn help_says_log_level_wins_over_rust_log() {
         "{log_level}"
     );
 }
+
+/// `holdfast completions bash | head -1` panicked once `head` had closed the pipe (clap_complete
+/// panics on a failed write), and `holdfast man | head` said "Broken pipe" and exited 1. The
+/// pipe here is closed before holdfast writes a byte, so every write of it fails: it ends
+/// quietly, with success.
+#[test]
+fn output_into_a_closed_pipe_ends_quietly() {
+    for args in [&["completions", "bash"][..], &["man"]] {
+        let (reader, writer) = std::io::pipe().expect("a pipe");
+        drop(reader);
+        let mut cmd = holdfast(args);
+        cmd.stdout(writer).stderr(std::process::Stdio::piped());
+        let out = cmd.output().expect("holdfast runs");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{args:?}: {} {stderr}", out.status);
+        assert!(stderr.is_empty(), "{args:?}: {stderr}");
+    }
+}
