@@ -147,6 +147,19 @@ pub fn admin_not_found() -> Response<ProxyBody> {
     )
 }
 
+/// 405 from the admin port for a known path asked with a method it does not take (`GET
+/// /pause`): `Allow` names the ones it takes.
+pub fn admin_method_not_allowed(allow: &'static str) -> Response<ProxyBody> {
+    let mut resp = build(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "text/plain; charset=utf-8",
+        format!("method not allowed: this endpoint takes {allow}\n").into(),
+    );
+    resp.headers_mut()
+        .insert(http::header::ALLOW, HeaderValue::from_static(allow));
+    resp
+}
+
 /// A JSON answer from the admin port (`/status`, `/pause`, `/resume`).
 pub fn admin_json(status: StatusCode, body: &serde_json::Value) -> Response<ProxyBody> {
     build(status, "application/json", format!("{body}\n").into())

@@ -87,9 +87,59 @@ pub async fn serve(listener: TcpListener, admin: Arc<Admin>, shutdown: impl Futu
     drop(graceful);
 }
 
+/// The admin endpoints, each with the methods it takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Endpoint {
+    Metrics,
+    Healthz,
+    Readyz,
+    Status,
+    Pause,
+    Resume,
+}
+
+impl Endpoint {
+    fn of(path: &str) -> Option<Endpoint> {
+        Some(match path {
+            "/metrics" => Endpoint::Metrics,
+            "/healthz" => Endpoint::Healthz,
+            "/readyz" => Endpoint::Readyz,
+            "/status" => Endpoint::Status,
+            "/pause" => Endpoint::Pause,
+            "/resume" => Endpoint::Resume,
+            _ => return None,
+        })
+    }
+
+    /// The `Allow` header's value: the read-only endpoints answer HEAD as GET (load balancers'
+    /// and uptime checkers' health checks send it), the ones that change state only POST.
+    fn allow(self) -> &'static str {
+        match self {
+            Endpoint::Pause | Endpoint::Resume => "POST",
+            _ => "GET, HEAD",
+        }
+    }
+
+    fn allows(self, method: &Method) -> bool {
+        match self {
+            Endpoint::Pause | Endpoint::Resume => method == Method::POST,
+            _ => method == Method::GET || method == Method::HEAD,
+        }
+    }
+}
+
+/// One admin request: an unknown path is a 404, a known one with a method it does not take a
+/// 405 naming those it does (RFC 9110 §15.5.6). A HEAD gets the GET's answer, whose body hyper
+/// leaves out.
 async fn answer(admin: &Admin, req: Request<Incoming>, peer: SocketAddr) -> Response<ProxyBody> {
-    match (req.method(), req.uri().path()) {
-        (&Method::GET, "/metrics") => {
+    let Some(endpoint) = Endpoint::of(req.uri().path()) else {
+        return respond::admin_not_found();
+    };
+    if !endpoint.allows(req.method()) {
+        return respond::admin_method_not_allowed(endpoint.allow());
+    }
+    match endpoint {
+        Endpoint::Metrics => {
             let mut out = String::new();
             match prometheus_client::encoding::text::encode(&mut out, &admin.registry) {
                 Ok(()) => respond::ok_text(OPENMETRICS, out),
@@ -100,14 +150,13 @@ async fn answer(admin: &Admin, req: Request<Incoming>, peer: SocketAddr) -> Resp
                 }
             }
         }
-        (&Method::GET, "/healthz") => respond::ok_text("text/plain; charset=utf-8", "ok\n".into()),
-        (&Method::GET, "/readyz") if admin.ready.get() => {
+        Endpoint::Healthz => respond::ok_text("text/plain; charset=utf-8", "ok\n".into()),
+        Endpoint::Readyz if admin.ready.get() => {
             respond::ok_text("text/plain; charset=utf-8", "ready\n".into())
         }
-        (&Method::GET, "/readyz") => respond::not_ready(),
-        (&Method::GET, "/status") => admin.control.status(),
-        (&Method::POST, "/pause") => admin.control.pause(&req, peer).await,
-        (&Method::POST, "/resume") => admin.control.resume(&req, peer),
-        _ => respond::admin_not_found(),
+        Endpoint::Readyz => respond::not_ready(),
+        Endpoint::Status => admin.control.status(),
+        Endpoint::Pause => admin.control.pause(&req, peer).await,
+        Endpoint::Resume => admin.control.resume(&req, peer),
     }
 }

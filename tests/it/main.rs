@@ -1,6 +1,7 @@
 //! holdfast's integration tests: one binary (link time matters on small machines), one module per
 //! concern, every server in process on 127.0.0.1:0.
 
+mod admin_endpoints;
 mod cli;
 mod cli_output;
 mod client_body;
