@@ -49,8 +49,9 @@ pub struct ProxyArgs {
     #[arg(long, value_name = "ADDR")]
     pub admin: Option<String>,
 
-    /// Retry-After seconds on synthetic 503s [default: 2] [env: HOLDFAST_RETRY_AFTER_SECS].
-    #[arg(long, value_name = "SECS")]
+    /// Retry-After on synthetic 503s, in seconds or as a duration such as 5s [default: 2] [env:
+    /// HOLDFAST_RETRY_AFTER_SECS].
+    #[arg(long, value_name = "SECS", value_parser = crate::config::duration::whole_secs_flag)]
     pub retry_after: Option<u64>,
 
     /// Log format [default: text] [env: HOLDFAST_LOG_FORMAT].

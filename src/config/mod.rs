@@ -30,6 +30,7 @@ use http::Uri;
 
 use crate::tls::{self, Identity, TlsError};
 
+pub mod duration;
 mod forwarded;
 mod hold;
 mod layers;

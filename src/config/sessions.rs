@@ -26,10 +26,12 @@ pub struct RawSessions {
     /// Most recorded bytes over all sessions.
     pub max_recorded_bytes: usize,
     /// Idle time after which a session is forgotten.
+    #[serde(deserialize_with = "super::duration::secs")]
     pub idle_timeout_secs: f64,
     /// The keys that seal session tokens: one per line, 64 hex characters (32 bytes).
     pub key_file: Option<PathBuf>,
     /// Oldest session token used to re-establish its session.
+    #[serde(deserialize_with = "super::duration::secs")]
     pub token_max_age_secs: f64,
     /// A Redis or Valkey server every replica shares (`redis://host:port/db`).
     pub store: Option<String>,

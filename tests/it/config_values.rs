@@ -2,8 +2,11 @@
 //! meant (issue 43, "operators' traps"): each is refused or warned of at `check-config`, naming
 //! the key.
 
-use holdfast::config::{self, Config, ConfigError, RawConfig};
+use std::time::Duration;
 
+use holdfast::config::{self, Config, ConfigError, RawConfig, RawFlags};
+
+use crate::support::jail::jailed;
 use crate::support::process::{self, holdfast, Finished};
 
 fn finish(cmd: std::process::Command) -> Finished {
@@ -128,4 +131,111 @@ fn an_upstream_url_ending_in_the_endpoint_is_refused_naming_the_base() {
         out.stderr.contains("upstream (from command-line flag)"),
         "{out:?}"
     );
+}
+
+// --- durations -------------------------------------------------------------------------------
+
+/// `hold.timeout_secs = "20s"` was refused ("expected a number"): every `*_secs` and `*_ms` key
+/// now takes a number in its unit or a duration with units, in the file, the environment and
+/// the flags alike.
+#[test]
+fn durations_are_numbers_or_strings_with_units_in_every_layer() {
+    jailed(|jail| {
+        jail.create_file(
+            "d.toml",
+            r#"
+            upstream = "http://b:1"
+            [hold]
+            timeout_secs = "20s"
+            backoff_initial_ms = "50ms"
+            backoff_max_ms = "1s"
+            retry_after_max_secs = "1m"
+            [client]
+            response_timeout_secs = "1m30s"
+            connect_timeout_secs = 0.5
+            [sessions]
+            idle_timeout_secs = "2h"
+            [routes]
+            learn_ttl_secs = "1d"
+            "#,
+        )?;
+        jail.set_env("HOLDFAST_SHUTDOWN__DRAIN_TIMEOUT_SECS", "500ms");
+        jail.set_env("HOLDFAST_STREAMS__IDLE_TIMEOUT_SECS", "45");
+        let flags = RawFlags {
+            retry_after_secs: Some(60),
+            ..RawFlags::default()
+        };
+        let c = config::load(Some(std::path::Path::new("d.toml")), &flags)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(c.hold.timeout, Duration::from_secs(20));
+        assert_eq!(c.hold.backoff_initial, Duration::from_millis(50));
+        assert_eq!(c.hold.backoff_max, Duration::from_secs(1));
+        assert_eq!(c.hold.retry_after_max, Duration::from_secs(60));
+        assert_eq!(c.response_timeout, Duration::from_secs(90));
+        assert_eq!(c.connect_timeout, Duration::from_millis(500));
+        assert_eq!(c.sessions.idle_timeout, Duration::from_secs(7200));
+        assert_eq!(c.routes.learn_ttl, Duration::from_secs(86_400));
+        assert_eq!(c.drain_timeout, Duration::from_millis(500));
+        assert_eq!(c.stream_idle_timeout, Duration::from_secs(45));
+        assert_eq!(c.retry_after, Duration::from_secs(60));
+
+        // What is no duration, or not whole where the key takes whole units, names the key,
+        // its origin and what it takes.
+        jail.create_file(
+            "bad.toml",
+            r#"
+            upstream = "http://b:1"
+            retry_after_secs = "1500ms"
+            [hold]
+            timeout_secs = "20 seconds"
+            backoff_max_ms = "0.5ms"
+            "#,
+        )?;
+        let err =
+            config::load(Some(std::path::Path::new("bad.toml")), &RawFlags::default()).unwrap_err();
+        for (key, says) in [
+            (
+                "retry_after_secs",
+                "a whole number of seconds or a duration",
+            ),
+            (
+                "hold.timeout_secs",
+                "a number of seconds or a duration such as \"20s\"",
+            ),
+            ("hold.backoff_max_ms", "a whole number of milliseconds"),
+        ] {
+            let p = err
+                .problems
+                .iter()
+                .find(|p| p.key == key)
+                .unwrap_or_else(|| panic!("no problem for {key}: {err}"));
+            assert!(p.origin.contains("bad.toml"), "{p}");
+            assert!(p.message.contains(says), "{p}");
+        }
+        assert_eq!(err.problems.len(), 3, "{err}");
+        Ok(())
+    });
+
+    // The real binary: a flag and a variable, and the TOML it prints loads back (as numbers).
+    let mut cmd = holdfast(&[
+        "check-config",
+        "--upstream",
+        "http://b:1",
+        "--retry-after",
+        "5s",
+    ]);
+    cmd.env("HOLDFAST_HOLD__TIMEOUT_SECS", "1m30s");
+    let out = finish(cmd);
+    assert!(out.status.success(), "{out:?}");
+    let printed: toml::Value = toml::from_str(&out.stdout).expect("TOML");
+    assert_eq!(printed["retry_after_secs"].as_integer(), Some(5));
+    assert_eq!(printed["hold"]["timeout_secs"].as_float(), Some(90.0));
+    let out = finish(holdfast(&[
+        "check-config",
+        "--upstream",
+        "http://b:1",
+        "--retry-after",
+        "5 s",
+    ]));
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
 }
