@@ -197,6 +197,9 @@ fn check_config(cli: &ProxyArgs, probe_path: Option<&str>) -> ExitCode {
             return ExitCode::from(EXIT_CONFIG);
         }
     };
+    if let Some(warning) = &config.sessions.key_file_warning {
+        eprintln!("warning: sessions.key_file: {warning}");
+    }
     let unknown = config::unknown_env();
     if !unknown.is_empty() {
         eprintln!(

@@ -239,3 +239,50 @@ fn durations_are_numbers_or_strings_with_units_in_every_layer() {
     ]));
     assert_eq!(out.status.code(), Some(2), "{out:?}");
 }
+
+// --- sessions.key_file's mode ----------------------------------------------------------------
+
+/// A key file of mode 0666 was accepted although SECURITY.md asks for 0400: whoever may write
+/// it chooses the key that seals session tokens. Group- or world-writable is refused; group- or
+/// world-readable passes with a warning; readable by its owner alone, silently.
+#[test]
+fn a_key_file_others_may_write_is_refused_and_one_they_may_read_warned_of() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = crate::support::files::TempDir::new("key-mode");
+    let key = dir.write(
+        "session-keys",
+        "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff\n",
+    );
+    let check = |mode: u32| {
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(mode)).unwrap();
+        let mut cmd = holdfast(&["check-config", "--upstream", "http://b:1"]);
+        cmd.env("HOLDFAST_SESSIONS__KEY_FILE", &key);
+        finish(cmd)
+    };
+    for mode in [0o666, 0o620, 0o602] {
+        let out = check(mode);
+        assert_eq!(out.status.code(), Some(2), "{mode:o}: {out:?}");
+        for says in [
+            "sessions.key_file (from environment variable HOLDFAST_SESSIONS__KEY_FILE)",
+            &format!("has mode {mode:04o}"),
+            "may write it",
+            "chmod 0400",
+        ] {
+            assert!(out.stderr.contains(says), "{mode:o}: no {says:?}: {out:?}");
+        }
+    }
+    for mode in [0o644, 0o440, 0o604] {
+        let out = check(mode);
+        assert!(out.status.success(), "{mode:o}: {out:?}");
+        assert!(
+            out.stderr.contains("warning: sessions.key_file:")
+                && out.stderr.contains("may read the key"),
+            "{mode:o}: {out:?}"
+        );
+    }
+    for mode in [0o400, 0o600] {
+        let out = check(mode);
+        assert!(out.status.success(), "{mode:o}: {out:?}");
+        assert!(out.stderr.is_empty(), "{mode:o}: {out:?}");
+    }
+}
