@@ -286,3 +286,35 @@ fn a_key_file_others_may_write_is_refused_and_one_they_may_read_warned_of() {
         assert!(out.stderr.is_empty(), "{mode:o}: {out:?}");
     }
 }
+
+// --- a mistyped variable ---------------------------------------------------------------------
+
+/// `HOLDFAST_UPSTRAEM=...` is warned of as naming no key, and then "upstream: required" said
+/// nothing of it. Now the error names the variable that was likely meant.
+#[test]
+fn a_missing_upstream_names_the_mistyped_variable_that_was_ignored() {
+    let mut cmd = holdfast(&["check-config"]);
+    cmd.env("HOLDFAST_UPSTRAEM", "http://b:8000")
+        .env("HOLDFAST_IMAGE", "holdfast:latest");
+    let out = finish(cmd);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let line = out
+        .stderr
+        .lines()
+        .find(|l| l.contains("upstream: required"))
+        .unwrap_or_else(|| panic!("{out:?}"));
+    assert!(
+        line.contains(
+            "did you mean HOLDFAST_UPSTREAM (HOLDFAST_UPSTRAEM is set, and names no key)?"
+        ),
+        "{line}"
+    );
+    assert!(!line.contains("HOLDFAST_IMAGE"), "{line}");
+
+    // Without a near miss, the message is as before.
+    let mut cmd = holdfast(&["check-config"]);
+    cmd.env("HOLDFAST_IMAGE", "holdfast:latest");
+    let out = finish(cmd);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(!out.stderr.contains("did you mean"), "{out:?}");
+}
