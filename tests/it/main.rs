@@ -32,6 +32,7 @@ mod oracle;
 mod pause;
 mod per_route;
 mod probe;
+mod probe_results;
 mod retry;
 mod rmcp_smoke;
 mod router_5xx;
