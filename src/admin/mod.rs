@@ -1,4 +1,5 @@
-//! The admin listener: `/metrics` (OpenMetrics text), `/healthz` (the process serves),
+//! The admin listener: `/metrics` (OpenMetrics text for a client that asks for it, as
+//! Prometheus does; the Prometheus 0.0.4 text for everyone else), `/healthz` (the process serves),
 //! `/readyz` (the proxy listener is up and not draining), `/status` (a pause, requests in
 //! flight) and the endpoints that change state, `POST /pause` and `POST /resume` (see
 //! [`control`]). Kept off the proxy port so none of it is reachable through the public route.
@@ -21,6 +22,7 @@ use hyper_util::server::graceful::GracefulShutdown;
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 
+use crate::metrics::text;
 use crate::proxy::body::ProxyBody;
 use crate::respond;
 
@@ -45,9 +47,6 @@ impl Readiness {
         self.0.load(Ordering::Acquire)
     }
 }
-
-/// OpenMetrics content type.
-const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// What the admin endpoints read and act on.
 pub struct Admin {
@@ -128,6 +127,26 @@ impl Endpoint {
     }
 }
 
+/// `/metrics`, in the format the client asks for: OpenMetrics when its `Accept` names it, else
+/// the 0.0.4 text that `promtool check metrics` and older scrapers read.
+fn metrics(admin: &Admin, req: &Request<Incoming>) -> Response<ProxyBody> {
+    let mut out = String::new();
+    if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &admin.registry) {
+        // Encoding into a String only fails on a broken metric implementation.
+        tracing::error!(error = %e, "encoding metrics failed");
+        return respond::not_ready();
+    }
+    let accept = req
+        .headers()
+        .get(http::header::ACCEPT)
+        .and_then(|v| v.to_str().ok());
+    if text::wants_openmetrics(accept) {
+        respond::ok_text(text::OPENMETRICS, out)
+    } else {
+        respond::ok_text(text::PROMETHEUS_TEXT, text::to_prometheus_text(&out))
+    }
+}
+
 /// One admin request: an unknown path is a 404, a known one with a method it does not take a
 /// 405 naming those it does (RFC 9110 §15.5.6). A HEAD gets the GET's answer, whose body hyper
 /// leaves out.
@@ -139,17 +158,7 @@ async fn answer(admin: &Admin, req: Request<Incoming>, peer: SocketAddr) -> Resp
         return respond::admin_method_not_allowed(endpoint.allow());
     }
     match endpoint {
-        Endpoint::Metrics => {
-            let mut out = String::new();
-            match prometheus_client::encoding::text::encode(&mut out, &admin.registry) {
-                Ok(()) => respond::ok_text(OPENMETRICS, out),
-                // Encoding into a String only fails on a broken metric implementation.
-                Err(e) => {
-                    tracing::error!(error = %e, "encoding metrics failed");
-                    respond::not_ready()
-                }
-            }
-        }
+        Endpoint::Metrics => metrics(admin, &req),
         Endpoint::Healthz => respond::ok_text("text/plain; charset=utf-8", "ok\n".into()),
         Endpoint::Readyz if admin.ready.get() => {
             respond::ok_text("text/plain; charset=utf-8", "ready\n".into())

@@ -20,6 +20,7 @@ use crate::upstream::ClosedCounters;
 mod atomic;
 mod labels;
 pub mod process;
+pub mod text;
 pub use atomic::{AtomicHistogram, McpRequestCounters, RequestCounters};
 pub use labels::*;
 

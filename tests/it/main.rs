@@ -28,6 +28,7 @@ mod legacy;
 mod limits;
 mod logs;
 mod mcp_e2e;
+mod metrics_text;
 mod oracle;
 mod pause;
 mod per_route;
