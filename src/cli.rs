@@ -49,17 +49,19 @@ pub struct ProxyArgs {
     #[arg(long, value_name = "ADDR")]
     pub admin: Option<String>,
 
-    /// Retry-After seconds on synthetic 503s [default: 2] [env: HOLDFAST_RETRY_AFTER_SECS].
-    #[arg(long, value_name = "SECS")]
+    /// Retry-After on synthetic 503s, in seconds or as a duration such as 5s [default: 2] [env:
+    /// HOLDFAST_RETRY_AFTER_SECS].
+    #[arg(long, value_name = "SECS", value_parser = crate::config::duration::whole_secs_flag)]
     pub retry_after: Option<u64>,
 
     /// Log format [default: text] [env: HOLDFAST_LOG_FORMAT].
     #[arg(long, value_enum)]
     pub log_format: Option<LogFormatArg>,
 
-    /// What is logged: error, warn, info, debug, trace, or a filter such as
-    /// `warn,holdfast::access=info` [default: info] [env: HOLDFAST_LOG_LEVEL]. RUST_LOG, when
-    /// set, wins.
+    /// What is logged: error, warn, info, debug, trace, off, or a filter such as
+    /// `warn,holdfast::access=info` [default: info] [env: HOLDFAST_LOG_LEVEL]. Given here, in
+    /// the environment or the file, it wins over RUST_LOG, which applies only when log_level is
+    /// said nowhere.
     #[arg(long, value_name = "FILTER")]
     pub log_level: Option<String>,
 

@@ -1,5 +1,6 @@
 //! The holdfast binary: parse, load configuration, bind, run, drain on a signal.
 
+use std::io::Write;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -21,17 +22,30 @@ fn main() -> ExitCode {
         Some(Command::Demo { duration, period }) => demo(duration, period),
         Some(Command::Probe(args)) => probe(&args),
         Some(Command::Completions { shell }) => {
-            holdfast::cli::completions(shell, &mut std::io::stdout());
-            ExitCode::SUCCESS
+            // clap_complete panics on a failed write: it writes into memory, and the script
+            // goes out below.
+            let mut script = Vec::new();
+            holdfast::cli::completions(shell, &mut script);
+            print_out("completions", |out| out.write_all(&script))
         }
-        Some(Command::Man) => match holdfast::cli::man(&mut std::io::stdout()) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("man: {e}");
-                ExitCode::FAILURE
-            }
-        },
+        Some(Command::Man) => print_out("man", |out| holdfast::cli::man(out)),
         None => run(&cli.proxy),
+    }
+}
+
+/// Writes a command's output to stdout. A reader that stops early (`holdfast man | head`)
+/// closes the pipe, and the rest of the output has nobody to go to: that ends the command
+/// quietly, with success, as the shell's own tools end (holdfast ignores SIGPIPE, as every Rust
+/// program does, so the write fails instead of the signal ending it).
+fn print_out(command: &str, write: impl FnOnce(&mut dyn Write) -> std::io::Result<()>) -> ExitCode {
+    let mut stdout = std::io::stdout().lock();
+    match write(&mut stdout).and_then(|()| stdout.flush()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("{command}: {e}");
+            ExitCode::FAILURE
+        }
     }
 }
 
@@ -183,6 +197,9 @@ fn check_config(cli: &ProxyArgs, probe_path: Option<&str>) -> ExitCode {
             return ExitCode::from(EXIT_CONFIG);
         }
     };
+    if let Some(warning) = &config.sessions.key_file_warning {
+        eprintln!("warning: sessions.key_file: {warning}");
+    }
     let unknown = config::unknown_env();
     if !unknown.is_empty() {
         eprintln!(

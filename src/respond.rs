@@ -15,6 +15,7 @@ use http_body_util::{BodyExt, Full};
 
 use crate::classify::{FailReason, RewriteReason};
 use crate::proxy::body::ProxyBody;
+use crate::upstream::ClientBodyFault;
 
 /// Header naming why holdfast answered itself.
 pub const REASON_HEADER: &str = "holdfast-reason";
@@ -84,6 +85,34 @@ pub fn bad_gateway(reason: FailReason, version: Version) -> Response<ProxyBody> 
     resp
 }
 
+/// 400 for a body the client sent malformed or cut short, 408 for one it let stall, once the
+/// upload had begun (nginx and HAProxy answer the same): the client's failure, so not the 502
+/// that says the upstream failed. The connection closes on HTTP/1.x: where the next request
+/// would begin in it is unknown.
+pub fn client_body(fault: ClientBodyFault, version: Version) -> Response<ProxyBody> {
+    let (status, reason, text) = match fault {
+        ClientBodyFault::Malformed => (
+            StatusCode::BAD_REQUEST,
+            "client_body",
+            "bad request: the request body is malformed or ended before its length",
+        ),
+        ClientBodyFault::Stalled => (
+            StatusCode::REQUEST_TIMEOUT,
+            "client_body_timeout",
+            "request timeout: the request body stopped arriving",
+        ),
+    };
+    let mut resp = build(
+        status,
+        "text/plain; charset=utf-8",
+        format!("{text} ({reason})\n").into(),
+    );
+    resp.headers_mut()
+        .insert(REASON_HEADER, HeaderValue::from_static(reason));
+    close_on_http1(&mut resp, version);
+    resp
+}
+
 /// 400: the request cannot be forwarded at all.
 pub fn bad_request(why: &str, version: Version) -> Response<ProxyBody> {
     let mut resp = build(
@@ -116,6 +145,19 @@ pub fn admin_not_found() -> Response<ProxyBody> {
         "text/plain; charset=utf-8",
         "not found: try GET /metrics, /healthz, /readyz, /status, or POST /pause, /resume\n".into(),
     )
+}
+
+/// 405 from the admin port for a known path asked with a method it does not take (`GET
+/// /pause`): `Allow` names the ones it takes.
+pub fn admin_method_not_allowed(allow: &'static str) -> Response<ProxyBody> {
+    let mut resp = build(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "text/plain; charset=utf-8",
+        format!("method not allowed: this endpoint takes {allow}\n").into(),
+    );
+    resp.headers_mut()
+        .insert(http::header::ALLOW, HeaderValue::from_static(allow));
+    resp
 }
 
 /// A JSON answer from the admin port (`/status`, `/pause`, `/resume`).

@@ -1,4 +1,5 @@
-//! The admin listener: `/metrics` (OpenMetrics text), `/healthz` (the process serves),
+//! The admin listener: `/metrics` (OpenMetrics text for a client that asks for it, as
+//! Prometheus does; the Prometheus 0.0.4 text for everyone else), `/healthz` (the process serves),
 //! `/readyz` (the proxy listener is up and not draining), `/status` (a pause, requests in
 //! flight) and the endpoints that change state, `POST /pause` and `POST /resume` (see
 //! [`control`]). Kept off the proxy port so none of it is reachable through the public route.
@@ -21,6 +22,7 @@ use hyper_util::server::graceful::GracefulShutdown;
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 
+use crate::metrics::text;
 use crate::proxy::body::ProxyBody;
 use crate::respond;
 
@@ -45,9 +47,6 @@ impl Readiness {
         self.0.load(Ordering::Acquire)
     }
 }
-
-/// OpenMetrics content type.
-const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// What the admin endpoints read and act on.
 pub struct Admin {
@@ -87,27 +86,86 @@ pub async fn serve(listener: TcpListener, admin: Arc<Admin>, shutdown: impl Futu
     drop(graceful);
 }
 
-async fn answer(admin: &Admin, req: Request<Incoming>, peer: SocketAddr) -> Response<ProxyBody> {
-    match (req.method(), req.uri().path()) {
-        (&Method::GET, "/metrics") => {
-            let mut out = String::new();
-            match prometheus_client::encoding::text::encode(&mut out, &admin.registry) {
-                Ok(()) => respond::ok_text(OPENMETRICS, out),
-                // Encoding into a String only fails on a broken metric implementation.
-                Err(e) => {
-                    tracing::error!(error = %e, "encoding metrics failed");
-                    respond::not_ready()
-                }
-            }
+/// The admin endpoints, each with the methods it takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Endpoint {
+    Metrics,
+    Healthz,
+    Readyz,
+    Status,
+    Pause,
+    Resume,
+}
+
+impl Endpoint {
+    fn of(path: &str) -> Option<Endpoint> {
+        Some(match path {
+            "/metrics" => Endpoint::Metrics,
+            "/healthz" => Endpoint::Healthz,
+            "/readyz" => Endpoint::Readyz,
+            "/status" => Endpoint::Status,
+            "/pause" => Endpoint::Pause,
+            "/resume" => Endpoint::Resume,
+            _ => return None,
+        })
+    }
+
+    /// The `Allow` header's value: the read-only endpoints answer HEAD as GET (load balancers'
+    /// and uptime checkers' health checks send it), the ones that change state only POST.
+    fn allow(self) -> &'static str {
+        match self {
+            Endpoint::Pause | Endpoint::Resume => "POST",
+            _ => "GET, HEAD",
         }
-        (&Method::GET, "/healthz") => respond::ok_text("text/plain; charset=utf-8", "ok\n".into()),
-        (&Method::GET, "/readyz") if admin.ready.get() => {
+    }
+
+    fn allows(self, method: &Method) -> bool {
+        match self {
+            Endpoint::Pause | Endpoint::Resume => method == Method::POST,
+            _ => method == Method::GET || method == Method::HEAD,
+        }
+    }
+}
+
+/// `/metrics`, in the format the client asks for: OpenMetrics when its `Accept` names it, else
+/// the 0.0.4 text that `promtool check metrics` and older scrapers read.
+fn metrics(admin: &Admin, req: &Request<Incoming>) -> Response<ProxyBody> {
+    let mut out = String::new();
+    if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &admin.registry) {
+        // Encoding into a String only fails on a broken metric implementation.
+        tracing::error!(error = %e, "encoding metrics failed");
+        return respond::not_ready();
+    }
+    let accept = req
+        .headers()
+        .get(http::header::ACCEPT)
+        .and_then(|v| v.to_str().ok());
+    if text::wants_openmetrics(accept) {
+        respond::ok_text(text::OPENMETRICS, out)
+    } else {
+        respond::ok_text(text::PROMETHEUS_TEXT, text::to_prometheus_text(&out))
+    }
+}
+
+/// One admin request: an unknown path is a 404, a known one with a method it does not take a
+/// 405 naming those it does (RFC 9110 §15.5.6). A HEAD gets the GET's answer, whose body hyper
+/// leaves out.
+async fn answer(admin: &Admin, req: Request<Incoming>, peer: SocketAddr) -> Response<ProxyBody> {
+    let Some(endpoint) = Endpoint::of(req.uri().path()) else {
+        return respond::admin_not_found();
+    };
+    if !endpoint.allows(req.method()) {
+        return respond::admin_method_not_allowed(endpoint.allow());
+    }
+    match endpoint {
+        Endpoint::Metrics => metrics(admin, &req),
+        Endpoint::Healthz => respond::ok_text("text/plain; charset=utf-8", "ok\n".into()),
+        Endpoint::Readyz if admin.ready.get() => {
             respond::ok_text("text/plain; charset=utf-8", "ready\n".into())
         }
-        (&Method::GET, "/readyz") => respond::not_ready(),
-        (&Method::GET, "/status") => admin.control.status(),
-        (&Method::POST, "/pause") => admin.control.pause(&req, peer).await,
-        (&Method::POST, "/resume") => admin.control.resume(&req, peer),
-        _ => respond::admin_not_found(),
+        Endpoint::Readyz => respond::not_ready(),
+        Endpoint::Status => admin.control.status(),
+        Endpoint::Pause => admin.control.pause(&req, peer).await,
+        Endpoint::Resume => admin.control.resume(&req, peer),
     }
 }

@@ -61,9 +61,29 @@ fn unknown(what: &str, found: &str, known: &[&str]) -> String {
     }
 }
 
+/// For a required key nobody set: the ignored variable that was most likely meant to set it
+/// (`HOLDFAST_UPSTRAEM` for `upstream`). The environment reads only variables that name a key
+/// and merely warns of the others, so a mistyped one left the key unset a line below the
+/// warning that named it; the error says which.
+pub(super) fn mistyped_variable(key: &str, unknown: &[String]) -> Option<String> {
+    let wanted = format!(
+        "{}{}",
+        super::ENV_PREFIX,
+        key.to_ascii_uppercase().replace('.', "__")
+    );
+    unknown
+        .iter()
+        .filter_map(|name| {
+            let rest = name.get(super::ENV_PREFIX.len()..)?;
+            nearest(rest, &[key]).map(|_| (edits(&rest.to_ascii_lowercase(), key), name))
+        })
+        .min_by_key(|(distance, _)| *distance)
+        .map(|(_, name)| format!("did you mean {wanted} ({name} is set, and names no key)?"))
+}
+
 /// The known name `found` most likely meant: one it begins (`timeout` → `timeout_secs`), or
 /// the closest within a third of its length in edits.
-fn nearest<'a>(found: &str, known: &[&'a str]) -> Option<&'a str> {
+pub(super) fn nearest<'a>(found: &str, known: &[&'a str]) -> Option<&'a str> {
     let lower = found.to_ascii_lowercase().replace('-', "_");
     if let Some(k) = known.iter().find(|k| **k == lower) {
         return Some(k);
@@ -114,6 +134,31 @@ mod tests {
         assert_eq!(nearest("max-body-bytes", &keys), Some("max_body_bytes"));
         assert_eq!(nearest("colour", &keys), None);
         assert_eq!(edits("kitten", "sitting"), 3);
+    }
+
+    #[test]
+    fn a_mistyped_variable_is_found_for_its_key() {
+        let unknown = |names: &[&str]| names.iter().map(|n| n.to_string()).collect::<Vec<_>>();
+        for set in [
+            "HOLDFAST_UPSTRAEM",
+            "HOLDFAST_UPSTREAM_URL",
+            "HOLDFAST_upstream_",
+        ] {
+            let said = mistyped_variable("upstream", &unknown(&["HOLDFAST_IMAGE", set]));
+            assert_eq!(
+                said.as_deref(),
+                Some(
+                    format!("did you mean HOLDFAST_UPSTREAM ({set} is set, and names no key)?")
+                        .as_str()
+                ),
+                "{set}"
+            );
+        }
+        assert_eq!(
+            mistyped_variable("upstream", &unknown(&["HOLDFAST_IMAGE"])),
+            None
+        );
+        assert_eq!(mistyped_variable("upstream", &[]), None);
     }
 
     #[test]

@@ -30,9 +30,11 @@ use http::Uri;
 
 use crate::tls::{self, Identity, TlsError};
 
+pub mod duration;
 mod forwarded;
 mod hold;
 mod layers;
+mod log_level;
 mod messages;
 mod pause;
 mod raw;
@@ -431,6 +433,18 @@ pub fn unknown_env() -> Vec<String> {
     unknown
 }
 
+/// A required key nobody set, beside an ignored variable close to its own: the problem says
+/// which variable was likely meant.
+fn name_mistyped_variables(problems: &mut [Problem]) {
+    let mut unknown = None;
+    for p in problems.iter_mut().filter(|p| p.origin == ORIGIN_NOT_SET) {
+        let unknown = unknown.get_or_insert_with(unknown_env);
+        if let Some(hint) = messages::mistyped_variable(&p.key, unknown) {
+            p.message = format!("{}; {hint}", p.message);
+        }
+    }
+}
+
 pub(crate) const ORIGIN_DEFAULT: &str = "default";
 /// The origin of a required key nobody set.
 pub(crate) const ORIGIN_NOT_SET: &str = "not set";
@@ -458,8 +472,11 @@ impl<P: figment::Provider> figment::Provider for Named<P> {
 /// in the file is an error even when `--listen` is given, because the file would start failing
 /// the day the flag goes away.
 pub fn load(file: Option<&Path>, flags: &RawFlags) -> Result<Config, ConfigError> {
-    let merged = Config::from_figment(&figment(file, flags));
+    let mut merged = Config::from_figment(&figment(file, flags));
     let hidden = layers::hidden_problems(config_file(file).as_deref(), env_layer());
+    if let Err(e) = &mut merged {
+        name_mistyped_variables(&mut e.problems);
+    }
     match merged {
         Ok(config) if hidden.is_empty() => Ok(config),
         Ok(_) => Err(ConfigError { problems: hidden }),

@@ -149,6 +149,7 @@ pub struct RawConfig {
     /// Admin listen address.
     pub admin: String,
     /// `Retry-After` seconds on synthetic 503s.
+    #[serde(deserialize_with = "super::duration::whole_secs")]
     pub retry_after_secs: u64,
     /// `text` or `json`.
     pub log_format: String,
@@ -189,6 +190,7 @@ pub struct RawConfig {
 #[serde(deny_unknown_fields, default)]
 pub struct RawPause {
     /// Longest a pause lasts before holdfast resumes by itself.
+    #[serde(deserialize_with = "super::duration::secs")]
     pub max_secs: f64,
 }
 
@@ -240,6 +242,7 @@ pub struct RawTls {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub client_ca: Option<String>,
     /// How often the certificate and key files are checked for changes.
+    #[serde(deserialize_with = "super::duration::secs")]
     pub reload_interval_secs: f64,
     /// Whether a returning client may resume its TLS session (an abbreviated handshake) instead
     /// of a full one.
@@ -265,6 +268,7 @@ pub struct RawHold {
     /// Hold (true) or answer 503 at once (false).
     pub enabled: bool,
     /// Longest hold.
+    #[serde(deserialize_with = "super::duration::secs")]
     pub timeout_secs: f64,
     /// Largest body kept for a replay.
     pub max_body_bytes: usize,
@@ -273,18 +277,23 @@ pub struct RawHold {
     /// Most body bytes held in all.
     pub max_buffered_bytes: usize,
     /// First probe delay.
+    #[serde(deserialize_with = "super::duration::whole_ms")]
     pub backoff_initial_ms: u64,
     /// Longest probe delay.
+    #[serde(deserialize_with = "super::duration::whole_ms")]
     pub backoff_max_ms: u64,
     /// `observed` or `fixed`.
     pub retry_after: String,
     /// Lower bound of an observed Retry-After.
+    #[serde(deserialize_with = "super::duration::whole_secs")]
     pub retry_after_min_secs: u64,
     /// Upper bound of an observed Retry-After.
+    #[serde(deserialize_with = "super::duration::whole_secs")]
     pub retry_after_max_secs: u64,
     /// A path on the upstream whose answer says the application is there; empty: none.
     pub probe_path: String,
     /// How often the upstream is checked without traffic (with `probe_path`); 0: never.
+    #[serde(deserialize_with = "super::duration::secs")]
     pub check_interval_secs: f64,
 }
 
@@ -314,10 +323,13 @@ pub struct RawClient {
     /// `preserve` (the client's Host) or `upstream` (the upstream URL's authority).
     pub host_header: String,
     /// TCP connect timeout.
+    #[serde(deserialize_with = "super::duration::secs")]
     pub connect_timeout_secs: f64,
     /// Time from sending to response headers.
+    #[serde(deserialize_with = "super::duration::secs")]
     pub response_timeout_secs: f64,
     /// Idle pooled connection lifetime.
+    #[serde(deserialize_with = "super::duration::secs")]
     pub pool_idle_timeout_secs: f64,
     /// PEM CA bundle that an `https://` upstream's certificate must chain to (instead of the
     /// system's roots).
@@ -338,6 +350,7 @@ pub struct RawClient {
 #[serde(deny_unknown_fields, default)]
 pub struct RawStreams {
     /// Idle timeout between body frames, both directions.
+    #[serde(deserialize_with = "super::duration::secs")]
     pub idle_timeout_secs: f64,
 }
 
@@ -354,8 +367,10 @@ pub struct RawRoutes {
     /// Also treat paths the application answered recently as expected.
     pub learn: bool,
     /// How long a learned path stays expected.
+    #[serde(deserialize_with = "super::duration::secs")]
     pub learn_ttl_secs: f64,
     /// Route-missing answers later than this after the last healthy answer pass through.
+    #[serde(deserialize_with = "super::duration::secs")]
     pub horizon_secs: f64,
     /// Most body bytes read to match a signature.
     pub max_peek_bytes: usize,
@@ -372,6 +387,7 @@ pub struct RawLimits {
     /// Largest request head.
     pub max_header_bytes: usize,
     /// Time to receive a full request head.
+    #[serde(deserialize_with = "super::duration::secs")]
     pub header_read_timeout_secs: f64,
     /// Concurrent client connections.
     pub max_connections: usize,
@@ -386,8 +402,10 @@ pub struct RawLimits {
 #[serde(deny_unknown_fields, default)]
 pub struct RawShutdown {
     /// Time after SIGTERM during which new connections are still accepted.
+    #[serde(deserialize_with = "super::duration::secs")]
     pub accept_grace_secs: f64,
     /// Time in-flight requests get after SIGTERM (after the accept grace).
+    #[serde(deserialize_with = "super::duration::secs")]
     pub drain_timeout_secs: f64,
 }
 

@@ -2,7 +2,7 @@
 //! tell a router's own answers from it.
 
 use super::validate::Validator;
-use super::{defaults, RawRoutes, Routes};
+use super::{defaults, RawRoutes, Routes, UpstreamUrl};
 use crate::signature::Signature;
 
 impl Validator<'_> {
@@ -61,6 +61,38 @@ impl Validator<'_> {
             });
         }
         endpoints
+    }
+
+    /// An upstream URL whose path ends in an endpoint (`http://b:8000/mcp`): its path is a
+    /// prefix put before every request's path, and a client's `/mcp` keeps its own, so the
+    /// server would see `/mcp/mcp`. Pasting the endpoint's full URL (what `holdfast probe` and
+    /// MCP clients take) is the natural mistake, and nothing at start showed it: every call
+    /// would have met the server's 404, indistinguishable from a route gone missing. A prefix
+    /// that is no endpoint (`/api`) is kept; a server that really serves `/mcp/mcp` is
+    /// configured with `routes.endpoints = ["/mcp/mcp"]`.
+    pub(super) fn upstream_path(&mut self, upstream: &UpstreamUrl, endpoints: &[String]) {
+        let prefix = upstream.path_prefix.as_str();
+        let Some(endpoint) = endpoints
+            .iter()
+            .filter(|e| e.as_str() != "/")
+            // Both start with `/` and end without one: a suffix is a whole segment's.
+            .find(|e| prefix.ends_with(e.as_str()))
+        else {
+            return;
+        };
+        let base = prefix.strip_suffix(endpoint.as_str()).unwrap_or_default();
+        let scheme = upstream.scheme();
+        self.fail::<()>(
+            "upstream",
+            format!(
+                "the URL's path ends in the endpoint `{endpoint}` (routes.endpoints), and a \
+                 client's request keeps its own path: `{endpoint}` would reach the server as \
+                 `{prefix}{endpoint}`. Give the server's base URL, without the endpoint: \
+                 `{scheme}://{}{base}` (`holdfast probe` takes the endpoint's full URL, \
+                 `upstream` the base; a path here is a prefix put before every request's)",
+                upstream.authority
+            ),
+        );
     }
 
     /// `routes.presets` and `routes.signatures`, in that order: what a router's own answers

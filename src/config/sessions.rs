@@ -26,10 +26,12 @@ pub struct RawSessions {
     /// Most recorded bytes over all sessions.
     pub max_recorded_bytes: usize,
     /// Idle time after which a session is forgotten.
+    #[serde(deserialize_with = "super::duration::secs")]
     pub idle_timeout_secs: f64,
     /// The keys that seal session tokens: one per line, 64 hex characters (32 bytes).
     pub key_file: Option<PathBuf>,
     /// Oldest session token used to re-establish its session.
+    #[serde(deserialize_with = "super::duration::secs")]
     pub token_max_age_secs: f64,
     /// A Redis or Valkey server every replica shares (`redis://host:port/db`).
     pub store: Option<String>,
@@ -69,6 +71,8 @@ pub struct Sessions {
     pub token_max_age: Duration,
     /// The shared store's URL (`redis://...`).
     pub store: Option<String>,
+    /// What to warn of at start about `key_file`: other users of the host may read it.
+    pub key_file_warning: Option<String>,
 }
 
 /// One key: 32 bytes. Its `Debug` never shows it.
@@ -151,6 +155,41 @@ pub(crate) fn read_session_keys(path: &Path) -> Result<Vec<SessionKey>, String> 
     parse_session_keys(&text).map_err(|e| format!("{}: {e}", path.display()))
 }
 
+/// What the key file's mode says (Unix): whoever may write it chooses the key that seals every
+/// session token, so a file the group or the world may write is refused; one they may read
+/// gives away that key, which is worth a warning, not a refusal (a Kubernetes Secret's files
+/// are 0644 unless the volume's `defaultMode` says otherwise). SECURITY.md asks for 0400.
+/// `Ok(Some(warning))` for a readable one.
+#[cfg(unix)]
+fn check_key_file_mode(path: &Path) -> Result<Option<String>, String> {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(path)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?
+        .permissions()
+        .mode()
+        & 0o777;
+    if mode & 0o022 != 0 {
+        return Err(format!(
+            "{} has mode {mode:04o}: the group or every user may write it, and so choose the \
+             key that seals session tokens; make it readable by holdfast alone (chmod 0400)",
+            path.display()
+        ));
+    }
+    Ok((mode & 0o044 != 0).then(|| {
+        format!(
+            "{} has mode {mode:04o}: the group or every user may read the key that seals \
+             session tokens; make it readable by holdfast alone (chmod 0400, or the Secret \
+             volume's defaultMode)",
+            path.display()
+        )
+    }))
+}
+
+#[cfg(not(unix))]
+fn check_key_file_mode(_path: &Path) -> Result<Option<String>, String> {
+    Ok(None)
+}
+
 /// A store URL holdfast can use: `redis://` (or `valkey://`), a host, an optional port and
 /// database number. The connection is made on first use, not here.
 fn check_store_url(url: &str) -> Result<(), String> {
@@ -193,9 +232,13 @@ impl Validator<'_> {
                 ),
             );
         }
+        let mut key_file_warning = None;
         let keys = match &raw.key_file {
             None => SessionKeys::default(),
-            Some(path) => match read_session_keys(path) {
+            Some(path) => match check_key_file_mode(path).and_then(|warning| {
+                key_file_warning = warning;
+                read_session_keys(path)
+            }) {
                 Ok(keys) => SessionKeys {
                     file: Some(path.clone()),
                     keys,
@@ -230,6 +273,7 @@ impl Validator<'_> {
             keys,
             token_max_age: max_age.expect("checked"),
             store: raw.store.clone(),
+            key_file_warning,
         })
     }
 }

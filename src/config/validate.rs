@@ -115,6 +115,9 @@ impl Config {
         let hold = v.hold(&raw.hold);
 
         let routes = v.routes(&raw.routes);
+        if let (Some(upstream), Some(routes)) = (&upstream, &routes) {
+            v.upstream_path(upstream, &routes.endpoints);
+        }
         let sessions = v.sessions(&raw.sessions);
         let retry = v.retry(&raw.retry);
         let pause = v.pause(&raw.pause);
@@ -498,16 +501,9 @@ impl Validator<'_> {
                 format!("expected `text` or `json`, got `{other}`"),
             ),
         };
-        let level = match tracing_subscriber::EnvFilter::try_new(&raw.log_level) {
-            Ok(_) => Some(raw.log_level.clone()),
-            Err(e) => self.fail(
-                "log_level",
-                format!(
-                    "expected a level (error, warn, info, debug, trace) or a filter such as \
-                     `warn,holdfast::access=info`, got `{}` ({e})",
-                    raw.log_level
-                ),
-            ),
+        let level = match super::log_level::check(&raw.log_level) {
+            Ok(()) => Some(raw.log_level.clone()),
+            Err(message) => self.fail("log_level", message),
         };
         (format, level)
     }

@@ -99,6 +99,23 @@ pub fn is_chunked(headers: &HeaderMap) -> bool {
         .is_some_and(|last| last.trim_ascii().eq_ignore_ascii_case(b"chunked"))
 }
 
+/// Whether the transfer codings, over every `Transfer-Encoding` line, are one `chunked` and
+/// nothing else: the only framing a response's body can be passed on with. Another coding
+/// (`gzip, chunked`) would be undone by nobody: `Transfer-Encoding` is hop-by-hop, so the client
+/// would get coded bytes that no header declares.
+pub fn is_only_chunked(headers: &HeaderMap) -> bool {
+    let mut codings = headers
+        .get_all(TRANSFER_ENCODING)
+        .iter()
+        .flat_map(|v| v.as_bytes().split(|b| *b == b','))
+        .map(<[u8]>::trim_ascii)
+        .filter(|c| !c.is_empty());
+    matches!(
+        (codings.next(), codings.next()),
+        (Some(c), None) if c.eq_ignore_ascii_case(b"chunked")
+    )
+}
+
 /// The one `Content-Length` value (repeated lines or a list of equal values become one line), or
 /// an error for an invalid or disagreeing one.
 pub fn content_length(headers: &mut HeaderMap) -> Result<Option<u64>, Error> {

@@ -5,7 +5,7 @@ use http::header::CONTENT_LENGTH;
 use http::{HeaderMap, Method, Request, Response, StatusCode, Uri, Version};
 
 use super::decode::Framing;
-use super::fields::{copy_fields, is_chunked, slice_of, Noted};
+use super::fields::{copy_fields, is_chunked, is_only_chunked, slice_of, Noted};
 use super::Error;
 
 /// hyper's default and HAProxy's: the header lines a head may have unless configured.
@@ -255,13 +255,13 @@ fn response_framing(
         if noted.length.is_present() {
             headers.remove(CONTENT_LENGTH);
         }
-        // Not ending in chunked (`gzip` alone): only the connection's close would end it, and
-        // the coding could not be passed on (Transfer-Encoding is hop-by-hop): the client would
-        // get coded bytes nobody declared. hyper's client reads it to the close; holdfast
-        // refuses it (a 502).
-        if !is_chunked(headers) {
+        // Any coding but one `chunked` (`gzip` alone, `gzip, chunked`) could not be passed on:
+        // Transfer-Encoding is hop-by-hop, so once the chunks are undone the client would get
+        // coded bytes nobody declared (and `gzip` alone ends only at the connection's close).
+        // hyper's client reads both; holdfast refuses them (a 502), as HAProxy does.
+        if !is_only_chunked(headers) {
             return Err(Error::Parse(
-                "a response's transfer coding does not end in chunked",
+                "a response's transfer coding is not one chunked alone",
             ));
         }
         return Ok(Framing::Chunked);
@@ -310,18 +310,22 @@ mod tests {
             Framing::Chunked
         );
         assert_eq!(
-            framing("HTTP/1.1 200 OK\r\ntransfer-encoding: gzip, chunked\r\n\r\n"),
+            framing("HTTP/1.1 200 OK\r\ntransfer-encoding: , Chunked \r\n\r\n"),
             Framing::Chunked
         );
-        assert!(
-            parse(
-                "HTTP/1.1 200 OK\r\ntransfer-encoding: gzip\r\n\r\n",
-                Method::GET
-            )
-            .unwrap_err()
-            .is_parse(),
-            "a coding that is not chunked cannot be passed on"
-        );
+        for codings in [
+            "gzip",
+            "gzip, chunked",
+            "chunked, chunked",
+            "gzip\r\ntransfer-encoding: chunked",
+            "",
+        ] {
+            let head = format!("HTTP/1.1 200 OK\r\ntransfer-encoding: {codings}\r\n\r\n");
+            assert!(
+                parse(&head, Method::GET).unwrap_err().is_parse(),
+                "{codings:?}: a coding that is not chunked cannot be passed on"
+            );
+        }
         assert_eq!(framing("HTTP/1.1 200 OK\r\n\r\n"), Framing::Close);
         assert_eq!(
             framing("HTTP/1.1 204 No Content\r\ncontent-length: 5\r\n\r\n"),
@@ -441,7 +445,7 @@ mod tests {
         );
         assert!(!head.keep_alive);
         let (_, head) = parse(
-            "HTTP/1.1 200 OK\r\nTRANSFER-ENCODING: gzip, Chunked\r\nContent-Length: 9\r\n\r\n",
+            "HTTP/1.1 200 OK\r\nTRANSFER-ENCODING: Chunked\r\nContent-Length: 9\r\n\r\n",
             Method::GET,
         )
         .unwrap()

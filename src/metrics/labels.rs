@@ -6,6 +6,7 @@ use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
 use crate::classify::{FailReason, RewriteReason};
 use crate::idempotent::SafeKind;
 use crate::session::TokenRefusal;
+use crate::upstream::ClientBodyFault;
 
 /// Label set of `holdfast_mcp_requests_total`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -278,8 +279,6 @@ pub enum Fail {
     upstream_reset,
     /// Not HTTP.
     upstream_protocol,
-    /// The client's body failed.
-    client_body,
     /// TLS to the upstream failed (certificate not trusted, wrong name, protocol mismatch).
     upstream_tls,
     /// An event stream ended without the request's answer (a server shutting down).
@@ -292,7 +291,6 @@ impl From<FailReason> for FailLabel {
             FailReason::ResponseTimeout => Fail::response_timeout,
             FailReason::UpstreamReset => Fail::upstream_reset,
             FailReason::Protocol => Fail::upstream_protocol,
-            FailReason::ClientBody => Fail::client_body,
             FailReason::UpstreamTls => Fail::upstream_tls,
             FailReason::Unanswered => Fail::unanswered,
         };
@@ -397,5 +395,33 @@ pub enum PauseOutcome {
 impl From<PauseOutcome> for PauseLabel {
     fn from(outcome: PauseOutcome) -> Self {
         PauseLabel { outcome }
+    }
+}
+
+/// `holdfast_client_body_failures_total{reason}`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ClientBodyLabel {
+    /// How the client's body failed.
+    pub reason: ClientBodyReason,
+}
+
+/// How a client's request body failed once its upload had begun (mirrors
+/// [`ClientBodyFault`](crate::upstream::ClientBodyFault)).
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)]
+pub enum ClientBodyReason {
+    /// It did not decode, or ended before its length (400).
+    malformed,
+    /// The client stopped sending for the idle timeout (408).
+    idle_timeout,
+}
+
+impl From<ClientBodyFault> for ClientBodyLabel {
+    fn from(fault: ClientBodyFault) -> Self {
+        let reason = match fault {
+            ClientBodyFault::Malformed => ClientBodyReason::malformed,
+            ClientBodyFault::Stalled => ClientBodyReason::idle_timeout,
+        };
+        ClientBodyLabel { reason }
     }
 }

@@ -21,6 +21,7 @@ mod atomic;
 mod labels;
 pub mod process;
 mod server;
+pub mod text;
 pub use atomic::{AtomicHistogram, McpRequestCounters, RequestCounters};
 pub use labels::*;
 pub use server::{ReloadResult, ServerMetrics};
@@ -67,6 +68,10 @@ pub struct Metrics {
     /// `holdfast_upstream_failures_total{reason}`: requests answered 502 after they may have
     /// reached the application.
     pub upstream_failures: Family<FailLabel, Counter>,
+    /// `holdfast_client_body_failures_total{reason}`: request bodies the client broke off,
+    /// sent malformed or let stall once their upload had begun (the client's failure, not the
+    /// upstream's).
+    pub client_body_failures: Family<ClientBodyLabel, Counter>,
     /// `holdfast_response_aborts_total{reason}`: responses cut off after their head was sent.
     pub response_aborts: Family<AbortLabel, Counter>,
     /// `holdfast_holds_total{outcome}`: every exit from the hold (or refusal to enter it).
@@ -132,6 +137,7 @@ impl Metrics {
             passthrough_404: Counter::default(),
             router_passthrough: Family::default(),
             upstream_failures: Family::default(),
+            client_body_failures: Family::default(),
             response_aborts: Family::default(),
             holds: Family::default(),
             held_requests: Gauge::default(),
@@ -187,11 +193,15 @@ impl Metrics {
             Fail::response_timeout,
             Fail::upstream_reset,
             Fail::upstream_protocol,
-            Fail::client_body,
             Fail::upstream_tls,
             Fail::unanswered,
         ] {
             let _ = m.upstream_failures.get_or_create(&FailLabel { reason });
+        }
+        for reason in [ClientBodyReason::malformed, ClientBodyReason::idle_timeout] {
+            let _ = m
+                .client_body_failures
+                .get_or_create(&ClientBodyLabel { reason });
         }
         for reason in [Abort::upstream_error, Abort::idle_timeout] {
             let _ = m.response_aborts.get_or_create(&AbortLabel { reason });
@@ -255,6 +265,12 @@ impl Metrics {
             "sse_streams_active",
             "SSE responses currently streaming to clients",
             self.sse_streams_active.clone(),
+        );
+        r.register(
+            "client_body_failures",
+            "Request bodies the client sent malformed or cut short (answered 400) or let stall \
+             (408) once their upload had begun: the client's failures, not the upstream's",
+            self.client_body_failures.clone(),
         );
         r.register(
             "response_aborts",

@@ -161,7 +161,8 @@ pub fn look(answer: &Answer) -> Look {
     let reply = rpc_reply(answer);
     if answer.status.is_success() {
         return match reply {
-            Reply::Result(result) => Look::Initialized(result),
+            Reply::Result(result) if is_initialize_result(&result) => Look::Initialized(result),
+            Reply::Result(result) => Look::Done(not_an_initialize_result(status, &result)),
             Reply::Error(code, message) => Look::Done(refused(code, &message, status)),
             Reply::Nothing => Look::Done(verdict(
                 Kind::NotMcp,
@@ -194,6 +195,37 @@ pub fn look(answer: &Answer) -> Look {
             "check the URL",
         )),
     }
+}
+
+/// Whether `result` is what an MCP server answers an `initialize` with: it names the protocol
+/// version it settled on and itself (`serverInfo`). A JSON-RPC result without them (`{}`, what a
+/// catch-all JSON-RPC service answers to anything) proves nothing about MCP.
+fn is_initialize_result(result: &serde_json::Value) -> bool {
+    result["protocolVersion"].is_string() && result["serverInfo"].is_object()
+}
+
+/// A success and a JSON-RPC result that is no initialize result: said as it was seen.
+fn not_an_initialize_result(status: u16, result: &serde_json::Value) -> Verdict {
+    let mut missing = Vec::new();
+    if !result["protocolVersion"].is_string() {
+        missing.push("protocolVersion");
+    }
+    if !result["serverInfo"].is_object() {
+        missing.push("serverInfo");
+    }
+    let seen = excerpt(result.to_string().as_bytes());
+    verdict(
+        Kind::NotMcp,
+        format!(
+            "status {status} and a JSON-RPC result to the initialize, but not an MCP \
+             server's: it has no {} (the result was {seen})",
+            missing.join(" and no ")
+        ),
+        "holdfast would pass its answers unchanged, but could not carry its sessions: no \
+         initialize was answered",
+        "check the URL: something answers JSON-RPC here, but not as an MCP server (whose \
+         initialize result names its protocolVersion and serverInfo)",
+    )
 }
 
 /// A 503: the server, or something in front of it, says it is not there now.

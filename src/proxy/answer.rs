@@ -17,7 +17,7 @@ use crate::hold::{RouteOutage, Ticket};
 use crate::metrics::{ReasonLabel, RewriteAction};
 use crate::replay::BodyHandle;
 use crate::respond;
-use crate::upstream::UpstreamBody;
+use crate::upstream::{ClientBodyFault, UpstreamBody};
 
 /// Header added to SSE responses so nginx in front does not buffer them.
 const X_ACCEL_BUFFERING: &str = "x-accel-buffering";
@@ -72,10 +72,6 @@ impl Proxy {
             .get_or_create(&reason.into())
             .inc();
         match reason {
-            // A client that went away is not worth a warning: nobody reads this answer.
-            FailReason::ClientBody => {
-                tracing::debug!("the client's request body failed; answering 502")
-            }
             // Already logged as an error, with its cause, where the cause was at hand.
             FailReason::UpstreamTls => {}
             _ => tracing::warn!(
@@ -88,6 +84,28 @@ impl Proxy {
             Note {
                 upstream_status,
                 action: "failed",
+            },
+        )
+    }
+
+    /// The client broke its request body once the upload had begun: a 400 (408 for a stall),
+    /// counted as the client's, never as the upstream's failure.
+    pub(super) fn client_body_failed(
+        &self,
+        fault: ClientBodyFault,
+        version: Version,
+    ) -> (Response<ProxyBody>, Note) {
+        self.metrics
+            .client_body_failures
+            .get_or_create(&fault.into())
+            .inc();
+        // A client that went away is not worth a warning: nobody reads this answer.
+        tracing::debug!(?fault, "the client's request body failed");
+        (
+            respond::client_body(fault, version),
+            Note {
+                upstream_status: None,
+                action: "client_body",
             },
         )
     }

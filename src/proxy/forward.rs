@@ -225,6 +225,10 @@ impl Proxy {
                 let status = answer.map(|(head, _)| head.status);
                 Step::Now(Next::Answer(self.failed(reason, version, status)))
             }
+            // The client broke its body mid-upload; the upstream got an upload cut short.
+            (Verdict::ClientBody(fault), _) => {
+                Step::Now(Next::Answer(self.client_body_failed(fault, version)))
+            }
             // A connection that closed before the upstream read the request: most often a
             // keep-alive race with a healthy server, so once at once on another connection
             // before calling it an outage.

@@ -407,6 +407,10 @@ impl Proxy {
                 "holdfast's request failed after it was sent ({})",
                 reason.as_str()
             ))),
+            // Holdfast's own body, from memory: it cannot break.
+            (Verdict::ClientBody(fault), _) => Err(Resume::Failed(format!(
+                "holdfast's request body failed ({fault:?})"
+            ))),
             (Verdict::Application, None) => unreachable!("the classifier passes responses only"),
         }
     }

@@ -136,6 +136,9 @@ pub async fn run(
             );
         }
     }
+    if let Some(warning) = &config.sessions.key_file_warning {
+        tracing::warn!("sessions.key_file: {warning}");
+    }
     let proxy = Arc::new(Proxy::new(&config, metrics));
     let current = Current::new(proxy.clone());
     // The session keys' reloader, stopped with `run` like the certificate's.

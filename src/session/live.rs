@@ -100,6 +100,7 @@ mod tests {
             keys: config::SessionKeys::default(),
             token_max_age: Duration::from_secs(600),
             store: None,
+            key_file_warning: None,
         }
     }
 

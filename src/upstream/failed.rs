@@ -17,8 +17,9 @@ pub enum FailedSend {
     /// The connection closed before the upstream read a byte of the request, as the kernel
     /// shows: nothing reached the application.
     NeverRead,
-    /// The client's request body failed while it was being forwarded.
-    ClientBody,
+    /// The client's request body failed while it was being forwarded: the client's fault, not
+    /// the upstream's (the upstream got an upload cut short, which no application runs).
+    ClientBody(ClientBodyFault),
     /// TLS failed after the handshake (with TLS 1.3 an upstream that refuses holdfast's client
     /// certificate says so only after the request was written).
     Tls,
@@ -27,6 +28,29 @@ pub enum FailedSend {
     /// The connection broke (closed, reset, incomplete) after the request was, perhaps partly,
     /// written.
     Broke,
+}
+
+/// How a client's request body failed while it was forwarded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientBodyFault {
+    /// It did not decode (a bad chunk, a chunk size past 16 hex digits, a bad trailer) or ended
+    /// before its length: nginx's and HAProxy's 400.
+    Malformed,
+    /// The client sent nothing for `streams.idle_timeout_secs`: nginx's 408.
+    Stalled,
+}
+
+impl ClientBodyFault {
+    fn of(err: &ClientBodyError) -> ClientBodyFault {
+        match err {
+            ClientBodyError::Idle(_) => ClientBodyFault::Stalled,
+            // `Failed` repeats an earlier attempt's failure, and `Superseded` ends an attempt
+            // that nobody answers from: neither was a stall of this one.
+            ClientBodyError::Read(_) | ClientBodyError::Failed | ClientBodyError::Superseded => {
+                ClientBodyFault::Malformed
+            }
+        }
+    }
 }
 
 impl FailedSend {
@@ -45,8 +69,8 @@ impl FailedSend {
             FailedSend::NotConnected(connect.kind())
         } else if find_cause::<NeverRead>(err).is_some() {
             FailedSend::NeverRead
-        } else if find_cause::<ClientBodyError>(err).is_some() {
-            FailedSend::ClientBody
+        } else if let Some(body) = find_cause::<ClientBodyError>(err) {
+            FailedSend::ClientBody(ClientBodyFault::of(body))
         } else if find_cause::<rustls::Error>(err).is_some() {
             FailedSend::Tls
         } else if let Some(h) = find_cause::<crate::http1::Error>(err) {
@@ -144,7 +168,16 @@ mod tests {
         let after_send = io::Error::other(io::Error::new(io::ErrorKind::InvalidData, alert));
         assert_eq!(FailedSend::of(&after_send), FailedSend::Tls);
         let body = crate::http1::Error::Body(Box::new(ClientBodyError::Failed));
-        assert_eq!(SendError::Exchange(body).failed(), FailedSend::ClientBody);
+        assert_eq!(
+            SendError::Exchange(body).failed(),
+            FailedSend::ClientBody(ClientBodyFault::Malformed)
+        );
+        let idle = ClientBodyError::Idle(std::time::Duration::from_secs(1));
+        let stalled = SendError::Exchange(crate::http1::Error::Body(Box::new(idle)));
+        assert_eq!(
+            stalled.failed(),
+            FailedSend::ClientBody(ClientBodyFault::Stalled)
+        );
         let parse = SendError::Exchange(crate::http1::Error::Parse("status"));
         assert_eq!(parse.failed(), FailedSend::Protocol);
         assert!(parse.failed().sent());

@@ -40,7 +40,7 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 use prometheus_client::metrics::counter::Counter;
 
 pub use connector::{ConnectError, ConnectErrorKind, Connector, UpstreamConnector, UpstreamIo};
-pub use failed::FailedSend;
+pub use failed::{ClientBodyFault, FailedSend};
 use h1::{Conn, Failure, Limits, Outgoing};
 use pool::Pool;
 

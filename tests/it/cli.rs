@@ -216,7 +216,7 @@ fn an_upstream_url_with_an_impossible_port_or_no_host_is_refused_at_once() {
     for url in [
         "http://[::1]:8000",
         "https://mcp.example",
-        "http://mcp:65535/mcp",
+        "http://mcp:65535/api",
     ] {
         let out = finish(holdfast(&["check-config", "--upstream", url]));
         assert_eq!(out.status.code(), Some(0), "{url}: {out:?}");

@@ -715,9 +715,10 @@ fn problems_are_said_in_the_files_words_with_the_nearest_key() {
             "expected a whole number (0 or more), got \"many\""
         );
         assert_eq!(said("hold.enabled"), "expected true or false, got \"yes\"");
+        // A duration key says it takes units too.
         assert_eq!(
             said("retry_after_secs"),
-            "expected a whole number (0 or more), got -1"
+            "expected a whole number of seconds or a duration such as \"20s\", \"1m30s\", got -1"
         );
         // No Rust type names, no nested backticks, anywhere.
         let all = err.to_string();

@@ -1,9 +1,13 @@
 //! holdfast's integration tests: one binary (link time matters on small machines), one module per
 //! concern, every server in process on 127.0.0.1:0.
 
+mod admin_endpoints;
 mod cli;
+mod cli_output;
+mod client_body;
 mod compat;
 mod config;
+mod config_values;
 mod demo;
 mod deploy_container;
 mod deploy_image;
@@ -24,10 +28,12 @@ mod legacy;
 mod limits;
 mod logs;
 mod mcp_e2e;
+mod metrics_text;
 mod oracle;
 mod pause;
 mod per_route;
 mod probe;
+mod probe_results;
 mod reload;
 mod retry;
 mod rmcp_smoke;

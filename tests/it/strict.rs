@@ -236,3 +236,36 @@ async fn a_204_loses_its_length_and_a_bare_transfer_coding_is_a_502() {
     assert_eq!(got.status, 502);
     assert_eq!(got.header("holdfast-reason"), Some("upstream_protocol"));
 }
+
+/// Issue 43: `Transfer-Encoding: gzip, chunked` had its chunked coding undone and its gzip one
+/// forgotten (the header is hop-by-hop), so the client got gzip bytes nothing declared. Any
+/// transfer coding but one `chunked` is a 502, as `gzip` alone already was and as HAProxy
+/// answers both.
+#[tokio::test]
+async fn a_transfer_coding_beside_chunked_is_a_502_not_undeclared_bytes() {
+    // "ok" gzipped, in one chunk.
+    for answer in [
+        &b"HTTP/1.1 200 OK\r\ntransfer-encoding: gzip, chunked\r\n\r\n4\r\n\x1f\x8b\x08\x00\r\n0\r\n\r\n"[..],
+        b"HTTP/1.1 200 OK\r\ntransfer-encoding: gzip\r\ntransfer-encoding: chunked\r\n\r\n4\r\n\x1f\x8b\x08\x00\r\n0\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked, chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n",
+    ] {
+        let hf = Holdfast::start(&raw_upstream(answer).await).await;
+        let got = crate::support::http::get(&hf.url("/mcp")).await;
+        let what = String::from_utf8_lossy(answer);
+        assert_eq!(got.status, 502, "{what:?}: {got:?}");
+        assert_eq!(
+            got.header("holdfast-reason"),
+            Some("upstream_protocol"),
+            "{what:?}"
+        );
+    }
+    // The control: chunked alone, in any case, passes.
+    let hf = Holdfast::start(
+        &raw_upstream(b"HTTP/1.1 200 OK\r\ntransfer-encoding: Chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n")
+            .await,
+    )
+    .await;
+    let got = crate::support::http::get(&hf.url("/mcp")).await;
+    assert_eq!(got.status, 200);
+    assert_eq!(got.text(), "ok");
+}

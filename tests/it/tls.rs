@@ -603,7 +603,7 @@ async fn a_certificate_file_that_does_not_load_is_logged_once_and_the_old_one_ke
     );
     let conn = within(TlsConn::open(listen, config.clone())).await.unwrap();
     assert_eq!(conn.served, first.der());
-    let metrics = crate::support::http::get(&format!("http://{admin}/metrics")).await;
+    let metrics = crate::support::http::get_metrics(&format!("http://{admin}/metrics")).await;
     assert_eq!(
         metric_value(metrics.text(), EXPIRY),
         1_936_742_400.0,
@@ -889,7 +889,7 @@ async fn every_upstream_tls_problem_is_a_502_with_a_log_naming_it() {
             logged["error"].as_str().unwrap_or_default().contains(named),
             "{case}: the log names the problem: {line}"
         );
-        let metrics = crate::support::http::get(&format!("http://{admin}/metrics")).await;
+        let metrics = crate::support::http::get_metrics(&format!("http://{admin}/metrics")).await;
         let metrics = metrics.text();
         assert_eq!(
             metric_value(metrics, &series(UPSTREAM_FAILURES, "upstream_tls")),

@@ -413,8 +413,9 @@ pub async fn hyper_reads_response(pieces: &[&[u8]]) -> Answered {
 
 /// Where holdfast refuses an answer hyper's client reads, on purpose (README, "Forwarding").
 pub const STRICTER_ANSWERS: &[&str] = &[
-    // A coding that could not be passed on (Transfer-Encoding is hop-by-hop).
-    "head: invalid HTTP/1 message: a response's transfer coding does not end in chunked",
+    // A coding that could not be passed on (Transfer-Encoding is hop-by-hop), `gzip, chunked`
+    // included.
+    "head: invalid HTTP/1 message: a response's transfer coding is not one chunked alone",
     // holdfast asked for no upgrade.
     "proxy: an unsolicited 101",
     // Chunked lines end at CRLF only, as for requests.

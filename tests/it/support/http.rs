@@ -320,6 +320,23 @@ pub async fn get(url: &str) -> Got {
     .await
 }
 
+/// What Prometheus sends as `Accept` when it scrapes.
+pub const PROMETHEUS_ACCEPT: &str = "application/openmetrics-text;version=1.0.0,\
+    application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+
+/// GET a `/metrics` at `url` as Prometheus scrapes it: OpenMetrics text, which the tests' readers
+/// of metrics parse (without the `Accept`, holdfast answers the 0.0.4 text).
+pub async fn get_metrics(url: &str) -> Got {
+    call(
+        Request::get(url)
+            .header("host", host_of(url))
+            .header("accept", PROMETHEUS_ACCEPT)
+            .body(Full::default())
+            .unwrap(),
+    )
+    .await
+}
+
 /// POST a JSON-RPC body to `url` as an MCP client would.
 pub async fn post_json(url: &str, body: &str) -> Got {
     call(

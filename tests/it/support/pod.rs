@@ -154,7 +154,7 @@ impl Pod {
     /// The running holdfast's `/metrics` text.
     pub async fn metrics(&self) -> String {
         let url = format!("http://{}/metrics", self.admin);
-        super::http::get(&url).await.text().to_owned()
+        super::http::get_metrics(&url).await.text().to_owned()
     }
 
     /// One series of the running holdfast's `/metrics` (pre-created: absent fails).

@@ -83,7 +83,6 @@ impl Holdfast {
         self.metric_until(series, |n| n > before).await;
     }
 
-
     /// Shuts down and waits until holdfast has stopped.
     pub async fn shutdown(mut self) {
         self.begin_shutdown();
@@ -97,7 +96,7 @@ impl Holdfast {
 
     /// The `/metrics` text.
     pub async fn metrics(&self) -> String {
-        let resp = super::http::get(&format!("http://{}/metrics", self.admin)).await;
+        let resp = super::http::get_metrics(&format!("http://{}/metrics", self.admin)).await;
         String::from_utf8(resp.body.to_vec()).unwrap()
     }
 
@@ -128,7 +127,7 @@ pub async fn metric_until_at(admin: &str, series: &str, ok: impl Fn(f64) -> bool
     let url = format!("http://{admin}/metrics");
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let text = super::http::get(&url).await.text().to_owned();
+        let text = super::http::get_metrics(&url).await.text().to_owned();
         // The series may appear only with the event the test waits for (a family with no series
         // yet is not in the text at all), so an absent series reads 0 while waiting; but a wait
         // for 0 must not end on a series that does not exist (a misspelt label), so it needs
