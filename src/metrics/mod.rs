@@ -108,6 +108,9 @@ pub struct Metrics {
     pub paused: Gauge,
     /// `holdfast_pauses_total{outcome}`: pauses, by how their drain ended.
     pub pauses: Family<PauseLabel, Counter>,
+    /// `holdfast_shutdown_cut_requests_total`: requests still waiting for their answer when
+    /// holdfast's drain ended (cut by holdfast, not by their clients).
+    pub shutdown_cut: Counter,
 }
 
 impl Metrics {
@@ -158,6 +161,7 @@ impl Metrics {
             },
             paused: Gauge::default(),
             pauses: Family::default(),
+            shutdown_cut: Counter::default(),
         };
         (m, closed)
     }
@@ -351,6 +355,11 @@ impl Metrics {
             "paused",
             "1 while holdfast is paused for a planned restart (new requests are held)",
             self.paused.clone(),
+        );
+        r.register(
+            "shutdown_cut_requests",
+            "Requests still waiting for their answer when the drain ended, cut by holdfast",
+            self.shutdown_cut.clone(),
         );
         r.register(
             "pauses",

@@ -10,6 +10,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use tokio::time::Instant;
 
 use super::body::{ProxyBody, Timed};
+use super::ending::Phase;
 use super::in_flight::Flight;
 use super::{headers, Note, Proxy, BODY_ID_WAIT};
 use crate::classify::{FailReason, RewriteReason};
@@ -114,10 +115,12 @@ impl Proxy {
     /// the caller found): hop-by-hop headers removed, body streamed under the
     /// idle timeout, SSE marked unbuffered and counted while it lives; a `tools/list` answer
     /// (`learn`: the Host of the server that answered it) read for tool annotations on its way.
+    /// `sse`: the answer is an event stream, which ends cleanly when holdfast's shutdown
+    /// reaches that phase ([`super::ending`]).
     pub(super) fn pass(
         &self,
         head: &mut http::response::Parts,
-        is_sse: bool,
+        sse: Option<Phase>,
         peek: Peeked,
         learn: Option<Option<HeaderValue>>,
         flight: Option<Flight>,
@@ -129,6 +132,7 @@ impl Proxy {
         }
         headers::strip_hop_by_hop(&mut head.headers);
         let prefix = peek.complete.or(peek.prefix);
+        let is_sse = sse.is_some();
         if let (true, Some(f)) = (is_sse, &flight) {
             f.streaming();
         }
@@ -140,8 +144,10 @@ impl Proxy {
             head.headers
                 .entry(X_ACCEL_BUFFERING)
                 .or_insert(HeaderValue::from_static("no"));
+            let ends = sse.map_or(Phase::Over, |phase| phase);
             timed
                 .with_guard(SseGuard::new(&self.metrics.sse_streams_active))
+                .ending_at(self.ending.watch(ends))
                 .boxed_unsync()
         } else {
             timed.boxed_unsync()

@@ -15,6 +15,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use tokio::time::{Instant, Sleep};
 
+use super::ending::EndAt;
 use super::in_flight::Flight;
 use crate::metrics::{Abort, AbortLabel};
 
@@ -49,6 +50,8 @@ pin_project_lite::pin_project! {
         // Not boxed with `guard`: every forwarded response has one, and a box is an allocation.
         flight: Option<Flight>,
         aborts: Option<Family<AbortLabel, Counter>>,
+        // An event stream ends cleanly when holdfast's shutdown reaches this phase.
+        ending: Option<Box<EndAt>>,
     }
 }
 
@@ -63,7 +66,15 @@ impl<B> Timed<B> {
             guard: None,
             flight: None,
             aborts: None,
+            ending: None,
         }
+    }
+
+    /// Ends the body cleanly (its last frame, no error) when `at` is due: an event stream at
+    /// holdfast's shutdown.
+    pub fn ending_at(mut self, at: EndAt) -> Self {
+        self.ending = Some(Box::new(at));
+        self
     }
 
     /// Counts aborted responses (`holdfast_response_aborts_total`) in `family`.
@@ -118,6 +129,12 @@ where
                 Poll::Ready(None)
             }
             Poll::Pending => {
+                if this.ending.as_mut().is_some_and(|e| e.poll_due(cx)) {
+                    // holdfast is shutting down: a clean end, which the client can resume from.
+                    *this.guard = None;
+                    *this.flight = None;
+                    return Poll::Ready(None);
+                }
                 let idle = *this.idle;
                 let sleep = this
                     .sleep

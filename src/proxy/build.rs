@@ -7,7 +7,9 @@ use std::sync::Arc;
 
 use http::Uri;
 
-use super::{health, in_flight, Bodies, Destination, Proxy, Reading, Timeouts, ID_COPY_CAP};
+use super::{
+    ending, health, in_flight, Bodies, Destination, Proxy, Reading, Timeouts, ID_COPY_CAP,
+};
 use crate::classify::ExpectedRoutes;
 use crate::config::{Config, HostHeader};
 use crate::hold::{Health, OutageRoutes, Template};
@@ -24,6 +26,7 @@ struct Carried {
     routes: ExpectedRoutes,
     copy_budget: Arc<CopyBudget>,
     in_flight: Arc<in_flight::InFlight>,
+    ending: Arc<ending::Ending>,
 }
 
 impl Proxy {
@@ -53,6 +56,7 @@ impl Proxy {
             ),
             copy_budget: CopyBudget::new(cfg.hold.max_buffered_bytes),
             in_flight: Arc::default(),
+            ending: Arc::default(),
         };
         Proxy::assemble(cfg, metrics, client, carried)
     }
@@ -85,6 +89,7 @@ impl Proxy {
             ),
             copy_budget: self.bodies.copy_budget.clone(),
             in_flight: self.in_flight.clone(),
+            ending: self.ending.clone(),
         };
         let proxy = Proxy::assemble(cfg, self.metrics.clone(), client, carried);
         (proxy, fixed)
@@ -119,6 +124,7 @@ impl Proxy {
             sessions: c.sessions,
             idempotency: c.idempotency,
             in_flight: c.in_flight,
+            ending: c.ending,
             metrics,
         }
     }

@@ -10,6 +10,7 @@ use tokio::time::Instant;
 use super::answer::{client_gone, Answer};
 use super::attempts::{AfterBreak, Attempts};
 use super::body::ProxyBody;
+use super::ending::Phase;
 use super::in_flight::Flight;
 use super::resume::Gone;
 use super::unanswered::{self, First};
@@ -298,7 +299,8 @@ impl Proxy {
                     upstream_status: Some(head.status),
                     action: "passed",
                 };
-                let resp = self.pass(head, is_sse, answer.1, None, ex.flight.take());
+                let sse = stream_ends(is_sse, &ex.target.method);
+                let resp = self.pass(head, sse, answer.1, None, ex.flight.take());
                 return Next::Answer((resp, note));
             }
             // A request's event stream: its first event decides before anything reaches the
@@ -353,7 +355,8 @@ impl Proxy {
                 .then(|| ex.target.headers.get(HOST).cloned());
             let legacy_stream =
                 ex.target.method == Method::GET && head.status.is_success() && is_sse;
-            let mut resp = self.pass(head, is_sse, answer.1, learn, ex.flight.take());
+            let sse = stream_ends(is_sse, &ex.target.method);
+            let mut resp = self.pass(head, sse, answer.1, learn, ex.flight.take());
             if let Some((reader, id)) = watch {
                 resp = self.watch_unanswered(resp, reader, id);
             }
@@ -390,7 +393,8 @@ impl Proxy {
             action: "router_passed",
         };
         let is_sse = super::headers::is_event_stream(&head.headers);
-        (self.pass(&mut head, is_sse, peek, None, flight), note)
+        let sse = is_sse.then_some(Phase::Over);
+        (self.pass(&mut head, sse, peek, None, flight), note)
     }
 
     /// The 503 for a request that could not be sent (again): the outage's reason, if one is open.
@@ -613,4 +617,16 @@ impl Proxy {
             }
         }
     }
+}
+
+/// When an event stream answering `method` ends at holdfast's shutdown: a standalone stream (a
+/// GET) as the drain begins, a call's stream (a POST) at the drain's end.
+fn stream_ends(is_sse: bool, method: &Method) -> Option<Phase> {
+    is_sse.then(|| {
+        if method == Method::GET {
+            Phase::Draining
+        } else {
+            Phase::Over
+        }
+    })
 }

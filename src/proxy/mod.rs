@@ -21,6 +21,7 @@
 //! - `resume`: re-establishing a session the upstream forgot.
 //! - `build`: the proxy from configuration, and again on a reload with its state carried over.
 //! - [`current`]: the proxy new requests go to, replaced whole by a reload.
+//! - [`ending`]: holdfast's own shutdown as streams and requests see it.
 //! - [`headers`]: hop-by-hop removal, Host, X-Forwarded-*.
 //! - `request`: the request made ready for the upstream, and what is refused with a 400 (ambiguous
 //!   framing, Host, dot segments).
@@ -38,6 +39,7 @@ mod attempts;
 pub mod body;
 mod build;
 pub mod current;
+pub mod ending;
 mod endpoint;
 mod forward;
 pub mod headers;
@@ -95,6 +97,8 @@ pub struct Proxy {
     idempotency: Arc<crate::idempotent::Idempotency>,
     /// Requests in flight, for a pause's drain.
     in_flight: Arc<in_flight::InFlight>,
+    /// holdfast's own shutdown, as streams and waiting requests see it.
+    ending: Arc<ending::Ending>,
     access_log: bool,
     metrics: Arc<Metrics>,
 }
@@ -159,6 +163,13 @@ const CLIENT_CLOSED_REQUEST: u16 = 499;
 /// future was dropped, and whatever it waited for with it.
 const CLIENT_GONE: &str = "client_gone";
 
+/// The access-log action of a request still waiting for its answer when the drain ended: cut by
+/// holdfast's shutdown, not by its client.
+const SHUTDOWN: &str = "shutdown";
+
+/// The status counted for it: the server was unavailable to finish it.
+const SHUTDOWN_STATUS: u16 = 503;
+
 /// A request not yet counted and logged. Every request is, exactly once: when its answer is
 /// ready ([`Unfinished::finish`]), or, if its client goes away first and its future is dropped,
 /// when this is dropped.
@@ -190,13 +201,20 @@ impl Unfinished<'_> {
 impl Drop for Unfinished<'_> {
     fn drop(&mut self) {
         if !self.done {
+            // Dropped at the drain's end: holdfast cut it, not its client.
+            let (status, action) = if self.proxy.ending.is_over() {
+                self.proxy.metrics.shutdown_cut.inc();
+                (SHUTDOWN_STATUS, SHUTDOWN)
+            } else {
+                (CLIENT_CLOSED_REQUEST, CLIENT_GONE)
+            };
             let note = Note {
                 upstream_status: None,
-                action: CLIENT_GONE,
+                action,
             };
             let path = self.path.as_deref();
             self.proxy
-                .record(self.start, &self.method, path, CLIENT_CLOSED_REQUEST, &note);
+                .record(self.start, &self.method, path, status, &note);
         }
     }
 }
@@ -287,9 +305,16 @@ impl Proxy {
         }
     }
 
-    /// Starts shutting down: held requests get their 503 now.
+    /// Starts shutting down: held requests get their 503 now, standalone event streams end.
     pub fn begin_shutdown(&self) {
         self.hold.shutdown();
+        self.ending.reach(ending::Phase::Draining);
+    }
+
+    /// The drain is over: every event stream ends cleanly, and what still waits for its answer
+    /// is cut by holdfast (logged and counted so).
+    pub fn drain_over(&self) {
+        self.ending.reach(ending::Phase::Over);
     }
 
     /// The outage state of the route `target` takes: the Host it sends upstream, and the

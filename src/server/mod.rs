@@ -399,7 +399,7 @@ async fn serve_proxy(
     } else {
         live.config.drain_timeout
     };
-    drain_all(connections, drain, timeout, next_ask).await;
+    drain_all(connections, (drain, &live.current), timeout, next_ask).await;
 }
 
 /// Starts each accepted connection's task.
@@ -499,10 +499,12 @@ fn served(
 
 /// The drain: idle connections close now, busy ones after their request (HTTP/2: GOAWAY, then
 /// its open streams); whatever is left after `timeout` (long SSE streams) is closed.
-/// A second SIGTERM or SIGINT (`Ask::StopNow`, or `Ask::Stop` again) ends it at once.
+/// A second SIGTERM or SIGINT (`Ask::StopNow`, or `Ask::Stop` again) ends it at once. Either
+/// way, when it ends every event stream still open ends cleanly (its final chunk), given
+/// [`FINAL_WRITES`] to go out, and what still waits for an answer is cut, as holdfast's doing.
 async fn drain_all(
     mut connections: JoinSet<()>,
-    drain: tokio::sync::watch::Sender<bool>,
+    (drain, current): (tokio::sync::watch::Sender<bool>, &Current),
     timeout: Duration,
     mut next_ask: impl AsyncFnMut() -> Ask,
 ) {
@@ -511,7 +513,6 @@ async fn drain_all(
         "shutting down: draining in-flight requests"
     );
     let _ = drain.send(true);
-    let drained = async { while connections.join_next().await.is_some() {} };
     let asked_to_stop = async {
         loop {
             match next_ask().await {
@@ -522,15 +523,25 @@ async fn drain_all(
         }
     };
     tokio::select! {
-        () = drained => {}
+        () = joined(&mut connections) => return,
         () = tokio::time::sleep(timeout) => tracing::info!(
             remaining = connections.len(),
-            "drain timeout reached; closing remaining connections"
+            "drain timeout reached; ending open streams and closing remaining connections"
         ),
         () = asked_to_stop => tracing::info!(
             remaining = connections.len(),
             "asked again to stop: closing remaining connections now"
         ),
     }
+    current.get().drain_over();
+    let _ = tokio::time::timeout(FINAL_WRITES, joined(&mut connections)).await;
     connections.shutdown().await;
+}
+
+/// How long the streams ended at the drain's end get to write their last bytes.
+const FINAL_WRITES: Duration = Duration::from_secs(1);
+
+/// Until every connection task has ended.
+async fn joined(connections: &mut JoinSet<()>) {
+    while connections.join_next().await.is_some() {}
 }

@@ -14,7 +14,7 @@ use tokio::net::TcpStream;
 use tokio::sync::{mpsc, Semaphore};
 use tokio::time::Instant;
 
-use crate::sse::{event, open, push, sse_upstream, Client, EventSender, Events, SSE_ACTIVE};
+use crate::sse::{event, open, push, sse_upstream, Client, EventSender, Events};
 use crate::support::http::{collect, get, host_of, response, send, Got, Upstream};
 use crate::support::process::{serving, signal, Running};
 use crate::support::proxy::{raw_config, Holdfast};
@@ -302,49 +302,149 @@ async fn during_the_accept_grace_readiness_fails_and_new_connections_are_served(
     within(holdfast.wait()).await;
 }
 
-/// A stream that outlives the drain is cut when the drain timeout expires, and holdfast exits.
-async fn a_stream_is_cut_after_the_drain_timeout(client: Client) {
-    const DRAIN: Duration = Duration::from_secs(1);
+/// A client's standalone event stream (a GET) ends cleanly as the drain begins: it never ends by
+/// itself, so it would hold the shutdown for the whole drain timeout (60 s here) and then be cut
+/// without its final chunk. Ended cleanly, its client reconnects elsewhere at once.
+async fn a_standalone_stream_ends_cleanly_when_the_drain_begins(client: Client) {
     let (upstream, mut streams) = sse_upstream(&[]).await;
     let mut raw = raw_config(&upstream.url());
-    raw.shutdown.drain_timeout_secs = DRAIN.as_secs_f64();
+    raw.shutdown.drain_timeout_secs = 60.0;
     let mut holdfast = Holdfast::start_with(raw).await;
 
     let mut events = Events::new(open(&holdfast, client).await);
     let tx: EventSender = within(streams.recv()).await.unwrap();
     push(&tx, 1).await;
     assert_eq!(events.next().await, event(1));
-    assert_eq!(holdfast.metric(SSE_ACTIVE).await, 1.0);
 
-    let begun = Instant::now();
     holdfast.begin_shutdown();
-    // The stream keeps flowing during the drain.
-    push(&tx, 2).await;
-    assert_eq!(events.next().await, event(2));
-
-    // Then it is cut (an error or an end: either way the client reconnects elsewhere) and
-    // holdfast stops; the upstream stays connected, so nothing but the drain timeout ends it.
-    let _ = events.end().await;
-    let cut = begun.elapsed();
+    events
+        .end()
+        .await
+        .expect("a clean end, its final chunk written");
+    // Well within the drain timeout: `within` gives up after 30 s.
     within(holdfast.wait()).await;
-    // Not before the drain timeout (after it: only the drain timeout ends this stream, and the
-    // waits above are bounded).
-    assert!(
-        cut >= DRAIN - Duration::from_millis(100),
-        "the stream was cut after {cut:?}, before the {DRAIN:?} drain timeout"
-    );
-    // Nothing of the stream outlives holdfast: the upstream's response is let go too.
     within(tx.closed()).await;
 }
 
 #[tokio::test]
-async fn a_long_stream_is_cut_after_the_drain_timeout() {
-    a_stream_is_cut_after_the_drain_timeout(Client::H1).await;
+async fn a_standalone_stream_ends_cleanly_when_the_drain_begins_h1() {
+    a_standalone_stream_ends_cleanly_when_the_drain_begins(Client::H1).await;
 }
 
 #[tokio::test]
-async fn a_long_h2_stream_is_cut_after_the_drain_timeout() {
-    a_stream_is_cut_after_the_drain_timeout(Client::H2).await;
+async fn a_standalone_stream_ends_cleanly_when_the_drain_begins_h2() {
+    a_standalone_stream_ends_cleanly_when_the_drain_begins(Client::H2).await;
+}
+
+/// A call's event stream (a POST) keeps flowing through the drain, and ends cleanly when the
+/// drain timeout expires; then holdfast exits.
+async fn a_calls_stream_flows_through_the_drain_and_ends_cleanly_at_its_end(client: Client) {
+    const DRAIN: Duration = Duration::from_secs(1);
+    let (upstream, mut streams) = sse_upstream(&[]).await;
+    let mut raw = raw_config(&upstream.url());
+    raw.shutdown.drain_timeout_secs = DRAIN.as_secs_f64();
+    let mut holdfast = Holdfast::start_with(raw).await;
+
+    let mut events = Events::new(post_stream(&holdfast, client).await);
+    let tx: EventSender = within(streams.recv()).await.unwrap();
+    push(&tx, 1).await;
+    assert_eq!(events.next().await, event(1));
+
+    let begun = Instant::now();
+    holdfast.begin_shutdown();
+    push(&tx, 2).await;
+    assert_eq!(events.next().await, event(2), "it flows during the drain");
+    events.end().await.expect("a clean end at the drain's end");
+    let ended = begun.elapsed();
+    within(holdfast.wait()).await;
+    assert!(
+        ended >= DRAIN - Duration::from_millis(100),
+        "the stream ended after {ended:?}, before the {DRAIN:?} drain timeout"
+    );
+    within(tx.closed()).await;
+}
+
+/// Opens a call answered by an event stream, as an MCP client's POST does.
+async fn post_stream(
+    holdfast: &Holdfast,
+    client: Client,
+) -> hyper::Response<hyper::body::Incoming> {
+    let url = holdfast.url("/mcp");
+    let req = hyper::Request::post(&url)
+        .header("accept", "application/json, text/event-stream")
+        .header("content-type", "application/json");
+    let body = http_body_util::Full::new(bytes::Bytes::from_static(
+        br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"slow"}}"#,
+    ));
+    let resp = match client {
+        Client::H1 => {
+            let req = req.header("host", crate::support::http::host_of(&url));
+            within(crate::support::http::send(req.body(body).unwrap())).await
+        }
+        Client::H2 => within(crate::support::http::send_h2(req.body(body).unwrap())).await,
+    };
+    assert_eq!(resp.status(), 200);
+    resp
+}
+
+#[tokio::test]
+async fn a_calls_stream_ends_cleanly_at_the_drains_end_h1() {
+    a_calls_stream_flows_through_the_drain_and_ends_cleanly_at_its_end(Client::H1).await;
+}
+
+#[tokio::test]
+async fn a_calls_stream_ends_cleanly_at_the_drains_end_h2() {
+    a_calls_stream_flows_through_the_drain_and_ends_cleanly_at_its_end(Client::H2).await;
+}
+
+/// The binary: a call still waiting for its answer when the drain ends is cut by holdfast, and
+/// logged and counted so (`shutdown`, 503), never as its client's 499.
+#[tokio::test]
+async fn a_call_cut_by_the_drains_end_is_logged_as_shutdown_not_as_the_clients() {
+    let (arrived_tx, mut arrived) = tokio::sync::mpsc::unbounded_channel::<()>();
+    let upstream = crate::support::http::Upstream::start(move |_| {
+        let arrived_tx = arrived_tx.clone();
+        async move {
+            let _ = arrived_tx.send(());
+            std::future::pending::<()>().await;
+            unreachable!()
+        }
+    })
+    .await;
+    let mut proxy = Running::start(
+        serving(&upstream.url(), &["--access-log"])
+            .env("HOLDFAST_SHUTDOWN__DRAIN_TIMEOUT_SECS", "0.5"),
+    );
+    let (listen, _) = proxy.addresses();
+    let call = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"slow"}}"#;
+    let request = format!(
+        "POST /mcp HTTP/1.1\r\nhost: {listen}\r\ncontent-type: application/json\r\n\
+         content-length: {}\r\n\r\n{call}",
+        call.len()
+    );
+    let waiting =
+        tokio::spawn(
+            async move { crate::support::mcp::raw_http(listen, request.as_bytes()).await },
+        );
+    within(arrived.recv())
+        .await
+        .expect("the call reached the upstream");
+    let (status, lines) = tokio::task::spawn_blocking(move || proxy.terminate())
+        .await
+        .unwrap();
+    assert!(status.success(), "{status:?}");
+    let _ = waiting.await;
+    let access: Vec<_> = lines
+        .iter()
+        .filter(|l| l.contains("holdfast::access"))
+        .collect();
+    assert_eq!(access.len(), 1, "{lines:#?}");
+    assert!(
+        access[0].contains(r#""action":"shutdown""#),
+        "{}",
+        access[0]
+    );
+    assert!(access[0].contains(r#""status":503"#), "{}", access[0]);
 }
 
 /// The real binary: on SIGTERM a request in flight finishes (the drain), then holdfast exits 0.
