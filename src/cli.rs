@@ -340,3 +340,55 @@ impl AdminArgs {
         }
     }
 }
+
+/// The admin flags of a holdfast that serves, read from its command line (`/proc/1/cmdline`:
+/// NUL-separated arguments): its `--config` and `--admin`. None when the command line is not
+/// holdfast serving (another program, or a holdfast subcommand).
+///
+/// `holdfast healthcheck` in a container's HEALTHCHECK is a second process: it sees the
+/// container's environment and files, but not the flags the serving holdfast (PID 1) was started
+/// with. Read from here, an `--admin` given to the container counts for its health check too.
+pub fn admin_args_of(cmdline: &[u8]) -> Option<AdminArgs> {
+    let args: Vec<String> = cmdline
+        .split(|b| *b == 0)
+        .filter(|a| !a.is_empty())
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect();
+    let program = std::path::Path::new(args.first()?).file_name()?;
+    if program != "holdfast" {
+        return None;
+    }
+    match Cli::try_parse_from(&args).ok()? {
+        Cli {
+            command: None,
+            proxy,
+            ..
+        } => Some(AdminArgs {
+            config: proxy.config,
+            admin: proxy.admin,
+        }),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_serving_holdfasts_admin_flags_are_read_from_its_command_line() {
+        let args = admin_args_of(
+            b"/usr/local/bin/holdfast\0--admin\x00127.0.0.1:27002\0--upstream\0http://b:1\0",
+        )
+        .expect("holdfast serving");
+        assert_eq!(args.admin.as_deref(), Some("127.0.0.1:27002"));
+        assert_eq!(args.config, None);
+        let args = admin_args_of(b"holdfast\0--config\0/etc/holdfast.toml\0").unwrap();
+        assert_eq!(args.config, Some(PathBuf::from("/etc/holdfast.toml")));
+        assert_eq!(args.admin, None);
+        // Not holdfast, or not serving: nothing to read.
+        assert!(admin_args_of(b"/bin/sh\0-c\0holdfast --admin 1.2.3.4:5\0").is_none());
+        assert!(admin_args_of(b"holdfast\0healthcheck\0").is_none());
+        assert!(admin_args_of(b"").is_none());
+    }
+}

@@ -13,12 +13,12 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Some(Command::CheckConfig { proxy, probe }) => check_config(&proxy, probe.as_deref()),
-        Some(Command::Healthcheck(args)) => healthcheck(&args),
+        Some(Command::Healthcheck(args)) => healthcheck(&serving_admin(args)),
         Some(Command::Pause {
             admin,
             drain_timeout,
-        }) => pause(&admin, Some(drain_timeout)),
-        Some(Command::Resume(args)) => pause(&args, None),
+        }) => pause(&serving_admin(admin), Some(drain_timeout)),
+        Some(Command::Resume(args)) => pause(&serving_admin(args), None),
         Some(Command::Demo { duration, period }) => demo(duration, period),
         Some(Command::Probe(args)) => probe(&args),
         Some(Command::Completions { shell }) => {
@@ -47,6 +47,20 @@ fn print_out(command: &str, write: impl FnOnce(&mut dyn Write) -> std::io::Resul
             ExitCode::FAILURE
         }
     }
+}
+
+/// The admin flags to use: `cli`'s when it names an address or a file; otherwise, in a
+/// container whose holdfast serves as PID 1, that holdfast's own (its `--admin`, its
+/// `--config`), so a HEALTHCHECK finds the admin listener the running holdfast was started
+/// with. The environment is the container's either way.
+fn serving_admin(cli: AdminArgs) -> AdminArgs {
+    if cli.admin.is_some() || cli.config.is_some() {
+        return cli;
+    }
+    std::fs::read("/proc/1/cmdline")
+        .ok()
+        .and_then(|cmdline| holdfast::cli::admin_args_of(&cmdline))
+        .unwrap_or(cli)
 }
 
 /// The configured admin address (flag, environment or file); a valid upstream is not needed.

@@ -24,7 +24,7 @@ mod server;
 pub mod text;
 pub use atomic::{AtomicHistogram, McpRequestCounters, RequestCounters};
 pub use labels::*;
-pub use server::{ReloadResult, ServerMetrics};
+pub use server::{AtCap, ReloadResult, ServerMetrics};
 
 /// Buckets of `holdfast_request_duration_seconds`, in seconds: from 1 ms (a proxied answer on
 /// loopback) to 5 min (a long tool call answered as JSON). Measured to the response *head*: a

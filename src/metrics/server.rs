@@ -1,4 +1,4 @@
-//! The server's own metrics: configuration reloads, and connections turned away at the cap.
+//! The server's own metrics: configuration reloads, and connections accepted at the limit.
 
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
 use prometheus_client::metrics::counter::Counter;
@@ -22,12 +22,32 @@ pub struct ReloadLabel {
     pub result: ReloadResult,
 }
 
+/// What a connection accepted at `limits.max_connections` met. Bounded: a label.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)]
+pub enum AtCap {
+    /// The longest-idle keep-alive connection was closed to make room for it.
+    closed_idle,
+    /// No connection was idle: it waited (unserved) for one to end or go idle.
+    waited,
+}
+
+/// Label set of `holdfast_connections_at_limit_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AtCapLabel {
+    /// What it met.
+    pub outcome: AtCap,
+}
+
 /// The server's metrics.
 #[derive(Debug, Clone, Default)]
 pub struct ServerMetrics {
     /// `holdfast_config_reloads_total{result}`: SIGHUPs, by whether the configuration read then
     /// was taken.
     pub config_reloads: Family<ReloadLabel, Counter>,
+    /// `holdfast_connections_at_limit_total{outcome}`: connections accepted while
+    /// `limits.max_connections` were open.
+    pub at_cap: Family<AtCapLabel, Counter>,
 }
 
 impl ServerMetrics {
@@ -37,13 +57,26 @@ impl ServerMetrics {
         for result in [ReloadResult::ok, ReloadResult::refused] {
             let _ = m.config_reloads.get_or_create(&ReloadLabel { result });
         }
+        for outcome in [AtCap::closed_idle, AtCap::waited] {
+            let _ = m.at_cap.get_or_create(&AtCapLabel { outcome });
+        }
         let r = registry.sub_registry_with_prefix("holdfast");
+        r.register(
+            "connections_at_limit",
+            "Connections accepted while limits.max_connections were open, by what they met",
+            m.at_cap.clone(),
+        );
         r.register(
             "config_reloads",
             "Configuration reloads (SIGHUP), by whether the configuration read was taken",
             m.config_reloads.clone(),
         );
         m
+    }
+
+    /// Counts one connection accepted at the limit.
+    pub fn at_cap(&self, outcome: AtCap) {
+        self.at_cap.get_or_create(&AtCapLabel { outcome }).inc();
     }
 
     /// Counts one reload.

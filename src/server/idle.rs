@@ -80,7 +80,8 @@ impl Idle {
 
     /// At the limit: closes the connection idle the longest, if any is. Otherwise the next one
     /// to turn idle closes at once.
-    pub fn make_room(&self) {
+    /// Whether an idle one was closed (else the next connection to go idle will be).
+    pub fn make_room(&self) -> bool {
         let longest = {
             let slots = self.slots.lock().expect("idle lock");
             slots
@@ -93,8 +94,12 @@ impl Idle {
             Some(conn) => {
                 tracing::debug!("at limits.max_connections: closing the longest-idle connection");
                 conn.close.notify_one();
+                true
             }
-            None => self.wanted.store(true, Ordering::Release),
+            None => {
+                self.wanted.store(true, Ordering::Release);
+                false
+            }
         }
     }
 

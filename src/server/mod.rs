@@ -174,6 +174,7 @@ pub async fn run(
         tls,
         tls_metrics,
         metrics: server_metrics,
+        warned_at_cap: None,
     };
     // The certificate reloader stops when `live` goes (or on any early return): its guard is in
     // `live.tls`.
@@ -367,7 +368,7 @@ async fn serve_proxy(
         let permit = match live.permits.clone().try_acquire_owned() {
             Ok(permit) => permit,
             Err(_) => {
-                idle.make_room();
+                live.at_cap(idle.make_room());
                 let permit = tokio::select! {
                     permit = live.permits.clone().acquire_owned() => permit.expect("semaphore never closed"),
                     () = until(grace_ends) => break,

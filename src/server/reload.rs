@@ -49,6 +49,9 @@ pub fn fixed_changes(was: &Config, now: &Config) -> Vec<&'static str> {
     changed
 }
 
+/// How often the warning of the connection limit is given at most.
+const AT_CAP_WARN_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// What a reload replaces, and the configuration in use.
 pub(super) struct Live {
     /// The configuration in use: what the last reload took, with the fixed settings as started.
@@ -60,6 +63,8 @@ pub(super) struct Live {
     /// `limits.max_connections`' slots.
     pub(super) permits: Arc<Semaphore>,
     pub(super) metrics: ServerMetrics,
+    /// When the limit's warning was last given (at most one a minute).
+    pub(super) warned_at_cap: Option<tokio::time::Instant>,
 }
 
 impl Live {
@@ -104,6 +109,33 @@ impl Live {
         tracing::info!("configuration reloaded");
         self.metrics.reloaded(ReloadResult::ok);
         self.config = *next;
+    }
+
+    /// A connection was accepted with every slot taken: counted, and warned of at most once a
+    /// minute (a flood must not flood the log too). `closed_idle`: an idle connection was
+    /// closed to make room, else it waits unserved.
+    pub(super) fn at_cap(&mut self, closed_idle: bool) {
+        use crate::metrics::AtCap;
+        let outcome = if closed_idle {
+            AtCap::closed_idle
+        } else {
+            AtCap::waited
+        };
+        self.metrics.at_cap(outcome);
+        let now = tokio::time::Instant::now();
+        if self
+            .warned_at_cap
+            .is_some_and(|at| now.duration_since(at) < AT_CAP_WARN_EVERY)
+        {
+            return;
+        }
+        self.warned_at_cap = Some(now);
+        tracing::warn!(
+            max_connections = self.config.max_connections,
+            "limits.max_connections reached: idle keep-alive connections are closed to make \
+             room, and new connections wait unserved while none is idle (said at most once a \
+             minute; holdfast_connections_at_limit_total counts each)"
+        );
     }
 
     /// Moves `limits.max_connections` to `max`: more slots at once; fewer as soon as the

@@ -88,6 +88,12 @@ async fn at_the_connection_limit_an_idle_keep_alive_connection_makes_room() {
         matches!(closed, Ok(0)),
         "the idle connection was closed: {closed:?}"
     );
+    // Counted, not only logged.
+    assert_eq!(
+        hf.metric("holdfast_connections_at_limit_total{outcome=\"closed_idle\"}")
+            .await,
+        1.0
+    );
 }
 
 /// Issue 25 class 7: a connection whose client has sent part of a head is not the one chosen to
@@ -179,6 +185,12 @@ async fn at_the_connection_limit_a_busy_connection_is_never_cut() {
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
     let order: Vec<String> = up.seen().into_iter().map(|s| s.uri).collect();
     assert_eq!(order, ["/mcp/slow", "/mcp"]);
+    assert_eq!(
+        hf.metric("holdfast_connections_at_limit_total{outcome=\"waited\"}")
+            .await,
+        1.0,
+        "the second waited: counted"
+    );
 }
 
 #[tokio::test]
