@@ -747,6 +747,11 @@ fn systemd_accepts_the_unit() {
         "systemd-analyze",
         "apt-get update && apt-get install -y --no-install-recommends systemd",
     );
+    // `systemctl reload` is holdfast's SIGHUP (tests/it/reload.rs shows what that does).
+    assert!(
+        read_repo(UNIT).contains("\nExecReload=/bin/kill -HUP $MAINPID\n"),
+        "{UNIT} reloads with SIGHUP"
+    );
     let dir = TempDir::new("systemd");
     // The same unit, pointing at the binary this build made instead of /usr/local/bin.
     let unit = read_repo(UNIT).replace(
