@@ -347,7 +347,8 @@ impl Proxy {
                     .routes
                     .learn(ex.target.client.path(), Instant::now);
             }
-            self.after_answer(&ex.target, ex.carried.as_ref(), head, &ex.handle)
+            let confirm = self
+                .after_answer(&ex.target, ex.carried.as_ref(), head, &ex.handle)
                 .await;
             let note = Note {
                 upstream_status: Some(head.status),
@@ -361,6 +362,13 @@ impl Proxy {
             let mut resp = self.pass(head, sse, answer.1, learn, ex.flight.take());
             if let Some((reader, id)) = watch {
                 resp = self.watch_unanswered(resp, reader, id);
+            }
+            if let Some(pending) = confirm {
+                resp = resp.map(|body| {
+                    http_body_util::BodyExt::boxed_unsync(super::confirm::Confirm::new(
+                        body, pending, is_sse,
+                    ))
+                });
             }
             let resp = match (legacy_stream, &ex.target.client_host) {
                 (true, Some(host)) => self.endpoint_rewrite(resp, host, ex.target.client.path()),

@@ -25,7 +25,8 @@
 //! - [`headers`]: hop-by-hop removal, Host, X-Forwarded-*.
 //! - `request`: the request made ready for the upstream, and what is refused with a 400 (ambiguous
 //!   framing, Host, dot segments).
-//! - `sessions`: session bookkeeping on an answer passed through.
+//! - `sessions`: session bookkeeping on an answer passed through; `confirm`: state a request
+//!   set on a session, recorded once its answer says it worked.
 //! - `unanswered`: an event stream that ends without its request's answer (a server shutting
 //!   down).
 //! - [`body`]: streaming response bodies under idle timeouts.
@@ -38,6 +39,7 @@ mod attempt;
 mod attempts;
 pub mod body;
 mod build;
+mod confirm;
 pub mod current;
 pub mod ending;
 mod endpoint;

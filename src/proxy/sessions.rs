@@ -12,16 +12,17 @@ use crate::session::{self, Plan, Recorded, Session, TokenRefusal};
 
 impl Proxy {
     /// Session bookkeeping on an application answer that is passed through: record a new
-    /// session, what a request set on one, its end; give the client its own id back.
+    /// session, its end, its client's own id; what a request set on one is returned, to be
+    /// recorded once the answer's body confirms it ([`super::confirm`]).
     pub(super) async fn after_answer(
         &self,
         target: &Target,
         carried: Option<&Carried>,
         head: &mut http::response::Parts,
         handle: &BodyHandle,
-    ) {
+    ) -> Option<super::confirm::Pending> {
         if !self.sessions.enabled() {
-            return;
+            return None;
         }
         let Some(c) = carried else {
             let opened = target.method == Method::POST
@@ -31,35 +32,58 @@ impl Proxy {
             if let (true, Some(id)) = (opened, upstream_id) {
                 Box::pin(self.record_session(target, head, id, handle)).await;
             }
-            return;
+            return None;
         };
         c.session.rewrite_response(&mut head.headers, &c.sent);
         if target.method == Method::DELETE {
             // The client ended the session (or the server had already forgotten it): later
             // requests on its id go unchanged and get the server's 404, here and, for the
             // tokens this holdfast saw ended, after a restart of the backend too. A 405 (the
-            // server does not let clients end sessions) or a failure leaves it going.
-            if head.status.is_success() || head.status == http::StatusCode::NOT_FOUND {
+            // server does not let clients end sessions) or a failure leaves it going, and so
+            // does a DELETE to another path than the session's endpoint: its answer is that
+            // path's.
+            let ended = head.status.is_success() || head.status == http::StatusCode::NOT_FOUND;
+            if ended && c.session.is_endpoint(&target.uri) {
                 self.sessions.end(c.session.client_id());
                 // Boxed, as every rare wait here: this future is part of every answered
                 // request's.
                 Box::pin(self.share_end(&c.session)).await;
             }
-            return;
+            return None;
         }
         if !head.status.is_success() {
-            return;
+            return None;
         }
         if target.method == Method::GET {
             c.session.stream_opened();
-        } else if target.method == Method::POST {
-            // The kept copy of the body: what the request set on the session, if anything.
-            let changes = handle.with_complete_body(session::rpc::state_changes);
-            if let Some(changes) = changes.filter(|c| !c.is_empty()) {
-                self.sessions.note_state(&c.session, changes);
-                Box::pin(self.share_state(&c.session)).await;
-            }
+            return None;
         }
+        if target.method != Method::POST {
+            return None;
+        }
+        // The kept copy of the body: what the request set on the session, if anything.
+        let (changes, batch) = handle
+            .with_complete_body(|body| {
+                (
+                    session::rpc::state_changes(body),
+                    body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'['),
+                )
+            })
+            .unwrap_or_default();
+        if changes.is_empty() {
+            return None;
+        }
+        if batch {
+            // A batch's answers are not read one by one: recorded on its 2xx, as before.
+            self.sessions.note_state(&c.session, changes);
+            Box::pin(self.share_state(&c.session)).await;
+            return None;
+        }
+        Some(super::confirm::Pending {
+            changes,
+            session: c.session.clone(),
+            sessions: self.sessions.clone(),
+        })
     }
 
     /// Shares what a request set on `session` with every replica (`sessions.store`).

@@ -98,6 +98,13 @@ impl Keyring {
     /// [`MAX_TOKEN_LEN`].
     pub fn seal(&self, contents: &Contents) -> Option<String> {
         let fields = encode_fields(contents)?;
+        // What no holdfast would open (its inflated fields past [`MAX_PLAIN`]) is not sealed: a
+        // highly compressible initialize near `sessions.max_initialize_bytes` fits a token, but
+        // its fields (the body and the other fields) may not fit the bound `open` keeps; handed
+        // out, it would open here from memory and nowhere else.
+        if fields.len() > MAX_PLAIN {
+            return None;
+        }
         let packed = miniz_oxide::deflate::compress_to_vec(&fields, 6);
         let (flags, body) = if packed.len() < fields.len() {
             (DEFLATED, packed)

@@ -43,6 +43,7 @@ mod safe_calls;
 mod session;
 mod session_forgotten;
 mod session_replicas;
+mod session_state;
 mod session_store;
 mod session_tokens;
 mod session_ts;

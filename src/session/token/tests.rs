@@ -148,3 +148,26 @@ proptest! {
         prop_assert!(ring.open(id.as_bytes()).is_err());
     }
 }
+
+/// Whatever is sealed opens, at every holdfast with the key: at the bound of what `open`
+/// inflates, a compressible initialize of `sessions.max_initialize_bytes` (64 KiB) fits a token,
+/// but its fields (the body plus the id, version and path) do not fit what `open` takes.
+#[test]
+fn every_sealed_token_opens_even_at_the_size_bound() {
+    let ring = Keyring::new(&[key(1)]);
+    for size in [
+        MAX_PLAIN - 200,
+        MAX_PLAIN - 100,
+        MAX_PLAIN - 46,
+        MAX_PLAIN,
+        MAX_PLAIN + 10,
+    ] {
+        let body = vec![b'a'; size];
+        let c = contents(&body);
+        if let Some(token) = ring.seal(&c) {
+            assert_eq!(ring.open(token.as_bytes()), Ok(c), "{size}-byte initialize");
+        }
+    }
+    // The largest that still fits is sealed.
+    assert!(ring.seal(&contents(&vec![b'a'; MAX_PLAIN - 200])).is_some());
+}

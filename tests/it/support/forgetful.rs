@@ -146,6 +146,12 @@ fn answer(known: &Mutex<Known>, seen: &Seen) -> http::Response<super::http::Test
     let echo = ("mcp-session-id", session.as_str());
     match body["method"].as_str() {
         Some("notifications/initialized") => response(202, &[echo], ""),
+        // A level no server knows: refused as the SDKs refuse one, a 200 carrying the error.
+        Some("logging/setLevel") if body["params"]["level"] == "bogus" => {
+            let error = serde_json::json!({"jsonrpc": "2.0", "id": body["id"], "error": {
+                "code": -32602, "message": "Invalid level"}});
+            response(200, &[json, echo], error.to_string())
+        }
         Some("tools/call") => {
             known.executed += 1;
             let result = serde_json::json!({"jsonrpc": "2.0", "id": body["id"], "result": {
