@@ -221,7 +221,9 @@ fn check_config(cli: &ProxyArgs, probe_path: Option<&str>) -> ExitCode {
             unknown.join(", ")
         );
     }
-    let raw: RawConfig = fig.extract().expect("validated above");
+    let mut raw: RawConfig = fig.extract().expect("validated above");
+    // Printed configurations end up in CI logs and tickets: no password in them.
+    raw.sessions.store = raw.sessions.store.as_deref().map(config::redact_store_url);
     print!(
         "{}",
         toml::to_string(&raw).expect("the raw config serializes")

@@ -112,7 +112,9 @@ pub struct Config {
 
 pub use forwarded::{RawForwarded, TrustedProxies};
 pub use pause::{AdminToken, Pause};
-pub use sessions::{parse_session_keys, RawSessions, SessionKey, SessionKeys, Sessions};
+pub use sessions::{
+    parse_session_keys, redact_store_url, RawSessions, SessionKey, SessionKeys, Sessions,
+};
 
 /// Validated `[retry]` (what `crate::idempotent` is built from).
 #[derive(Debug, Clone, Default)]

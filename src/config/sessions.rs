@@ -190,6 +190,23 @@ fn check_key_file_mode(_path: &Path) -> Result<Option<String>, String> {
     Ok(None)
 }
 
+/// `url` with any password in it (`redis://user:secret@host`, `redis://:secret@host`) replaced by
+/// `***`, for what is printed or logged: `check-config`'s output ends up in CI logs and tickets.
+pub fn redact_store_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    let Some((userinfo, host)) = authority.rsplit_once('@') else {
+        return url.to_owned();
+    };
+    let user = userinfo.split_once(':').map_or(userinfo, |(user, _)| user);
+    if !userinfo.contains(':') {
+        return url.to_owned();
+    }
+    format!("{scheme}://{user}:***@{host}{path}")
+}
+
 /// A store URL holdfast can use: `redis://` (or `valkey://`), a host, an optional port and
 /// database number. The connection is made on first use, not here.
 fn check_store_url(url: &str) -> Result<(), String> {
@@ -312,5 +329,36 @@ mod tests {
             let err = parse_session_keys(text).unwrap_err();
             assert!(err.contains(says), "{text:?}: {err}");
         }
+    }
+}
+
+#[cfg(test)]
+mod redact_tests {
+    use super::redact_store_url;
+
+    #[test]
+    fn a_stores_password_is_never_printed() {
+        assert_eq!(
+            redact_store_url("redis://:pw@redis:6379/0"),
+            "redis://:***@redis:6379/0"
+        );
+        assert_eq!(
+            redact_store_url("redis://holdfast:s3cr:et@redis/0"),
+            "redis://holdfast:***@redis/0"
+        );
+        // Nothing secret: unchanged.
+        assert_eq!(
+            redact_store_url("redis://redis:6379/0"),
+            "redis://redis:6379/0"
+        );
+        assert_eq!(
+            redact_store_url("redis://user@redis/0"),
+            "redis://user@redis/0"
+        );
+        // An @ in the path is no user info.
+        assert_eq!(
+            redact_store_url("redis://r/0?x=a:b@c"),
+            "redis://r/0?x=a:b@c"
+        );
     }
 }

@@ -80,3 +80,30 @@ async fn a_delete_to_another_path_does_not_end_the_session() {
         "re-established, not passed as an ended session's"
     );
 }
+
+/// `check-config` prints the configuration, which ends up in CI logs and tickets: the store's
+/// password is not in it.
+#[test]
+fn check_config_never_prints_the_stores_password() {
+    let dir = crate::support::files::TempDir::new("store-password");
+    let keys = dir.write(
+        "session-keys",
+        &format!("{}\n", "0123456789abcdef".repeat(4)),
+    );
+    let mut cmd = crate::support::process::holdfast(&["check-config"]);
+    cmd.env("HOLDFAST_UPSTREAM", "http://mcp:8000")
+        .env("HOLDFAST_SESSIONS__KEY_FILE", &keys)
+        .env(
+            "HOLDFAST_SESSIONS__STORE",
+            "redis://:hunter2-secret@redis:6379/0",
+        );
+    let out = crate::support::process::finish(cmd, "holdfast check-config");
+    assert!(out.status.success(), "{out:?}");
+    assert!(!out.stdout.contains("hunter2"), "{}", out.stdout);
+    assert!(!out.stderr.contains("hunter2"), "{}", out.stderr);
+    assert!(
+        out.stdout.contains("redis://:***@redis:6379/0"),
+        "{}",
+        out.stdout
+    );
+}
