@@ -26,6 +26,8 @@ pub struct Session {
     issued: Option<u64>,
     /// Milliseconds from the store's epoch to the last request on this session.
     pub(super) last_used: AtomicU64,
+    /// The keys' generation its token was last seen to open under ([`super::Keys`]).
+    pub(super) keys_checked: AtomicU64,
     state: Mutex<State>,
     /// Held while the session is re-established: one resume at a time.
     resuming: tokio::sync::Mutex<()>,
@@ -104,6 +106,8 @@ impl Session {
             origin: opened.origin,
             issued: opened.issued,
             last_used: AtomicU64::new(now_ms),
+            // The store sets it to the keys in use as it tracks the session.
+            keys_checked: AtomicU64::new(0),
             state: Mutex::new(State {
                 upstream_id: opened.upstream_id,
                 initialize: opened.initialize,

@@ -17,6 +17,9 @@ pub const KEY_RELOAD_EVERY: Duration = Duration::from_secs(5);
 /// The current keyring, swapped whole when the key file changes.
 pub struct Keys {
     ring: RwLock<Arc<Keyring>>,
+    /// Bumped with every change of the keys: a session tracked under older keys is checked
+    /// again at its next use ([`super::Sessions::lookup`]).
+    generation: std::sync::atomic::AtomicU64,
     file: Option<PathBuf>,
     /// The keys were configured (else a random one of this process).
     configured: bool,
@@ -33,6 +36,7 @@ impl Keys {
         };
         Keys {
             ring: RwLock::new(Arc::new(ring)),
+            generation: std::sync::atomic::AtomicU64::new(0),
             file: cfg.file.clone(),
             configured,
         }
@@ -50,14 +54,25 @@ impl Keys {
 
     /// Replaces the keys with `keys` (a reload's, read from the same file).
     pub fn replace(&self, keys: &[crate::config::SessionKey]) {
-        *self.ring.write().expect("keys lock") = Arc::new(Keyring::new(keys));
+        self.swap(Keyring::new(keys));
+    }
+
+    fn swap(&self, ring: Keyring) {
+        *self.ring.write().expect("keys lock") = Arc::new(ring);
+        self.generation
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+    }
+
+    /// Which keys are in use: it changes with every reload of them.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// Replaces the keys with those in `text` (a key file's content); the number of keys, or
     /// why `text` holds none (the keys stay as they were).
     pub fn reload(&self, text: &str) -> Result<usize, String> {
         let keys = parse_session_keys(text)?;
-        *self.ring.write().expect("keys lock") = Arc::new(Keyring::new(&keys));
+        self.swap(Keyring::new(&keys));
         Ok(keys.len())
     }
 }

@@ -184,6 +184,26 @@ impl Sessions {
         Duration::from_millis(idle_ms) > self.live.idle_timeout()
     }
 
+    /// Whether `session`'s token still opens under the keys in use: a key removed from the key
+    /// file ends, at their next use, the sessions sealed with it that this holdfast tracks, as
+    /// it ends them at every replica that never saw them (their tokens no longer open there).
+    /// One atomic load while the keys are unchanged; one opening per session after a change. A
+    /// session whose id is the server's own (no token) is not the keys' to end.
+    fn keys_still_open(&self, session: &Session) -> bool {
+        let now = self.keys.generation();
+        if session.keys_checked.load(Ordering::Acquire) == now {
+            return true;
+        }
+        let opens = !matches!(
+            self.keys.current().open(session.client_id().as_bytes()),
+            Err(Refused::Unopened | Refused::Malformed)
+        );
+        if opens {
+            session.keys_checked.store(now, Ordering::Release);
+        }
+        opens
+    }
+
     /// The session a request's `Mcp-Session-Id` names: tracked (and not idle too long), or
     /// opened from its token.
     pub fn lookup(&self, client_id: &HeaderValue) -> Result<Arc<Session>, Miss> {
@@ -191,7 +211,7 @@ impl Sessions {
         {
             let mut inner = self.lock();
             if let Some(session) = inner.by_client_id.get(client_id).cloned() {
-                if !self.is_idle(&session, now_ms) {
+                if !self.is_idle(&session, now_ms) && self.keys_still_open(&session) {
                     session.last_used.store(now_ms, Ordering::Relaxed);
                     return Ok(session);
                 }
@@ -284,6 +304,9 @@ impl Sessions {
     /// Adds a session and makes room for it.
     fn insert(&self, inner: &mut Inner, opened: Opened, now_ms: u64) -> Arc<Session> {
         let session = Arc::new(Session::new(opened, now_ms, self.recorded.clone()));
+        session
+            .keys_checked
+            .store(self.keys.generation(), Ordering::Release);
         let client_id = session.client_id().clone();
         // A session with this id already (a server reusing ids): the new one replaces it.
         inner

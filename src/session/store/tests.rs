@@ -371,3 +371,27 @@ async fn the_plan_sets_the_last_level_and_live_subscriptions() {
         ]
     );
 }
+
+/// A key removed from the key file ends the sessions sealed with it that this holdfast tracks,
+/// at their next use, as at any replica that never saw them; a rotation that keeps the old key
+/// among the others ends nothing.
+#[test]
+fn removing_a_key_ends_the_sessions_sealed_with_it_here_too() {
+    let store = Sessions::new(settings(), Gauge::default());
+    let id = record(&store, 1, 10);
+    assert!(store.lookup(&id).is_ok());
+    // Rotation: a new first key, the old one still opens.
+    store.keys().replace(&keys(&[2, 1]).keys);
+    assert!(store.lookup(&id).is_ok(), "the old key still opens it");
+    // Removal: the old key is gone.
+    store.keys().replace(&keys(&[2]).keys);
+    assert_eq!(
+        store.lookup(&id).map(|_| ()),
+        Err(Miss::Refused(TokenRefusal::Unopened))
+    );
+    assert!(!store.tracks(&id), "forgotten here");
+    // A session sealed under the new key lives on.
+    let fresh = record(&store, 2, 10);
+    store.keys().replace(&keys(&[2, 3]).keys);
+    assert!(store.lookup(&fresh).is_ok());
+}
