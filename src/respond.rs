@@ -124,6 +124,22 @@ pub fn bad_request(why: &str, version: Version) -> Response<ProxyBody> {
     resp
 }
 
+/// 503 for a DELETE whose session end the shared store (`sessions.store`) could not record:
+/// the server ended the session, but every other replica would bring it back. The client's
+/// retry finds the server's 404, holdfast re-establishes the session, and the DELETE ends it
+/// again, recorded this time.
+pub fn session_end_unrecorded() -> Response<ProxyBody> {
+    let mut resp = build(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "text/plain; charset=utf-8",
+        "the session's end could not be recorded in sessions.store; retry the DELETE\n".into(),
+    );
+    let h = resp.headers_mut();
+    h.insert(RETRY_AFTER, HeaderValue::from(1u64));
+    h.insert(REASON_HEADER, HeaderValue::from_static("session_store"));
+    resp
+}
+
 /// 200 with a text body (admin endpoints).
 pub fn ok_text(content_type: &'static str, body: String) -> Response<ProxyBody> {
     build(StatusCode::OK, content_type, body.into())

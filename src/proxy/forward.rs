@@ -15,6 +15,7 @@ use super::body::ProxyBody;
 use super::ending::Phase;
 use super::in_flight::Flight;
 use super::resume::Gone;
+use super::sessions::After;
 use super::unanswered::{self, First};
 use super::{Carried, Note, Proxy, Target};
 use crate::classify::{FailReason, Missing, PassReason, RewriteReason, Verdict};
@@ -347,9 +348,19 @@ impl Proxy {
                     .routes
                     .learn(ex.target.client.path(), Instant::now);
             }
-            let confirm = self
+            let confirm = match self
                 .after_answer(&ex.target, ex.carried.as_ref(), head, &ex.handle)
-                .await;
+                .await
+            {
+                After::Pass(confirm) => confirm,
+                After::EndNotRecorded => {
+                    let note = Note {
+                        upstream_status: Some(head.status),
+                        action: "session_store",
+                    };
+                    return Next::Answer((crate::respond::session_end_unrecorded(), note));
+                }
+            };
             let note = Note {
                 upstream_status: Some(head.status),
                 action: ex.attempts.path().as_str(),

@@ -10,6 +10,15 @@ use crate::replay::BodyHandle;
 use crate::session::shared::StoreError;
 use crate::session::{self, Plan, Recorded, Session, TokenRefusal};
 
+/// What an answer's session bookkeeping leaves to do.
+pub(super) enum After {
+    /// Pass the answer; with a state change it sets, once its body confirms it.
+    Pass(Option<super::confirm::Pending>),
+    /// The session's end was not recorded in the shared store: answer 503 instead, so the
+    /// client retries the DELETE.
+    EndNotRecorded,
+}
+
 impl Proxy {
     /// Session bookkeeping on an application answer that is passed through: record a new
     /// session, its end, its client's own id; what a request set on one is returned, to be
@@ -20,9 +29,9 @@ impl Proxy {
         carried: Option<&Carried>,
         head: &mut http::response::Parts,
         handle: &BodyHandle,
-    ) -> Option<super::confirm::Pending> {
+    ) -> After {
         if !self.sessions.enabled() {
-            return None;
+            return After::Pass(None);
         }
         let Some(c) = carried else {
             let opened = target.method == Method::POST
@@ -32,7 +41,7 @@ impl Proxy {
             if let (true, Some(id)) = (opened, upstream_id) {
                 Box::pin(self.record_session(target, head, id, handle)).await;
             }
-            return None;
+            return After::Pass(None);
         };
         c.session.rewrite_response(&mut head.headers, &c.sent);
         if target.method == Method::DELETE {
@@ -44,22 +53,26 @@ impl Proxy {
             // path's.
             let ended = head.status.is_success() || head.status == http::StatusCode::NOT_FOUND;
             if ended && c.session.is_endpoint(&target.uri) {
+                // Recorded for every replica first (boxed, as every rare wait here: this
+                // future is part of every answered request's). An end the store did not take
+                // is no end at the other replicas: nor is it here, and the client hears so and
+                // retries; its retry meets the server's 404, and ends the session again.
+                if Box::pin(self.share_end(&c.session)).await.is_err() {
+                    return After::EndNotRecorded;
+                }
                 self.sessions.end(c.session.client_id());
-                // Boxed, as every rare wait here: this future is part of every answered
-                // request's.
-                Box::pin(self.share_end(&c.session)).await;
             }
-            return None;
+            return After::Pass(None);
         }
         if !head.status.is_success() {
-            return None;
+            return After::Pass(None);
         }
         if target.method == Method::GET {
             c.session.stream_opened();
-            return None;
+            return After::Pass(None);
         }
         if target.method != Method::POST {
-            return None;
+            return After::Pass(None);
         }
         // The kept copy of the body: what the request set on the session, if anything.
         let (changes, batch) = handle
@@ -71,19 +84,19 @@ impl Proxy {
             })
             .unwrap_or_default();
         if changes.is_empty() {
-            return None;
+            return After::Pass(None);
         }
         if batch {
             // A batch's answers are not read one by one: recorded on its 2xx, as before.
             self.sessions.note_state(&c.session, changes);
             Box::pin(self.share_state(&c.session)).await;
-            return None;
+            return After::Pass(None);
         }
-        Some(super::confirm::Pending {
+        After::Pass(Some(super::confirm::Pending {
             changes,
             session: c.session.clone(),
             sessions: self.sessions.clone(),
-        })
+        }))
     }
 
     /// Shares what a request set on `session` with every replica (`sessions.store`).
@@ -96,14 +109,20 @@ impl Proxy {
         }
     }
 
-    /// Tells every replica that `session` was ended (`sessions.store`).
-    async fn share_end(&self, session: &Session) {
+    /// Tells every replica that `session` was ended (`sessions.store`); an error when the store
+    /// did not take it.
+    async fn share_end(&self, session: &Session) -> Result<(), ()> {
         let (Some(store), Some(nonce)) = (self.sessions.shared(), session.nonce()) else {
-            return;
+            return Ok(());
         };
-        if let Err(e) = store.end(&nonce).await {
-            self.store_failed(&e);
-        }
+        store.end(&nonce).await.map_err(|e| {
+            self.metrics.session_store_errors.inc();
+            tracing::warn!(
+                error = %e,
+                "sessions.store did not take a session's end: its DELETE is answered 503, to be \
+                 retried"
+            );
+        })
     }
 
     /// What the other replicas know of `session` (`sessions.store`), for its re-establishment:

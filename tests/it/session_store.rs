@@ -96,3 +96,45 @@ async fn a_session_ended_at_one_replica_is_not_re_established_at_another() {
         0.0
     );
 }
+
+/// A DELETE is durable where the store is asked for: while the store is down the client hears a
+/// 503 it can retry (never a 200 the other replicas would not know of), and the session is not
+/// ended here either; the retry, once the store is back, ends it for good, at every replica.
+#[tokio::test]
+async fn a_delete_while_the_store_is_down_is_a_503_and_its_retry_ends_the_session() {
+    use crate::session::{count_call, open_session, send};
+    use crate::support::forgetful::ForgetfulServer;
+    use crate::support::proxy::{raw_config, Holdfast};
+
+    let redis = Redis::start().await;
+    let port = redis.addr.port();
+    let dir = crate::support::files::TempDir::new("store-delete");
+    let keys = dir.write("keys", &format!("{KEY_A}\n"));
+    let server = ForgetfulServer::start().await;
+    let mut raw = raw_config(&server.upstream.url());
+    raw.sessions.key_file = Some(keys);
+    raw.sessions.store = Some(redis.url());
+    let holdfast = Holdfast::start_with(raw.clone()).await;
+    let id = open_session(&holdfast).await;
+
+    drop(redis);
+    let refused = send(&holdfast, "DELETE", Some(&id), "").await;
+    assert_eq!(refused.status_line, "HTTP/1.1 503 Service Unavailable");
+    assert_eq!(refused.header("holdfast-reason"), Some("session_store"));
+    assert!(refused.header("retry-after").is_some());
+
+    // The store is back; the server ended the session on the first DELETE. The retry meets the
+    // server's 404, holdfast brings the session back and ends it, recorded this time.
+    let _redis = Redis::start_on(port).await;
+    server.forget();
+    let ended = send(&holdfast, "DELETE", Some(&id), "").await;
+    assert_eq!(ended.status_line, "HTTP/1.1 200 OK", "{ended:?}");
+
+    // Another replica, with the same key and store, never saw the session: it knows it ended.
+    let other = Holdfast::start_with(raw).await;
+    server.forget();
+    let opened = server.opened();
+    let call = send(&other, "POST", Some(&id), &count_call(1)).await;
+    assert_eq!(call.status_line, "HTTP/1.1 404 Not Found", "{call:?}");
+    assert_eq!(server.opened(), opened, "nothing re-established");
+}

@@ -23,15 +23,28 @@ pub struct Redis {
 impl Redis {
     /// Starts redis-server on a free port of 127.0.0.1 and waits until it answers PING.
     pub async fn start() -> Redis {
+        Redis::start_at(None).await
+    }
+
+    /// Starts redis-server again on `port` (a store that went away and came back), and waits
+    /// until it answers PING.
+    pub async fn start_on(port: u16) -> Redis {
+        Redis::start_at(Some(port)).await
+    }
+
+    async fn start_at(port: Option<u16>) -> Redis {
         let program = require_program(
             "redis-server",
             "apt-get update && apt-get install -y redis-server",
         );
         // The port is free when chosen, not reserved: if it was taken meanwhile, try another.
         for _ in 0..3 {
-            let addr = std::net::TcpListener::bind("127.0.0.1:0")
-                .and_then(|l| l.local_addr())
-                .expect("find a free port");
+            let addr = match port {
+                Some(port) => SocketAddr::from(([127, 0, 0, 1], port)),
+                None => std::net::TcpListener::bind("127.0.0.1:0")
+                    .and_then(|l| l.local_addr())
+                    .expect("find a free port"),
+            };
             let mut child = Guard(
                 Command::new(&program)
                     .args(["--bind", "127.0.0.1", "--port", &addr.port().to_string()])
