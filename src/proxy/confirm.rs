@@ -38,7 +38,8 @@ impl Pending {
                 let Some(store) = sessions.shared() else {
                     return;
                 };
-                if let Err(e) = store.save(&nonce, &session.shared_state()).await {
+                let keys = sessions.keys().current();
+                if let Err(e) = store.save(&nonce, &session.shared_state(), &keys).await {
                     tracing::warn!(
                         error = %e,
                         "sessions.store failed; this holdfast's own record of the session is used"

@@ -104,7 +104,8 @@ impl Proxy {
         let (Some(store), Some(nonce)) = (self.sessions.shared(), session.nonce()) else {
             return;
         };
-        if let Err(e) = store.save(&nonce, &session.shared_state()).await {
+        let keys = self.sessions.keys().current();
+        if let Err(e) = store.save(&nonce, &session.shared_state(), &keys).await {
             self.store_failed(&e);
         }
     }
@@ -115,7 +116,8 @@ impl Proxy {
         let (Some(store), Some(nonce)) = (self.sessions.shared(), session.nonce()) else {
             return Ok(());
         };
-        store.end(&nonce).await.map_err(|e| {
+        let keys = self.sessions.keys().current();
+        store.end(&nonce, &keys).await.map_err(|e| {
             self.metrics.session_store_errors.inc();
             tracing::warn!(
                 error = %e,
@@ -132,7 +134,7 @@ impl Proxy {
         let (Some(store), Some(nonce)) = (self.sessions.shared(), session.nonce()) else {
             return false;
         };
-        match store.load(&nonce).await {
+        match store.load(&nonce, &self.sessions.keys().current()).await {
             Ok(shared) => {
                 if let Some(state) = shared.state.filter(|_| !shared.ended) {
                     plan.state = state.changes();

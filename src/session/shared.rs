@@ -7,6 +7,11 @@
 //! token's nonce (random, unique per token), never by the token or the upstream's id. A store
 //! that does not answer costs the request nothing but its timeout (1 s): the local record is
 //! used, and the failure is counted and logged.
+//!
+//! Whoever can write to the store must not be able to make holdfast replay subscriptions with a
+//! client's credentials, nor end sessions: every value holdfast writes is signed (HMAC-SHA256
+//! under a key derived from the session key, bound to the session's nonce and to what the value
+//! is), and a value no key signed is ignored as if absent.
 
 use std::time::Duration;
 
@@ -14,6 +19,7 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use serde::{Deserialize, Serialize};
 
 use super::rpc::StateChange;
+use super::token::Keyring;
 
 /// Longest a store command may take, connecting included.
 const STORE_TIMEOUT: Duration = Duration::from_secs(1);
@@ -80,26 +86,46 @@ impl SharedStore {
         })
     }
 
-    /// What the store knows of the session sealed with `nonce`.
-    pub async fn load(&self, nonce: &[u8; 12]) -> Result<Shared, StoreError> {
+    /// What the store knows of the session sealed with `nonce`, as far as `keys` signed it.
+    pub async fn load(&self, nonce: &[u8; 12], keys: &Keyring) -> Result<Shared, StoreError> {
         let (state, ended): (Option<String>, Option<String>) = redis::cmd("MGET")
             .arg(state_key(nonce))
             .arg(ended_key(nonce))
             .query_async(&mut self.conn.clone())
             .await?;
-        Ok(Shared {
-            // A value that does not parse (another version's, a hand edit) is no state.
-            state: state.and_then(|s| serde_json::from_str(&s).ok()),
-            ended: ended.is_some(),
-        })
+        let state = state.and_then(|v| {
+            let text = opened(keys, nonce, STATE, &v);
+            if text.is_none() {
+                tracing::warn!(
+                    "a session state in sessions.store is not signed by any session key: ignored"
+                );
+            }
+            // A value that does not parse (another version's) is no state either.
+            text.and_then(|t| serde_json::from_str(t).ok())
+        });
+        let ended = ended.is_some_and(|v| {
+            let signed = opened(keys, nonce, ENDED, &v).is_some();
+            if !signed {
+                tracing::warn!(
+                    "a session end in sessions.store is not signed by any session key: ignored"
+                );
+            }
+            signed
+        });
+        Ok(Shared { state, ended })
     }
 
-    /// Records the session's state.
-    pub async fn save(&self, nonce: &[u8; 12], state: &SharedState) -> Result<(), StoreError> {
-        let value = serde_json::to_string(state).expect("plain data serializes");
+    /// Records the session's state, signed.
+    pub async fn save(
+        &self,
+        nonce: &[u8; 12],
+        state: &SharedState,
+        keys: &Keyring,
+    ) -> Result<(), StoreError> {
+        let text = serde_json::to_string(state).expect("plain data serializes");
         redis::cmd("SET")
             .arg(state_key(nonce))
-            .arg(value)
+            .arg(signed(keys, nonce, STATE, &text))
             .arg("EX")
             .arg(self.state_ttl)
             .query_async::<()>(&mut self.conn.clone())
@@ -107,13 +133,13 @@ impl SharedStore {
         Ok(())
     }
 
-    /// Marks the session ended, and drops its state.
-    pub async fn end(&self, nonce: &[u8; 12]) -> Result<(), StoreError> {
+    /// Marks the session ended (signed), and drops its state.
+    pub async fn end(&self, nonce: &[u8; 12], keys: &Keyring) -> Result<(), StoreError> {
         redis::pipe()
             .atomic()
             .cmd("SET")
             .arg(ended_key(nonce))
-            .arg("1")
+            .arg(signed(keys, nonce, ENDED, ""))
             .arg("EX")
             .arg(self.ended_ttl)
             .ignore()
@@ -124,6 +150,41 @@ impl SharedStore {
             .await?;
         Ok(())
     }
+}
+
+/// What a signed value is: part of what its tag covers, so one kind is never taken for another.
+const STATE: &str = "state";
+const ENDED: &str = "ended";
+
+/// What the tag of a value covers: its kind, the session's nonce and the text.
+fn signed_bytes(nonce: &[u8; 12], kind: &str, text: &str) -> Vec<u8> {
+    let mut data = Vec::with_capacity(kind.len() + 13 + text.len());
+    data.extend_from_slice(kind.as_bytes());
+    data.push(0);
+    data.extend_from_slice(nonce);
+    data.extend_from_slice(text.as_bytes());
+    data
+}
+
+/// `<tag in hex>.<text>`: what is written.
+fn signed(keys: &Keyring, nonce: &[u8; 12], kind: &str, text: &str) -> String {
+    let tag = keys.sign(&signed_bytes(nonce, kind, text));
+    let tag: String = tag.iter().map(|b| format!("{b:02x}")).collect();
+    format!("{tag}.{text}")
+}
+
+/// The text of a value read, when one of `keys` signed it for this session and kind.
+fn opened<'a>(keys: &Keyring, nonce: &[u8; 12], kind: &str, value: &'a str) -> Option<&'a str> {
+    let (tag, text) = value.split_once('.')?;
+    if tag.len() % 2 != 0 {
+        return None;
+    }
+    let tag: Vec<u8> = (0..tag.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(tag.get(i..i + 2)?, 16).ok())
+        .collect::<Option<_>>()?;
+    keys.verify(&signed_bytes(nonce, kind, text), &tag)
+        .then_some(text)
 }
 
 fn hex(nonce: &[u8; 12]) -> String {
@@ -153,6 +214,36 @@ mod tests {
             ended_key(&nonce),
             format!("holdfast:ended:{}", "ab".repeat(12))
         );
+    }
+
+    #[test]
+    fn only_what_a_session_key_signed_for_this_session_and_kind_is_read() {
+        let key = |b: u8| crate::config::SessionKey([b; 32]);
+        let ring = Keyring::new(&[key(1)]);
+        let nonce = [7u8; 12];
+        let value = signed(
+            &ring,
+            &nonce,
+            STATE,
+            r#"{"level":"debug","subscriptions":[]}"#,
+        );
+        assert_eq!(
+            opened(&ring, &nonce, STATE, &value),
+            Some(r#"{"level":"debug","subscriptions":[]}"#)
+        );
+        // After a rotation the old key still verifies; another deployment's key does not.
+        assert!(opened(&Keyring::new(&[key(2), key(1)]), &nonce, STATE, &value).is_some());
+        assert!(opened(&Keyring::new(&[key(2)]), &nonce, STATE, &value).is_none());
+        // Another session's value, another kind, an altered text, unsigned or bare values.
+        assert!(opened(&ring, &[8u8; 12], STATE, &value).is_none());
+        assert!(opened(&ring, &nonce, ENDED, &value).is_none());
+        let altered = value.replace("debug", "error");
+        assert!(opened(&ring, &nonce, STATE, &altered).is_none());
+        for forged in [r#"{"level":"debug"}"#, "1", "", "zz.x", "."] {
+            assert!(opened(&ring, &nonce, STATE, forged).is_none(), "{forged}");
+        }
+        let end = signed(&ring, &nonce, ENDED, "");
+        assert_eq!(opened(&ring, &nonce, ENDED, &end), Some(""));
     }
 
     #[test]

@@ -69,6 +69,9 @@ pub enum Refused {
 /// The keys that seal and open tokens: the first seals, every one opens.
 pub struct Keyring {
     keys: Vec<LessSafeKey>,
+    /// One MAC key per sealing key, derived from it: what holdfast writes to the shared store is
+    /// signed with the first, and what it reads there trusted only when one of them signed it.
+    macs: Vec<ring::hmac::Key>,
     rng: SystemRandom,
 }
 
@@ -78,6 +81,7 @@ impl Keyring {
         assert!(!keys.is_empty(), "a keyring needs a key");
         Keyring {
             keys: keys.iter().map(|k| less_safe(&k.0)).collect(),
+            macs: keys.iter().map(|k| mac_key(&k.0)).collect(),
             rng: SystemRandom::new(),
         }
     }
@@ -90,6 +94,7 @@ impl Keyring {
         rng.fill(&mut key).expect("the system's random source");
         Keyring {
             keys: vec![less_safe(&key)],
+            macs: vec![mac_key(&key)],
             rng,
         }
     }
@@ -134,6 +139,18 @@ impl Keyring {
         let mut raw = nonce.to_vec();
         raw.extend_from_slice(&plain);
         Some(format!("{PREFIX}{}", base64url_encode(&raw)))
+    }
+
+    /// The tag of `data` under the first key: what holdfast writes to the shared store carries it.
+    pub fn sign(&self, data: &[u8]) -> Vec<u8> {
+        ring::hmac::sign(&self.macs[0], data).as_ref().to_vec()
+    }
+
+    /// Whether one of the keys signed `data` with `tag`.
+    pub fn verify(&self, data: &[u8], tag: &[u8]) -> bool {
+        self.macs
+            .iter()
+            .any(|key| ring::hmac::verify(key, data, tag).is_ok())
     }
 
     /// Opens `token` with any key.
@@ -184,6 +201,16 @@ pub fn nonce(token: &[u8]) -> Option<[u8; NONCE_LEN]> {
     // 12 bytes are exactly 16 base64 characters.
     let encoded = token.strip_prefix(PREFIX.as_bytes())?.get(..16)?;
     base64url_decode(encoded)?.try_into().ok()
+}
+
+/// The MAC key of a session key: HMAC-SHA256 under a key derived from it for this one use, so
+/// that no tag can ever be taken for a sealing, nor a sealing for a tag.
+fn mac_key(key: &[u8; 32]) -> ring::hmac::Key {
+    let derived = ring::hmac::sign(
+        &ring::hmac::Key::new(ring::hmac::HMAC_SHA256, key),
+        b"holdfast shared store mac v1",
+    );
+    ring::hmac::Key::new(ring::hmac::HMAC_SHA256, derived.as_ref())
 }
 
 fn less_safe(key: &[u8; 32]) -> LessSafeKey {

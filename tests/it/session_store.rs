@@ -138,3 +138,49 @@ async fn a_delete_while_the_store_is_down_is_a_503_and_its_retry_ends_the_sessio
     assert_eq!(call.status_line, "HTTP/1.1 404 Not Found", "{call:?}");
     assert_eq!(server.opened(), opened, "nothing re-established");
 }
+
+/// Whoever can write to the store cannot make holdfast replay a subscription with a client's
+/// credentials, nor end a session: values no session key signed are ignored.
+#[tokio::test]
+async fn what_no_session_key_signed_in_the_store_is_ignored() {
+    use crate::session::{count_call, open_session, result_text, send};
+    use crate::support::forgetful::ForgetfulServer;
+    use crate::support::proxy::{raw_config, Holdfast};
+
+    let redis = Redis::start().await;
+    let dir = crate::support::files::TempDir::new("store-forged");
+    let keys = dir.write("keys", &format!("{KEY_A}\n"));
+    let server = ForgetfulServer::start().await;
+    let mut raw = raw_config(&server.upstream.url());
+    raw.sessions.key_file = Some(keys);
+    raw.sessions.store = Some(redis.url());
+    let holdfast = Holdfast::start_with(raw).await;
+    let id = open_session(&holdfast).await;
+    let nonce: String = holdfast::session::token::nonce(id.as_bytes())
+        .expect("a token")
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    // Forged: a subscription, and the session's end.
+    redis
+        .set(
+            &format!("holdfast:session:{nonce}"),
+            r#"{"level":null,"subscriptions":["file:///etc/shadow"]}"#,
+        )
+        .await;
+    redis.set(&format!("holdfast:ended:{nonce}"), "1").await;
+
+    server.forget();
+    let call = send(&holdfast, "POST", Some(&id), &count_call(1)).await;
+    assert_eq!(
+        result_text(&call),
+        "1",
+        "re-established: the forged end ignored"
+    );
+    let subscribed = server
+        .upstream
+        .seen()
+        .iter()
+        .any(|s| String::from_utf8_lossy(&s.body).contains("resources/subscribe"));
+    assert!(!subscribed, "the forged subscription was not sent");
+}

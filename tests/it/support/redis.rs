@@ -78,6 +78,27 @@ impl Redis {
     }
 }
 
+impl Redis {
+    /// `SET key value`, as anyone with write access to the store could (a test's attacker).
+    pub async fn set(&self, key: &str, value: &str) {
+        let mut stream = TcpStream::connect(self.addr)
+            .await
+            .expect("connect to redis");
+        let command = format!(
+            "*3\r\n$3\r\nSET\r\n${}\r\n{key}\r\n${}\r\n{value}\r\n",
+            key.len(),
+            value.len()
+        );
+        stream
+            .write_all(command.as_bytes())
+            .await
+            .expect("write to redis");
+        let mut answer = [0u8; 5];
+        stream.read_exact(&mut answer).await.expect("redis answers");
+        assert_eq!(&answer, b"+OK\r\n");
+    }
+}
+
 /// Whether a server at `addr` answers PING with PONG.
 async fn ping(addr: SocketAddr) -> bool {
     let Ok(mut stream) = TcpStream::connect(addr).await else {
