@@ -35,6 +35,9 @@ pub struct RawSessions {
     pub token_max_age_secs: f64,
     /// A Redis or Valkey server every replica shares (`redis://host:port/db`).
     pub store: Option<String>,
+    /// The deployment's name, bound into every token (its AAD): a token sealed for one
+    /// deployment does not open at another that shares a key. Empty: unnamed.
+    pub deployment: String,
 }
 
 impl Default for RawSessions {
@@ -48,6 +51,7 @@ impl Default for RawSessions {
             key_file: None,
             token_max_age_secs: defaults::SESSIONS_TOKEN_MAX_AGE_SECS,
             store: None,
+            deployment: String::new(),
         }
     }
 }
@@ -92,6 +96,8 @@ pub struct SessionKeys {
     pub file: Option<PathBuf>,
     /// The keys, in the file's order; empty without a file.
     pub keys: Vec<SessionKey>,
+    /// `sessions.deployment`: bound into every token's sealing.
+    pub deployment: String,
 }
 
 /// Most keys in one file: rotation needs two or three; more is a mistake (and every key is
@@ -259,6 +265,7 @@ impl Validator<'_> {
                 Ok(keys) => SessionKeys {
                     file: Some(path.clone()),
                     keys,
+                    deployment: raw.deployment.clone(),
                 },
                 Err(e) => {
                     ok = false;
@@ -267,6 +274,15 @@ impl Validator<'_> {
                 }
             },
         };
+        let name_ok =
+            raw.deployment.len() <= 128 && raw.deployment.bytes().all(|b| b.is_ascii_graphic());
+        if !name_ok {
+            ok = false;
+            self.fail::<()>(
+                "sessions.deployment",
+                "must be at most 128 visible ASCII characters (no spaces)".into(),
+            );
+        }
         if let Some(url) = &raw.store {
             if let Err(e) = check_store_url(url) {
                 ok = false;

@@ -38,6 +38,7 @@ fn pod_config(backend: SocketAddr, listen: &str, key: [u8; 32]) -> std::io::Resu
     config.sessions.keys = SessionKeys {
         file: None,
         keys: vec![SessionKey(key)],
+        deployment: String::new(),
     };
     Ok(config)
 }

@@ -21,6 +21,8 @@ pub struct Keys {
     /// again at its next use ([`super::Sessions::lookup`]).
     generation: std::sync::atomic::AtomicU64,
     file: Option<PathBuf>,
+    /// `sessions.deployment`, every keyring's binding (fixed while holdfast runs).
+    deployment: String,
     /// The keys were configured (else a random one of this process).
     configured: bool,
 }
@@ -30,7 +32,7 @@ impl Keys {
     pub fn new(cfg: &SessionKeys) -> Keys {
         let configured = !cfg.keys.is_empty();
         let ring = if configured {
-            Keyring::new(&cfg.keys)
+            Keyring::new(&cfg.keys).for_deployment(&cfg.deployment)
         } else {
             Keyring::random()
         };
@@ -38,6 +40,7 @@ impl Keys {
             ring: RwLock::new(Arc::new(ring)),
             generation: std::sync::atomic::AtomicU64::new(0),
             file: cfg.file.clone(),
+            deployment: cfg.deployment.clone(),
             configured,
         }
     }
@@ -54,7 +57,7 @@ impl Keys {
 
     /// Replaces the keys with `keys` (a reload's, read from the same file).
     pub fn replace(&self, keys: &[crate::config::SessionKey]) {
-        self.swap(Keyring::new(keys));
+        self.swap(Keyring::new(keys).for_deployment(&self.deployment));
     }
 
     fn swap(&self, ring: Keyring) {
@@ -72,7 +75,7 @@ impl Keys {
     /// why `text` holds none (the keys stay as they were).
     pub fn reload(&self, text: &str) -> Result<usize, String> {
         let keys = parse_session_keys(text)?;
-        self.swap(Keyring::new(&keys));
+        self.swap(Keyring::new(&keys).for_deployment(&self.deployment));
         Ok(keys.len())
     }
 }
@@ -150,6 +153,7 @@ mod tests {
         let keys = Keys::new(&SessionKeys {
             file: Some("/nonexistent".into()),
             keys: crate::config::parse_session_keys(&first).unwrap(),
+            deployment: String::new(),
         });
         let old = keys.current().seal(&contents()).unwrap();
         let second = "3".repeat(63) + "4";

@@ -83,6 +83,9 @@ pub(super) fn fixed_changes(was: &config::Sessions, now: &config::Sessions) -> V
     if was.store != now.store {
         changed.push("sessions.store");
     }
+    if was.keys.deployment != now.keys.deployment {
+        changed.push("sessions.deployment");
+    }
     changed
 }
 

@@ -69,6 +69,8 @@ pub enum Refused {
 /// The keys that seal and open tokens: the first seals, every one opens.
 pub struct Keyring {
     keys: Vec<LessSafeKey>,
+    /// What every sealing is bound to: [`AAD`], then the deployment's name when it has one.
+    aad: Vec<u8>,
     /// One MAC key per sealing key, derived from it: what holdfast writes to the shared store is
     /// signed with the first, and what it reads there trusted only when one of them signed it.
     macs: Vec<ring::hmac::Key>,
@@ -81,6 +83,7 @@ impl Keyring {
         assert!(!keys.is_empty(), "a keyring needs a key");
         Keyring {
             keys: keys.iter().map(|k| less_safe(&k.0)).collect(),
+            aad: AAD.to_vec(),
             macs: keys.iter().map(|k| mac_key(&k.0)).collect(),
             rng: SystemRandom::new(),
         }
@@ -94,6 +97,7 @@ impl Keyring {
         rng.fill(&mut key).expect("the system's random source");
         Keyring {
             keys: vec![less_safe(&key)],
+            aad: AAD.to_vec(),
             macs: vec![mac_key(&key)],
             rng,
         }
@@ -132,13 +136,24 @@ impl Keyring {
         self.keys[0]
             .seal_in_place_append_tag(
                 Nonce::assume_unique_for_key(nonce),
-                Aad::from(AAD),
+                Aad::from(self.aad.as_slice()),
                 &mut plain,
             )
             .expect("a sealing within ChaCha20-Poly1305's bounds");
         let mut raw = nonce.to_vec();
         raw.extend_from_slice(&plain);
         Some(format!("{PREFIX}{}", base64url_encode(&raw)))
+    }
+
+    /// The same keys, their tokens bound to `deployment` (`sessions.deployment`): a token sealed
+    /// for one deployment does not open at another sharing a key. Unnamed (empty), the binding
+    /// is the one every holdfast had before the setting existed, so tokens already handed out
+    /// keep opening.
+    pub fn for_deployment(mut self, deployment: &str) -> Keyring {
+        if !deployment.is_empty() {
+            self.aad = [AAD, b"\0", deployment.as_bytes()].concat();
+        }
+        self
     }
 
     /// The tag of `data` under the first key: what holdfast writes to the shared store carries it.
@@ -174,7 +189,7 @@ impl Keyring {
                 let mut buf = sealed.to_vec();
                 let nonce = Nonce::assume_unique_for_key(nonce);
                 let len = key
-                    .open_in_place(nonce, Aad::from(AAD), &mut buf)
+                    .open_in_place(nonce, Aad::from(self.aad.as_slice()), &mut buf)
                     .ok()?
                     .len();
                 buf.truncate(len);

@@ -30,6 +30,7 @@ fn keys(bytes: &[u8]) -> SessionKeys {
                 SessionKey(k)
             })
             .collect(),
+        deployment: String::new(),
     }
 }
 

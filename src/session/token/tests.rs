@@ -171,3 +171,21 @@ fn every_sealed_token_opens_even_at_the_size_bound() {
     // The largest that still fits is sealed.
     assert!(ring.seal(&contents(&vec![b'a'; MAX_PLAIN - 200])).is_some());
 }
+
+/// A token is bound to its deployment's name: another deployment sharing the key cannot open
+/// it; an unnamed deployment opens what holdfast sealed before the setting existed.
+#[test]
+fn a_token_opens_only_in_its_deployment() {
+    let plain = Keyring::new(&[key(1)]);
+    let a = Keyring::new(&[key(1)]).for_deployment("prod-a");
+    let b = Keyring::new(&[key(1)]).for_deployment("prod-b");
+    let c = contents(INITIALIZE);
+    let sealed_a = a.seal(&c).unwrap();
+    assert_eq!(a.open(sealed_a.as_bytes()), Ok(c.clone()));
+    assert_eq!(b.open(sealed_a.as_bytes()), Err(Refused::Unopened));
+    assert_eq!(plain.open(sealed_a.as_bytes()), Err(Refused::Unopened));
+    // Unnamed: the binding tokens had before.
+    let unnamed = Keyring::new(&[key(1)]).for_deployment("");
+    let old = plain.seal(&c).unwrap();
+    assert_eq!(unnamed.open(old.as_bytes()), Ok(c));
+}
