@@ -79,9 +79,16 @@ pub struct Sessions {
     pub key_file_warning: Option<String>,
 }
 
-/// One key: 32 bytes. Its `Debug` never shows it.
+/// One key: 32 bytes. Its `Debug` never shows it, and it is wiped when dropped (a rotated-out
+/// key must not linger in freed memory).
 #[derive(Clone, PartialEq, Eq)]
 pub struct SessionKey(pub [u8; 32]);
+
+impl Drop for SessionKey {
+    fn drop(&mut self) {
+        zeroize::Zeroize::zeroize(&mut self.0);
+    }
+}
 
 impl fmt::Debug for SessionKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -121,13 +128,14 @@ pub fn parse_session_keys(text: &str) -> Result<Vec<SessionKey>, String> {
                 line.len()
             )
         })?;
-        if key.iter().all(|&b| b == key[0]) {
+        let key = SessionKey(key);
+        if key.0.iter().all(|&b| b == key.0[0]) {
             return Err(format!(
                 "line {}: every byte is the same: not a random key",
                 n + 1
             ));
         }
-        keys.push(SessionKey(key));
+        keys.push(key);
     }
     if keys.is_empty() {
         return Err("no key in the file (one per line, 64 hexadecimal characters)".into());
@@ -156,8 +164,11 @@ fn hex32(text: &str) -> Option<[u8; 32]> {
 
 /// Reads and parses `path`.
 pub(crate) fn read_session_keys(path: &Path) -> Result<Vec<SessionKey>, String> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    // Wiped when dropped: the file's text is the keys in hex.
+    let text = zeroize::Zeroizing::new(
+        std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))?,
+    );
     parse_session_keys(&text).map_err(|e| format!("{}: {e}", path.display()))
 }
 
@@ -376,5 +387,20 @@ mod redact_tests {
             redact_store_url("redis://r/0?x=a:b@c"),
             "redis://r/0?x=a:b@c"
         );
+    }
+}
+
+#[cfg(test)]
+mod wipe_tests {
+    use super::SessionKey;
+
+    /// A dropped key leaves no copy of itself where it lay.
+    #[test]
+    fn a_dropped_key_is_wiped() {
+        let mut slot = std::mem::ManuallyDrop::new(SessionKey([0x5a; 32]));
+        // SAFETY: `slot` is dropped once here and never used as a key again; its bytes, a plain
+        // array, stay readable in the `ManuallyDrop` that owns the storage.
+        unsafe { std::mem::ManuallyDrop::drop(&mut slot) };
+        assert_eq!(slot.0, [0u8; 32]);
     }
 }

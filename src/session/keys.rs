@@ -88,14 +88,15 @@ pub fn spawn_key_reloader(keys: Arc<Keys>) -> Option<JoinHandle<()>> {
         // The content last tried, loaded or not: an unchanged file is not parsed again, and a
         // bad one is reported once, not on every poll. None at first: the first read is applied
         // quietly (the keys validation read, unless the file changed since).
-        let mut tried: Option<String> = None;
+        // Both wiped when dropped: the file's text is the keys in hex.
+        let mut tried: Option<zeroize::Zeroizing<String>> = None;
         let mut last_read_error: Option<String> = None;
         let mut ticks = tokio::time::interval(KEY_RELOAD_EVERY);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             ticks.tick().await;
             let text = match tokio::fs::read_to_string(&file).await {
-                Ok(text) => text,
+                Ok(text) => zeroize::Zeroizing::new(text),
                 Err(e) => {
                     let message = e.to_string();
                     if last_read_error.as_deref() != Some(message.as_str()) {
@@ -110,7 +111,7 @@ pub fn spawn_key_reloader(keys: Arc<Keys>) -> Option<JoinHandle<()>> {
                 }
             };
             last_read_error = None;
-            if tried.as_deref() == Some(text.as_str()) {
+            if tried.as_ref().map(|t| t.as_str()) == Some(text.as_str()) {
                 continue;
             }
             match keys.reload(&text) {
