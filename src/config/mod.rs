@@ -113,7 +113,8 @@ pub struct Config {
 pub use forwarded::{RawForwarded, TrustedProxies};
 pub use pause::{AdminToken, Pause};
 pub use sessions::{
-    parse_session_keys, redact_store_url, RawSessions, SessionKey, SessionKeys, Sessions,
+    parse_session_keys, redact_store_url, store_is_tls, RawSessions, SessionKey, SessionKeys,
+    Sessions, StoreTls,
 };
 
 /// Validated `[retry]` (what `crate::idempotent` is built from).

@@ -75,6 +75,9 @@ pub struct Sessions {
     pub token_max_age: Duration,
     /// The shared store's URL (`redis://...`).
     pub store: Option<String>,
+    /// Over TLS (`rediss://`): the trust and client certificate of `[client]` (`ca`, `cert`,
+    /// `key`), as PEM, read at validation; none for a plain store.
+    pub store_tls: Option<StoreTls>,
     /// What to warn of at start about `key_file`: other users of the host may read it.
     pub key_file_warning: Option<String>,
 }
@@ -94,6 +97,49 @@ impl fmt::Debug for SessionKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("SessionKey(..)")
     }
+}
+
+/// What a store over TLS is trusted and presented with: `client.ca` (else the system's roots)
+/// and `client.cert`/`client.key` (mTLS), the same as the upstream's.
+#[derive(Clone, Default)]
+pub struct StoreTls {
+    /// PEM CA bundle, `client.ca`.
+    pub ca: Option<Vec<u8>>,
+    /// PEM certificate chain and key, `client.cert` and `client.key`.
+    pub client: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+impl fmt::Debug for StoreTls {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StoreTls")
+            .field("ca", &self.ca.is_some())
+            .field("client_certificate", &self.client.is_some())
+            .finish()
+    }
+}
+
+impl super::validate::Validator<'_> {
+    /// For a store over TLS: the PEM files of `[client]` it trusts and presents.
+    pub(super) fn store_tls(&mut self, raw: &super::RawClient) -> Option<StoreTls> {
+        let mut read = |key: &str, path: &Option<String>| -> Option<Vec<u8>> {
+            let path = path.as_ref()?;
+            std::fs::read(path)
+                .map_err(|e| self.fail::<()>(key, format!("cannot read {path}: {e}")))
+                .ok()
+        };
+        let ca = read("client.ca", &raw.ca);
+        let cert = read("client.cert", &raw.cert);
+        let key = read("client.key", &raw.key);
+        Some(StoreTls {
+            ca,
+            client: cert.zip(key),
+        })
+    }
+}
+
+/// Whether the store URL asks for TLS.
+pub fn store_is_tls(url: &str) -> bool {
+    url.starts_with("rediss://") || url.starts_with("valkeys://")
 }
 
 /// `sessions.key_file` and the keys read from it: the first seals, every one opens.
@@ -224,15 +270,16 @@ pub fn redact_store_url(url: &str) -> String {
     format!("{scheme}://{user}:***@{host}{path}")
 }
 
-/// A store URL holdfast can use: `redis://` (or `valkey://`), a host, an optional port and
-/// database number. The connection is made on first use, not here.
+/// A store URL holdfast can use: `redis://` (or `valkey://`; `rediss://`, `valkeys://` over
+/// TLS), a host, an optional port and database number. The connection is made on first use, not here.
 fn check_store_url(url: &str) -> Result<(), String> {
-    let rest = url
-        .strip_prefix("redis://")
-        .or_else(|| url.strip_prefix("valkey://"))
+    let rest = ["redis://", "valkey://", "rediss://", "valkeys://"]
+        .iter()
+        .find_map(|scheme| url.strip_prefix(scheme))
         .ok_or_else(|| {
             format!(
-                "expected a URL such as redis://valkey:6379/0 (redis:// or valkey://), got `{url}`"
+                "expected a URL such as redis://valkey:6379/0 (redis:// or valkey://; rediss:// \
+                 or valkeys:// for TLS), got `{url}`"
             )
         })?;
     if rest.is_empty() || rest.starts_with('/') {
@@ -317,6 +364,8 @@ impl Validator<'_> {
             keys,
             token_max_age: max_age.expect("checked"),
             store: raw.store.clone(),
+            // Filled by the validation of `[client]`, which knows its files: `store_tls`.
+            store_tls: None,
             key_file_warning,
         })
     }

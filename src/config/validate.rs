@@ -89,8 +89,14 @@ impl Config {
         let tls = v.inbound_tls(&raw.tls);
         let (log_format, log_level) = v.logging(raw);
         let host_header = v.host_header(&raw.client.host_header);
+        // `[client]`'s trust and certificate serve a store over TLS too (`rediss://`).
+        let store_tls = raw
+            .sessions
+            .store
+            .as_deref()
+            .is_some_and(super::sessions::store_is_tls);
         let upstream_tls = match &upstream {
-            Some(u) => v.upstream_tls(&raw.client, u, host_header),
+            Some(u) => v.upstream_tls(&raw.client, u, host_header, store_tls),
             None => None,
         };
         if raw.retry_after_secs == 0 {
@@ -118,7 +124,15 @@ impl Config {
         if let (Some(upstream), Some(routes)) = (&upstream, &routes) {
             v.upstream_path(upstream, &routes.endpoints);
         }
-        let sessions = v.sessions(&raw.sessions);
+        let mut sessions = v.sessions(&raw.sessions);
+        if let Some(s) = sessions.as_mut() {
+            if s.store
+                .as_deref()
+                .is_some_and(super::sessions::store_is_tls)
+            {
+                s.store_tls = v.store_tls(&raw.client);
+            }
+        }
         let retry = v.retry(&raw.retry);
         let pause = v.pause(&raw.pause);
         let trusted_proxies = v.forwarded(&raw.forwarded);
@@ -362,6 +376,7 @@ impl Validator<'_> {
         raw: &RawClient,
         upstream: &UpstreamUrl,
         host_header: Option<HostHeader>,
+        store_tls: bool,
     ) -> Option<UpstreamTls> {
         let (ca, cert, key) = (
             Self::path(&raw.ca),
@@ -369,17 +384,20 @@ impl Validator<'_> {
             Self::path(&raw.key),
         );
         if !upstream.tls {
-            // A TLS setting for a plain upstream means the URL or the setting is a mistake.
+            // A TLS setting for a plain upstream (and no store over TLS) means the URL or the
+            // setting is a mistake.
             for (k, set) in [
-                ("client.ca", ca.is_some()),
-                ("client.cert", cert.is_some()),
-                ("client.key", key.is_some()),
+                ("client.ca", ca.is_some() && !store_tls),
+                ("client.cert", cert.is_some() && !store_tls),
+                ("client.key", key.is_some() && !store_tls),
                 ("client.insecure_skip_verify", raw.insecure_skip_verify),
             ] {
                 if set {
                     self.fail::<()>(
                         k,
-                        "applies only to an https:// upstream, and the upstream is http://".into(),
+                        "applies only to an https:// upstream or a rediss:// sessions.store, and \
+                         the upstream is http://"
+                            .into(),
                     );
                 }
             }

@@ -4,8 +4,11 @@
 //! not have) sets nothing, and is never sent again after a restart.
 //!
 //! The answer streams to the client as ever; a bounded copy is read beside it, up to the
-//! response (an event stream may stay open after it), and the state is recorded then.
+//! response (an event stream may stay open after it), and the state is recorded then. With the
+//! shared store, the frame that completes the response goes on once the store has it: when the
+//! client has its answer, every replica can read what it set.
 
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
@@ -25,28 +28,35 @@ pub(super) struct Pending {
     pub(super) changes: Vec<StateChange>,
     pub(super) session: Arc<Session>,
     pub(super) sessions: Arc<Sessions>,
+    /// `holdfast_session_store_errors_total`.
+    pub(super) store_errors: prometheus_client::metrics::counter::Counter,
 }
 
+/// Writing the state to the shared store, before the frame that completed the answer goes on.
+type Saving = Pin<Box<dyn Future<Output = ()> + Send>>;
+
 impl Pending {
-    /// Records the changes (and shares them through the store, in the background: the answer
-    /// is on its way to the client already).
-    fn record(self) {
+    /// Records the changes; with the shared store, the write to it, to finish before the answer
+    /// does.
+    fn record(self) -> Option<Saving> {
         self.sessions.note_state(&self.session, self.changes);
-        if let (Some(_), Some(nonce)) = (self.sessions.shared(), self.session.nonce()) {
-            let (sessions, session) = (self.sessions.clone(), self.session.clone());
-            tokio::spawn(async move {
-                let Some(store) = sessions.shared() else {
-                    return;
-                };
-                let keys = sessions.keys().current();
-                if let Err(e) = store.save(&nonce, &session.shared_state(), &keys).await {
-                    tracing::warn!(
-                        error = %e,
-                        "sessions.store failed; this holdfast's own record of the session is used"
-                    );
-                }
-            });
-        }
+        let (Some(_), Some(nonce)) = (self.sessions.shared(), self.session.nonce()) else {
+            return None;
+        };
+        let (sessions, session, errors) = (self.sessions, self.session, self.store_errors);
+        Some(Box::pin(async move {
+            let Some(store) = sessions.shared() else {
+                return;
+            };
+            let keys = sessions.keys().current();
+            if let Err(e) = store.save(&nonce, &session.shared_state(), &keys).await {
+                errors.inc();
+                tracing::warn!(
+                    error = %e,
+                    "sessions.store failed; this holdfast's own record of the session is used"
+                );
+            }
+        }))
     }
 }
 
@@ -59,6 +69,8 @@ pin_project_lite::pin_project! {
         pending: Option<Pending>,
         copy: BytesMut,
         is_sse: bool,
+        // The store's write, and the frame waiting for it.
+        saving: Option<(Saving, Option<Result<Frame<Bytes>, BoxError>>)>,
     }
 }
 
@@ -69,6 +81,7 @@ impl Confirm {
             pending: Some(pending),
             copy: BytesMut::new(),
             is_sse,
+            saving: None,
         }
     }
 }
@@ -82,28 +95,46 @@ impl Body for Confirm {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = self.project();
-        let frame = ready!(this.inner.poll_frame(cx));
-        match &frame {
-            Some(Ok(f)) => {
-                if let (Some(_), Some(data)) = (this.pending.as_ref(), f.data_ref()) {
-                    if this.copy.len() + data.len() > MAX_READ {
-                        // Too long to be the answer of a state change: nothing recorded.
-                        *this.pending = None;
-                    } else {
-                        this.copy.extend_from_slice(data);
-                        judge(this.pending, this.copy, *this.is_sse, false);
-                    }
-                }
-            }
-            // A broken answer confirms nothing.
-            Some(Err(_)) => *this.pending = None,
-            None => judge(this.pending, this.copy, *this.is_sse, true),
+        if let Some((saving, _)) = this.saving.as_mut() {
+            ready!(saving.as_mut().poll(cx));
+            let (_, frame) = this.saving.take().expect("just polled");
+            return Poll::Ready(frame);
         }
-        Poll::Ready(frame)
+        let frame = ready!(this.inner.poll_frame(cx));
+        let saving = match &frame {
+            Some(Ok(f)) => match (this.pending.as_ref(), f.data_ref()) {
+                (Some(_), Some(data)) if this.copy.len() + data.len() > MAX_READ => {
+                    // Too long to be the answer of a state change: nothing recorded.
+                    *this.pending = None;
+                    None
+                }
+                (Some(_), Some(data)) => {
+                    this.copy.extend_from_slice(data);
+                    judge(this.pending, this.copy, *this.is_sse, false)
+                }
+                _ => None,
+            },
+            // A broken answer confirms nothing.
+            Some(Err(_)) => {
+                *this.pending = None;
+                None
+            }
+            None => judge(this.pending, this.copy, *this.is_sse, true),
+        };
+        match saving {
+            Some(mut saving) => match saving.as_mut().poll(cx) {
+                Poll::Ready(()) => Poll::Ready(frame),
+                Poll::Pending => {
+                    *this.saving = Some((saving, frame));
+                    Poll::Pending
+                }
+            },
+            None => Poll::Ready(frame),
+        }
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+        self.saving.is_none() && self.inner.is_end_stream()
     }
 
     fn size_hint(&self) -> SizeHint {
@@ -111,15 +142,11 @@ impl Body for Confirm {
     }
 }
 
-/// Records `pending` once `copy` holds a result; drops it on an error, or at the end without
-/// a response.
-fn judge(pending: &mut Option<Pending>, copy: &[u8], is_sse: bool, ended: bool) {
+/// Records `pending` once `copy` holds a result (the store's write, if any, to wait for); drops
+/// it on an error, or at the end without a response.
+fn judge(pending: &mut Option<Pending>, copy: &[u8], is_sse: bool, ended: bool) -> Option<Saving> {
     match rpc::reply(is_sse, copy) {
-        Reply::Result(_) => {
-            if let Some(p) = pending.take() {
-                p.record();
-            }
-        }
+        Reply::Result(_) => return pending.take().and_then(Pending::record),
         Reply::Error(code, message) => {
             tracing::debug!(
                 code,
@@ -131,4 +158,5 @@ fn judge(pending: &mut Option<Pending>, copy: &[u8], is_sse: bool, ended: bool) 
         Reply::Nothing if ended => *pending = None,
         Reply::Nothing => {}
     }
+    None
 }

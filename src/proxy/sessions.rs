@@ -96,6 +96,7 @@ impl Proxy {
             changes,
             session: c.session.clone(),
             sessions: self.sessions.clone(),
+            store_errors: self.metrics.session_store_errors.clone(),
         }))
     }
 

@@ -103,6 +103,7 @@ mod tests {
             keys: config::SessionKeys::default(),
             token_max_age: Duration::from_secs(600),
             store: None,
+            store_tls: None,
             key_file_warning: None,
         }
     }

@@ -71,10 +71,35 @@ pub struct SharedStore {
 }
 
 impl SharedStore {
-    /// A store at `url` (`redis://host:port/db`), connected on first use. Must run inside the
-    /// runtime.
-    pub fn new(url: &str, idle: Duration, max_age: Duration) -> Result<SharedStore, StoreError> {
-        let client = redis::Client::open(url)?;
+    /// A store at `url` (`redis://host:port/db`; `rediss://` over TLS, trusting and presenting
+    /// `tls`), connected on first use. Must run inside the runtime.
+    pub fn new(
+        url: &str,
+        idle: Duration,
+        max_age: Duration,
+        tls: Option<&crate::config::StoreTls>,
+    ) -> Result<SharedStore, StoreError> {
+        let client = match tls {
+            Some(tls) if crate::config::store_is_tls(url) => {
+                // The redis crate builds its rustls configuration with the process's default
+                // provider: holdfast's own (ring), installed unless one already is.
+                let _ = rustls::crypto::ring::default_provider().install_default();
+                redis::Client::build_with_tls(
+                    url,
+                    redis::TlsCertificates {
+                        client_tls: tls
+                            .client
+                            .as_ref()
+                            .map(|(cert, key)| redis::ClientTlsConfig {
+                                client_cert: cert.clone(),
+                                client_key: key.clone(),
+                            }),
+                        root_cert: tls.ca.clone(),
+                    },
+                )?
+            }
+            _ => redis::Client::open(url)?,
+        };
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(STORE_TIMEOUT))
             .set_response_timeout(Some(STORE_TIMEOUT))

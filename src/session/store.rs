@@ -103,7 +103,12 @@ impl Sessions {
     pub fn new(settings: config::Sessions, tracked: Gauge) -> Sessions {
         let keys = Arc::new(Keys::new(&settings.keys));
         let shared = settings.store.as_deref().and_then(|url| {
-            let store = SharedStore::new(url, settings.idle_timeout, settings.token_max_age);
+            let store = SharedStore::new(
+                url,
+                settings.idle_timeout,
+                settings.token_max_age,
+                settings.store_tls.as_ref(),
+            );
             // Validation checked the URL; a store that cannot be made is logged, not fatal.
             store
                 .map_err(|e| tracing::error!(error = %e, "sessions.store is not used"))

@@ -184,3 +184,56 @@ async fn what_no_session_key_signed_in_the_store_is_ignored() {
         .any(|s| String::from_utf8_lossy(&s.body).contains("resources/subscribe"));
     assert!(!subscribed, "the forged subscription was not sent");
 }
+
+/// A store over TLS (`rediss://`, as managed Redis services require), trusted by `client.ca`:
+/// what one replica recorded reaches the other through it.
+#[tokio::test]
+async fn the_store_works_over_tls_trusted_by_the_clients_ca() {
+    use crate::session::{count_call, open_session, result_text, send};
+    use crate::support::forgetful::ForgetfulServer;
+    use crate::support::proxy::{raw_config, Holdfast};
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+
+    // A CA, and a certificate for localhost it issued.
+    let dir = crate::support::files::TempDir::new("store-tls");
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca_key = KeyPair::generate().unwrap();
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let leaf_key = KeyPair::generate().unwrap();
+    let leaf = CertificateParams::new(vec!["localhost".to_owned()])
+        .unwrap()
+        .signed_by(&leaf_key, &Issuer::from_params(&ca_params, &ca_key))
+        .unwrap();
+    let ca_file = dir.write("ca.pem", &ca.pem());
+    let cert = dir.write("redis.pem", &leaf.pem());
+    let key = dir.write("redis.key", &leaf_key.serialize_pem());
+    let redis = Redis::start_tls(&cert, &key).await;
+
+    let keys = dir.write("keys", &format!("{KEY_A}\n"));
+    let server = ForgetfulServer::start().await;
+    let mut raw = raw_config(&server.upstream.url());
+    raw.sessions.key_file = Some(keys);
+    raw.sessions.store = Some(format!("rediss://localhost:{}/0", redis.addr.port()));
+    raw.client.ca = Some(ca_file.to_str().unwrap().to_owned());
+    let a = Holdfast::start_with(raw.clone()).await;
+    let b = Holdfast::start_with(raw).await;
+
+    let id = open_session(&a).await;
+    let level =
+        r#"{"jsonrpc":"2.0","id":2,"method":"logging/setLevel","params":{"level":"debug"}}"#;
+    let set = send(&a, "POST", Some(&id), level).await;
+    assert_eq!(set.status_line, "HTTP/1.1 200 OK");
+    // In the store once its answer is: b's re-establishment reads it there.
+    server.forget();
+    let call = send(&b, "POST", Some(&id), &count_call(3)).await;
+    assert_eq!(result_text(&call), "1");
+    let levels = server
+        .upstream
+        .seen()
+        .iter()
+        .filter(|s| String::from_utf8_lossy(&s.body).contains("logging/setLevel"))
+        .count();
+    assert_eq!(levels, 2, "the client's, and b's from the store over TLS");
+    assert_eq!(b.metric("holdfast_session_store_errors_total").await, 0.0);
+}

@@ -14,6 +14,7 @@ fn settings() -> config::Sessions {
         keys: keys(&[1]),
         token_max_age: Duration::from_secs(3600),
         store: None,
+        store_tls: None,
         key_file_warning: None,
     }
 }

@@ -32,6 +32,50 @@ impl Redis {
         Redis::start_at(Some(port)).await
     }
 
+    /// Starts redis-server speaking TLS only, on a free port, with the certificate and key in
+    /// `cert` and `key` (PEM files); clients are not asked for a certificate. Ready once its
+    /// port accepts (a PING would need TLS).
+    pub async fn start_tls(cert: &std::path::Path, key: &std::path::Path) -> Redis {
+        let program = require_program(
+            "redis-server",
+            "apt-get update && apt-get install -y redis-server",
+        );
+        let addr = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("find a free port");
+        let mut child = Guard(
+            Command::new(&program)
+                .args(["--bind", "127.0.0.1", "--port", "0"])
+                .args(["--tls-port", &addr.port().to_string()])
+                .arg("--tls-cert-file")
+                .arg(cert)
+                .arg("--tls-key-file")
+                .arg(key)
+                .args(["--tls-auth-clients", "no"])
+                .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("run redis-server"),
+        );
+        let deadline = Instant::now() + START;
+        while Instant::now() < deadline {
+            assert!(
+                child.0.try_wait().expect("poll redis-server").is_none(),
+                "redis-server with TLS exited at start"
+            );
+            if TcpStream::connect(addr).await.is_ok() {
+                return Redis {
+                    _child: child,
+                    addr,
+                };
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("redis-server with TLS did not start")
+    }
+
     async fn start_at(port: Option<u16>) -> Redis {
         let program = require_program(
             "redis-server",
