@@ -432,7 +432,7 @@ fn every_flag_reaches_the_config() {
             log_format: Some("json".into()),
             log_level: Some("warn,holdfast::access=info".into()),
             access_log: Some(true),
-            // --tls-cert and --tls-key need certificate files: tests/it/tls.rs.
+            // --tls-cert and --tls-key need certificate files: tests/it/tls_config.rs.
             tls: RawTlsFlags::default(),
         };
         let c = loaded(None, &flags);

@@ -51,5 +51,7 @@ mod smuggling;
 mod sse;
 mod strict;
 mod support;
-mod tls;
+mod tls_config;
+mod tls_listener;
+mod tls_upstream;
 mod upstream_pool;

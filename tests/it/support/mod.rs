@@ -17,6 +17,7 @@ pub mod redis;
 pub mod router;
 pub mod script;
 pub mod stacks;
+pub mod tls;
 
 use std::future::Future;
 use std::time::Duration;
