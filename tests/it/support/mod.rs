@@ -1,6 +1,7 @@
 //! Test support: in-process peers the tests drive, child processes, and bounded waits.
 
 pub mod clients;
+pub mod config;
 pub mod files;
 pub mod forgetful;
 pub mod http;
