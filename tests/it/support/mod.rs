@@ -4,6 +4,7 @@ pub mod clients;
 pub mod config;
 pub mod files;
 pub mod forgetful;
+pub mod hold;
 pub mod http;
 pub mod jail;
 pub mod mcp;
