@@ -10,6 +10,7 @@ pub mod jail;
 pub mod mcp;
 pub mod nginx;
 pub mod node;
+pub mod observability;
 pub mod pod;
 pub mod ports;
 pub mod process;
