@@ -2,6 +2,7 @@
 
 pub mod clients;
 pub mod config;
+pub mod deploy;
 pub mod files;
 pub mod forgetful;
 pub mod hold;
