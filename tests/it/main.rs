@@ -20,6 +20,7 @@ mod deploy_kubernetes;
 mod deploy_metrics;
 mod deploy_nginx;
 mod deploy_pause;
+mod deploy_systemd;
 mod docs;
 mod dual_era;
 mod exactly_once;
