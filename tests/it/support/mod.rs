@@ -19,6 +19,7 @@ pub mod proxy;
 pub mod python;
 pub mod redis;
 pub mod router;
+pub mod rows;
 pub mod script;
 pub mod stacks;
 pub mod tls;
