@@ -44,6 +44,7 @@ mod oracle;
 mod pause;
 mod per_route;
 mod probe;
+mod probe_command;
 mod probe_results;
 mod reload;
 mod retry;
