@@ -56,6 +56,7 @@ mod rows_unavailable;
 mod safe_calls;
 mod session;
 mod session_forgotten;
+mod session_not_resumed;
 mod session_replicas;
 mod session_store;
 mod session_tokens;
