@@ -39,6 +39,7 @@ mod legacy;
 mod limits;
 mod logs;
 mod mcp_e2e;
+mod mcp_e2e_outage;
 mod metrics_text;
 mod oracle;
 mod pause;
