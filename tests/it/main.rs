@@ -3,6 +3,7 @@
 
 mod admin_endpoints;
 mod cli;
+mod cli_config;
 mod cli_output;
 mod client_body;
 mod compat;
