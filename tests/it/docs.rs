@@ -119,8 +119,8 @@ fn anchors_are_spelled_as_github_spells_them() {
     );
 }
 
-/// Every key of the sample configuration (which sets every key: `config.rs` checks that) has a
-/// row in the configuration page, or in the TLS page for the TLS keys.
+/// Every key of the sample configuration (which sets every key: `config_sample.rs` checks that)
+/// has a row in the configuration page, or in the TLS page for the TLS keys.
 #[test]
 fn every_configuration_key_is_documented() {
     fn leaves(prefix: &str, table: &toml::Table, out: &mut Vec<String>) {

@@ -1,13 +1,17 @@
 //! Test support: in-process peers the tests drive, child processes, and bounded waits.
 
 pub mod clients;
+pub mod config;
+pub mod deploy;
 pub mod files;
 pub mod forgetful;
+pub mod hold;
 pub mod http;
 pub mod jail;
 pub mod mcp;
 pub mod nginx;
 pub mod node;
+pub mod observability;
 pub mod pod;
 pub mod ports;
 pub mod process;
@@ -15,8 +19,10 @@ pub mod proxy;
 pub mod python;
 pub mod redis;
 pub mod router;
+pub mod rows;
 pub mod script;
 pub mod stacks;
+pub mod tls;
 
 use std::future::Future;
 use std::time::Duration;
