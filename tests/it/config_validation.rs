@@ -378,10 +378,12 @@ fn session_keys_and_the_shared_store_are_checked() {
         "no key in Debug output"
     );
 
-    // The store: a redis:// or valkey:// URL with a host, and only with a shared key.
+    // The store: a redis:// or valkey:// URL (rediss:// and valkeys:// over TLS) with a host,
+    // and only with a shared key.
     for (url, says) in [
         ("http://cache:6379", "redis:// or valkey://"),
-        ("rediss://cache:6379", "redis:// or valkey://"),
+        ("https://cache:6379", "rediss:// or valkeys:// for TLS"),
+        ("rediss://", "no host"),
         ("redis://", "no host"),
         ("redis:///0", "no host"),
     ] {
@@ -394,6 +396,9 @@ fn session_keys_and_the_shared_store_are_checked() {
     }
     raw.sessions.store = Some("valkey://cache:6379/2".into());
     assert!(validate(&raw).is_ok());
+    raw.sessions.store = Some("rediss://cache:6380/0".into());
+    assert!(validate(&raw).is_ok());
+    raw.sessions.store = Some("valkey://cache:6379/2".into());
     raw.sessions.key_file = None;
     let err = validate(&raw).unwrap_err();
     assert!(

@@ -43,12 +43,23 @@ fn pod_and_sidecar(docs: &[Value]) -> (&Value, &Value) {
     (pod, sidecar)
 }
 
-/// The ConfigMap's holdfast.toml.
-fn configmap_toml(docs: &[Value]) -> String {
-    kind(docs, "ConfigMap")["data"]["holdfast.toml"]
-        .as_str()
-        .expect("the ConfigMap holds holdfast.toml")
-        .to_string()
+/// A manifest's configuration: the file kustomize makes its ConfigMap from, and that
+/// ConfigMap's name (the kustomization's generator entry for it; the gateway's is the commented
+/// alternative).
+fn config_of(manifest: &str) -> (&'static str, &'static str) {
+    match manifest {
+        K8S => ("deploy/kubernetes/holdfast.toml", "mcp-server-holdfast"),
+        GATEWAY => (
+            "deploy/kubernetes/holdfast-gateway.toml",
+            "mcp-holdfast-gateway",
+        ),
+        other => panic!("no configuration known for {other}"),
+    }
+}
+
+/// The holdfast.toml a manifest's pods read.
+fn configmap_toml(manifest: &str) -> String {
+    read_repo(config_of(manifest).0)
 }
 
 /// A container port, by number or by the name of one of `container`'s ports.
@@ -88,6 +99,41 @@ fn kubernetes_manifests_pass_the_schema_validator() {
             passed, documents,
             "every document validated (a kind without a schema is only a warning): {out:?}"
         );
+    }
+}
+
+/// Each manifest's configuration is a file kustomize makes the ConfigMap it mounts from, with
+/// the name hash on: an edited file rolls the pods when applied (a ConfigMap edited in place
+/// would change nothing until they restarted). No manifest carries a ConfigMap of its own, which
+/// kustomize would not hash.
+#[test]
+fn the_kustomization_makes_each_manifests_configmap_from_its_file_hashed() {
+    let text = read_repo("deploy/kubernetes/kustomization.yaml");
+    let kustomization = &yaml_docs("deploy/kubernetes/kustomization.yaml")[0];
+    let generators = kustomization["configMapGenerator"]
+        .as_array()
+        .expect("a configMapGenerator");
+    let sidecar = generators
+        .iter()
+        .find(|g| g["name"] == config_of(K8S).1)
+        .expect("the sidecar's ConfigMap is generated");
+    assert_eq!(sidecar["files"], serde_json::json!(["holdfast.toml"]));
+    assert!(
+        !text.contains("disableNameSuffixHash"),
+        "the name hash is what rolls the pods"
+    );
+    // The gateway's, the commented alternative, names its own file.
+    assert!(
+        text.contains("  # - name: mcp-holdfast-gateway\n  #   files:\n  #     - holdfast.toml=holdfast-gateway.toml"),
+        "{text}"
+    );
+    for manifest in [K8S, GATEWAY] {
+        let docs = yaml_docs(manifest);
+        assert!(
+            docs.iter().all(|d| d["kind"] != "ConfigMap"),
+            "{manifest} carries a ConfigMap kustomize would not hash"
+        );
+        assert!(repo_path(config_of(manifest).0).is_file());
     }
 }
 
@@ -217,13 +263,10 @@ fn kubernetes_deployment_runs_holdfast_as_a_hardened_native_sidecar() {
     let config_path = env["HOLDFAST_CONFIG"];
     let volume = volume_holding(pod, sidecar, config_path, "holdfast.toml")
         .expect("HOLDFAST_CONFIG is holdfast.toml in a mounted volume");
-    assert_eq!(
-        volume["configMap"]["name"],
-        kind(&docs, "ConfigMap")["metadata"]["name"]
-    );
+    assert_eq!(volume["configMap"]["name"], config_of(K8S).1);
 
     // holdfast forwards to the MCP container on localhost.
-    let config: toml::Value = toml::from_str(&configmap_toml(&docs)).unwrap();
+    let config: toml::Value = toml::from_str(&configmap_toml(K8S)).unwrap();
     let upstream = config["upstream"].as_str().expect("upstream is set");
     let (host, port) = host_port(upstream);
     assert!(host == "127.0.0.1" || host == "localhost", "{upstream}");
@@ -265,8 +308,7 @@ fn kubernetes_configmaps_are_accepted_by_check_config() {
 }
 
 fn configmap_is_accepted_by_check_config(file: &str) {
-    let docs = yaml_docs(file);
-    let toml_text = configmap_toml(&docs);
+    let toml_text = configmap_toml(file);
     let dir = TempDir::new("deploy-container");
     let path = dir.write("holdfast.toml", &toml_text);
 
@@ -332,7 +374,7 @@ fn volume_holding<'a>(
 fn session_keys_come_from_the_recipes_secret() {
     for file in [K8S, GATEWAY] {
         let docs = yaml_docs(file);
-        let config: toml::Value = toml::from_str(&configmap_toml(&docs)).unwrap();
+        let config: toml::Value = toml::from_str(&configmap_toml(file)).unwrap();
         let key_file = config["sessions"]["key_file"]
             .as_str()
             .unwrap_or_else(|| panic!("{file}: sessions.key_file"));
@@ -420,7 +462,7 @@ fn kubernetes_gateway_runs_hardened_replicas_in_front_of_the_mcp_service() {
 
     // holdfast reaches the MCP server through its Service, by name: a missing pod is a refused
     // connection to it, which holdfast holds.
-    let config: toml::Value = toml::from_str(&configmap_toml(&docs)).unwrap();
+    let config: toml::Value = toml::from_str(&configmap_toml(GATEWAY)).unwrap();
     let upstream = config["upstream"].as_str().unwrap();
     let (host, _) = host_port(upstream);
     assert!(
