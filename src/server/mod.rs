@@ -357,6 +357,10 @@ async fn serve_proxy(
                     break;
                 }
                 ready.set(false);
+                // Connections go on being served, but each answer from now on carries
+                // `Connection: close` (HTTP/2: GOAWAY), and idle ones close: a client's next
+                // request opens a connection the balancer sends elsewhere.
+                let _ = drain.send(true);
                 tracing::info!(
                     accept_grace_secs = grace.as_secs_f64(),
                     "shutting down: not ready, still accepting for shutdown.accept_grace_secs"

@@ -490,3 +490,49 @@ fn kubernetes_gateway_runs_hardened_replicas_in_front_of_the_mcp_service() {
     let budget = kind(&docs, "PodDisruptionBudget");
     assert_eq!(&budget["spec"]["selector"]["matchLabels"], labels);
 }
+
+/// The sidecar recipe orders a pod's shutdown so that no call meets a server going away: the
+/// MCP container sleeps in its preStop while the pod leaves the endpoints, then stops; holdfast,
+/// a native sidecar, stops after it, with an accept grace; all of it within the grace period.
+/// A disruption budget and a spread over nodes keep one replica serving through a node drain.
+#[test]
+fn the_sidecar_recipe_orders_a_pods_shutdown_and_keeps_a_replica_serving() {
+    let docs = yaml_docs(K8S);
+    let (pod, _) = pod_and_sidecar(&docs);
+    let app = &pod["containers"][0];
+    let sleep = app["lifecycle"]["preStop"]["sleep"]["seconds"]
+        .as_f64()
+        .expect("the MCP container sleeps in its preStop");
+    // Endpoints leave kube-proxy, ingress controllers and meshes 0.5-2 s after the pod
+    // turns Terminating.
+    assert!(sleep >= 5.0, "a preStop sleep of {sleep} s");
+    let config: toml::Value = toml::from_str(&configmap_toml(K8S)).unwrap();
+    let shutdown = &config["shutdown"];
+    let grace = shutdown
+        .get("accept_grace_secs")
+        .map(toml_secs)
+        .expect("an accept grace");
+    assert!(grace > 0.0);
+    let drain = shutdown
+        .get("drain_timeout_secs")
+        .map(toml_secs)
+        .unwrap_or_else(default_drain_secs);
+    let period = pod["terminationGracePeriodSeconds"].as_f64().unwrap();
+    assert!(
+        period > sleep + grace + drain,
+        "terminationGracePeriodSeconds {period} covers the sleep {sleep}, the grace {grace} and \
+         the drain {drain}"
+    );
+
+    let budget = kind(&docs, "PodDisruptionBudget");
+    assert_eq!(budget["spec"]["minAvailable"], 1);
+    let labels = string_map(&kind(&docs, "Deployment")["spec"]["template"]["metadata"]["labels"]);
+    let selects = string_map(&budget["spec"]["selector"]["matchLabels"]);
+    assert!(selects.iter().all(|(k, v)| labels.get(k) == Some(v)));
+    let spread = pod["topologySpreadConstraints"]
+        .as_array()
+        .expect("a topology spread");
+    assert!(spread
+        .iter()
+        .any(|c| c["topologyKey"] == "kubernetes.io/hostname"));
+}

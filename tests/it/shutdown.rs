@@ -302,6 +302,53 @@ async fn during_the_accept_grace_readiness_fails_and_new_connections_are_served(
     within(holdfast.wait()).await;
 }
 
+/// Writes `request` on `conn` and reads its answer's head, lower-cased.
+async fn head_of(conn: &mut TcpStream, request: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    conn.write_all(request.as_bytes()).await.unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+        let n = conn.read(&mut buf).await.unwrap();
+        assert!(n > 0, "closed before an answer");
+        got.extend_from_slice(&buf[..n]);
+    }
+    String::from_utf8_lossy(&got).to_ascii_lowercase()
+}
+
+/// During the accept grace, answers carry `Connection: close`: a kept-alive connection from
+/// before the SIGTERM gets its next answer and is closed, so its client's next request opens a
+/// connection the balancer sends elsewhere; so does a connection opened during the grace.
+#[tokio::test]
+async fn answers_during_the_accept_grace_close_their_connections() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let held = HeldUpstream::start().await;
+    let mut raw = raw_config(&held.upstream.url());
+    raw.shutdown.accept_grace_secs = 5.0;
+    let mut holdfast = Holdfast::start_with(raw).await;
+    let request = format!("GET /fast HTTP/1.1\r\nhost: {}\r\n\r\n", holdfast.addr);
+    let mut kept = TcpStream::connect(holdfast.addr).await.unwrap();
+    let before = within(head_of(&mut kept, &request)).await;
+    assert!(!before.contains("connection: close"), "{before}");
+
+    holdfast.begin_shutdown();
+    wait_for_readyz(&holdfast, StatusCode::SERVICE_UNAVAILABLE).await;
+    let mut fresh = TcpStream::connect(holdfast.addr).await.unwrap();
+    let during = within(head_of(&mut fresh, &request)).await;
+    assert!(during.starts_with("http/1.1 200"), "{during}");
+    assert!(during.contains("connection: close"), "{during}");
+    // The kept-alive one: closed while idle, or answered once more with Connection: close.
+    let _ = kept.write_all(request.as_bytes()).await;
+    let mut rest = Vec::new();
+    let _ = within(kept.read_to_end(&mut rest)).await;
+    let rest = String::from_utf8_lossy(&rest).to_ascii_lowercase();
+    assert!(
+        rest.is_empty() || rest.contains("connection: close"),
+        "the kept-alive connection ends: {rest}"
+    );
+    within(holdfast.wait()).await;
+}
+
 /// A client's standalone event stream (a GET) ends cleanly as the drain begins: it never ends by
 /// itself, so it would hold the shutdown for the whole drain timeout (60 s here) and then be cut
 /// without its final chunk. Ended cleanly, its client reconnects elsewhere at once.
