@@ -140,6 +140,21 @@ pub fn session_end_unrecorded() -> Response<ProxyBody> {
     resp
 }
 
+/// 421 for a hand-off that came back to the holdfast that sent it (`proxy/handoff.rs`): the
+/// sender tries its next peer.
+pub fn handoff_to_self() -> Response<ProxyBody> {
+    let mut resp = build(
+        StatusCode::MISDIRECTED_REQUEST,
+        "text/plain; charset=utf-8",
+        "this holdfast sent the hand-off itself\n".into(),
+    );
+    resp.headers_mut().insert(
+        REASON_HEADER,
+        HeaderValue::from_static(crate::proxy::handoff::HANDOFF_SELF),
+    );
+    resp
+}
+
 /// 200 with a text body (admin endpoints).
 pub fn ok_text(content_type: &'static str, body: String) -> Response<ProxyBody> {
     build(StatusCode::OK, content_type, body.into())

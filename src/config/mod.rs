@@ -37,6 +37,7 @@ mod layers;
 mod log_level;
 mod messages;
 mod pause;
+mod peers;
 mod raw;
 mod retry;
 mod routes;
@@ -44,6 +45,7 @@ mod sessions;
 mod validate;
 
 pub use layers::origins;
+pub use peers::{Peers, RawPeers};
 pub use raw::*;
 
 /// Phase two: the validated configuration.
@@ -104,6 +106,8 @@ pub struct Config {
     pub retry: Retry,
     /// `[pause]`.
     pub pause: Pause,
+    /// `[peers]`: the replicas a terminating holdfast hands to what never reached a server.
+    pub peers: Peers,
     /// The admin token (`admin_token_file`, read at start).
     pub admin_token: Option<AdminToken>,
     /// `forwarded.trusted_proxies`: whose `X-Forwarded-*` are kept.

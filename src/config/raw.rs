@@ -177,6 +177,8 @@ pub struct RawConfig {
     pub retry: RawRetry,
     /// `[pause]`.
     pub pause: RawPause,
+    /// `[peers]`.
+    pub peers: super::RawPeers,
     /// `[forwarded]`.
     pub forwarded: super::RawForwarded,
     /// A file holding the bearer token that the admin endpoints which change state (`POST
@@ -429,6 +431,7 @@ impl Default for RawConfig {
             sessions: super::RawSessions::default(),
             retry: RawRetry::default(),
             pause: RawPause::default(),
+            peers: super::RawPeers::default(),
             forwarded: super::RawForwarded::default(),
             admin_token_file: None,
         }

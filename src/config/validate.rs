@@ -135,6 +135,7 @@ impl Config {
         }
         let retry = v.retry(&raw.retry);
         let pause = v.pause(&raw.pause);
+        let peers = v.peers(&raw.peers);
         let trusted_proxies = v.forwarded(&raw.forwarded);
         let admin_token = v.admin_token(raw.admin_token_file.as_deref());
         if !v.problems.is_empty() {
@@ -173,6 +174,7 @@ impl Config {
             sessions: sessions.expect(ok),
             retry: retry.expect(ok),
             pause: pause.expect(ok),
+            peers: peers.expect(ok),
             admin_token: admin_token.expect(ok),
             trusted_proxies: trusted_proxies.expect(ok),
         })

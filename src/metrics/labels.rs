@@ -425,3 +425,28 @@ impl From<ClientBodyFault> for ClientBodyLabel {
         ClientBodyLabel { reason }
     }
 }
+
+/// How a terminating holdfast's hand-off of a request ended. Bounded: a label.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)]
+pub enum Handoff {
+    /// A peer answered it; its answer went to the client.
+    answered,
+    /// A peer failed after it may have read it: 502.
+    failed,
+    /// No peer could take it: 503.
+    no_peer,
+}
+
+/// Label set of `holdfast_handoffs_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HandoffLabel {
+    /// How it ended.
+    pub outcome: Handoff,
+}
+
+impl From<Handoff> for HandoffLabel {
+    fn from(outcome: Handoff) -> Self {
+        HandoffLabel { outcome }
+    }
+}

@@ -108,6 +108,9 @@ pub struct Metrics {
     pub paused: Gauge,
     /// `holdfast_pauses_total{outcome}`: pauses, by how their drain ended.
     pub pauses: Family<PauseLabel, Counter>,
+    /// `holdfast_handoffs_total{outcome}`: requests that never reached a server handed to a
+    /// peer by a terminating holdfast.
+    pub handoffs: Family<HandoffLabel, Counter>,
     /// `holdfast_shutdown_cut_requests_total`: requests still waiting for their answer when
     /// holdfast's drain ended (cut by holdfast, not by their clients).
     pub shutdown_cut: Counter,
@@ -162,6 +165,7 @@ impl Metrics {
             paused: Gauge::default(),
             pauses: Family::default(),
             shutdown_cut: Counter::default(),
+            handoffs: Family::default(),
         };
         (m, closed)
     }
@@ -355,6 +359,14 @@ impl Metrics {
             "paused",
             "1 while holdfast is paused for a planned restart (new requests are held)",
             self.paused.clone(),
+        );
+        for outcome in [Handoff::answered, Handoff::failed, Handoff::no_peer] {
+            let _ = self.handoffs.get_or_create(&outcome.into());
+        }
+        r.register(
+            "handoffs",
+            "Requests that never reached a server, handed to a peer at shutdown, by outcome",
+            self.handoffs.clone(),
         );
         r.register(
             "shutdown_cut_requests",

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use http::Uri;
 
 use super::{
-    ending, health, in_flight, Bodies, Destination, Proxy, Reading, Timeouts, ID_COPY_CAP,
+    ending, handoff, health, in_flight, Bodies, Destination, Proxy, Reading, Timeouts, ID_COPY_CAP,
 };
 use crate::classify::ExpectedRoutes;
 use crate::config::{Config, HostHeader};
@@ -27,6 +27,8 @@ struct Carried {
     copy_budget: Arc<CopyBudget>,
     in_flight: Arc<in_flight::InFlight>,
     ending: Arc<ending::Ending>,
+    /// This process's id among its peers.
+    me: http::HeaderValue,
 }
 
 impl Proxy {
@@ -57,6 +59,7 @@ impl Proxy {
             copy_budget: CopyBudget::new(cfg.hold.max_buffered_bytes),
             in_flight: Arc::default(),
             ending: Arc::default(),
+            me: handoff::Peers::new_id(),
         };
         Proxy::assemble(cfg, metrics, client, carried)
     }
@@ -90,6 +93,7 @@ impl Proxy {
             copy_budget: self.bodies.copy_budget.clone(),
             in_flight: self.in_flight.clone(),
             ending: self.ending.clone(),
+            me: self.peers.me().clone(),
         };
         let proxy = Proxy::assemble(cfg, self.metrics.clone(), client, carried);
         (proxy, fixed)
@@ -125,6 +129,7 @@ impl Proxy {
             idempotency: c.idempotency,
             in_flight: c.in_flight,
             ending: c.ending,
+            peers: Arc::new(handoff::Peers::new(cfg, c.me, metrics.clone())),
             metrics,
         }
     }

@@ -54,6 +54,8 @@ pub(super) struct Exchange {
     flight: Option<Flight>,
     /// Its MCP method, found once ([`Proxy::mcp_method`]).
     mcp: std::sync::OnceLock<McpMethod>,
+    /// A peer handed it off at its own shutdown: it is never handed on again.
+    handed: bool,
 }
 
 /// What the attempt loop does after one attempt.
@@ -79,10 +81,22 @@ impl Proxy {
         &self,
         req: Request<crate::replay::ClientBody>,
         peer: SocketAddr,
-    ) -> Result<Exchange, (&'static str, http::Version)> {
+    ) -> Result<Exchange, (Option<&'static str>, http::Version)> {
         let version = req.version();
         let (parts, body) = req.into_parts();
-        let target = self.prepare(parts, peer).map_err(|why| (why, version))?;
+        // A peer's hand-off (proxy/handoff.rs): its own comes back refused (`None`), another's
+        // is taken but never handed on.
+        let handed = match parts.headers.get(super::handoff::HANDOFF) {
+            Some(sender) if sender == self.peers.me() => return Err((None, version)),
+            Some(_) => true,
+            None => false,
+        };
+        let mut target = self
+            .prepare(parts, peer)
+            .map_err(|why| (Some(why), version))?;
+        if handed {
+            target.headers.remove(super::handoff::HANDOFF);
+        }
         Ok(Exchange {
             carried: self.carried(&target),
             route: std::sync::OnceLock::new(),
@@ -99,6 +113,7 @@ impl Proxy {
             attempts: Attempts::default(),
             flight: None,
             mcp: std::sync::OnceLock::new(),
+            handed,
         })
     }
 
@@ -175,7 +190,8 @@ impl Proxy {
             }
             Released::NotHeld => None,
             Released::Cancelled => Some(client_gone(ex.version)),
-            Released::TimedOut | Released::QueueFull | Released::Shutdown => {
+            Released::Shutdown => Some(Box::pin(self.shut_out(ex)).await),
+            Released::TimedOut | Released::QueueFull => {
                 Some(Box::pin(self.unavailable_now(ex)).await)
             }
         }
@@ -477,11 +493,34 @@ impl Proxy {
                 Next::Again
             }
             Released::Cancelled => Next::Answer(client_gone(ex.version)),
-            Released::TimedOut | Released::QueueFull | Released::Shutdown => {
+            Released::Shutdown => Next::Answer(Box::pin(self.shut_out(ex)).await),
+            Released::TimedOut | Released::QueueFull => {
                 let answer = self.unavailable(missing.reason, &outages, ticket, handle);
                 Next::Answer(answer.await)
             }
         }
+    }
+
+    /// A held request at holdfast's shutdown: it never reached a server, so a peer takes it
+    /// ([`super::handoff`]) unless a peer handed it here; else its 503.
+    async fn shut_out(&self, ex: &mut Exchange) -> (Response<ProxyBody>, Note) {
+        if !ex.handed {
+            let mut headers = ex.target.headers.clone();
+            // The peer carries the session from the client's own id, not this upstream's.
+            if let Some(c) = &ex.carried {
+                headers.insert(session::MCP_SESSION_ID, c.session.client_id().clone());
+            }
+            let handing = super::handoff::Handing {
+                method: &ex.target.method,
+                client: &ex.target.client,
+                headers,
+                handle: &ex.handle,
+            };
+            if let Some(answer) = self.hand_off(handing).await {
+                return answer;
+            }
+        }
+        self.unavailable_now(ex).await
     }
 
     /// The upstream ended a request's event stream before its first event, without answering:

@@ -44,6 +44,7 @@ pub mod current;
 pub mod ending;
 mod endpoint;
 mod forward;
+pub mod handoff;
 pub mod headers;
 mod health;
 pub mod in_flight;
@@ -101,6 +102,8 @@ pub struct Proxy {
     in_flight: Arc<in_flight::InFlight>,
     /// holdfast's own shutdown, as streams and waiting requests see it.
     ending: Arc<ending::Ending>,
+    /// The peers a terminating holdfast hands to what never reached a server.
+    peers: Arc<handoff::Peers>,
     access_log: bool,
     metrics: Arc<Metrics>,
 }
@@ -267,11 +270,19 @@ impl Proxy {
             // The exchange is used where it lies (moved into a local it would take room twice).
             let (resp, note) = match &mut begun {
                 Ok(ex) => self.forward(ex).await,
-                Err((why, version)) => (
+                Err((Some(why), version)) => (
                     crate::respond::bad_request(why, *version),
                     Note {
                         upstream_status: None,
                         action: "bad_request",
+                    },
+                ),
+                // A hand-off of this holdfast's own: its sender tries the next peer.
+                Err((None, _)) => (
+                    crate::respond::handoff_to_self(),
+                    Note {
+                        upstream_status: None,
+                        action: "handoff_self",
                     },
                 ),
             };
@@ -307,15 +318,19 @@ impl Proxy {
         }
     }
 
-    /// Starts shutting down: held requests get their 503 now, standalone event streams end.
+    /// Starts shutting down: standalone event streams end; held requests go to a peer now
+    /// (`[peers]`), or, without peers, keep waiting for the upstream until the drain ends.
     pub fn begin_shutdown(&self) {
-        self.hold.shutdown();
+        if self.peers.any() {
+            self.hold.shutdown();
+        }
         self.ending.reach(ending::Phase::Draining);
     }
 
-    /// The drain is over: every event stream ends cleanly, and what still waits for its answer
-    /// is cut by holdfast (logged and counted so).
+    /// The drain is over: every event stream ends cleanly, what is still held gets its 503, and
+    /// what still waits for its answer is cut by holdfast (logged and counted so).
     pub fn drain_over(&self) {
+        self.hold.shutdown();
         self.ending.reach(ending::Phase::Over);
     }
 

@@ -152,10 +152,36 @@ async fn a_held_request_whose_body_is_still_arriving_is_sent_whole_when_released
 
 // Shutdown.
 
+/// Without peers, a held request has nowhere better to go than its upstream: it keeps waiting
+/// for it through the drain, and is answered when the upstream comes back within it.
 #[tokio::test]
-async fn shutdown_answers_held_requests_503_at_once() {
+async fn at_shutdown_without_peers_held_requests_wait_for_the_upstream_through_the_drain() {
     let port = Reserved::new();
-    let mut hf = Holdfast::start_with(holding(&port.url(), LONG_HOLD_SECS)).await;
+    let mut raw = holding(&port.url(), LONG_HOLD_SECS);
+    raw.shutdown.drain_timeout_secs = 25.0;
+    let mut hf = Holdfast::start_with(raw).await;
+    let a = spawn_post(hf.url("/mcp"), call_body(1));
+    hf.metric_until(HELD, |v| v == 1.0).await;
+
+    hf.begin_shutdown();
+    let up = Upstream::serve(port.listen(), echo);
+    let a = within(a).await.unwrap();
+    assert_eq!(
+        a.status, 200,
+        "answered by the upstream back within the drain"
+    );
+    assert_eq!(a.body, call_body(1).as_bytes());
+    within(hf.wait()).await;
+    up.stop().await;
+}
+
+/// ... and when the drain ends first, it gets its 503.
+#[tokio::test]
+async fn a_held_request_gets_its_503_when_the_drain_ends() {
+    let port = Reserved::new();
+    let mut raw = holding(&port.url(), LONG_HOLD_SECS);
+    raw.shutdown.drain_timeout_secs = 0.5;
+    let mut hf = Holdfast::start_with(raw).await;
     // A met the refused connection; B arrived during the outage.
     let a = spawn_post(hf.url("/mcp"), call_body(1));
     hf.metric_until(HELD, |v| v == 1.0).await;
@@ -163,10 +189,12 @@ async fn shutdown_answers_held_requests_503_at_once() {
     hf.metric_until(HELD, |v| v == 2.0).await;
 
     hf.begin_shutdown();
-    // "At once": a third of the hold timeout, which is what they would wait otherwise (and then
-    // get the same 503), and still far above what a loaded machine needs.
-    const AT_ONCE_SECS: u64 = LONG_HOLD_SECS as u64 / 3;
-    let (a, b) = within_secs(AT_ONCE_SECS, async { (a.await.unwrap(), b.await.unwrap()) }).await;
+    // Well before the hold timeout, which is what they would wait otherwise.
+    const BEFORE_THE_HOLD_TIMEOUT: u64 = LONG_HOLD_SECS as u64 / 3;
+    let (a, b) = within_secs(BEFORE_THE_HOLD_TIMEOUT, async {
+        (a.await.unwrap(), b.await.unwrap())
+    })
+    .await;
     for got in [&a, &b] {
         assert_eq!(got.status, 503);
         assert_eq!(got.header("holdfast-reason"), Some("connect_refused"));

@@ -27,6 +27,7 @@ mod dual_era;
 mod exactly_once;
 mod forwarding;
 mod graceful;
+mod handoff;
 mod health;
 mod held_memory;
 mod hold_e2e;
