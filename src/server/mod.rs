@@ -395,10 +395,12 @@ async fn serve_proxy(
     }
     // Not ready from the moment accepting stops, so load balancers move away during the drain.
     ready.set(false);
-    // Held requests would wait for an upstream that may never come back before the drain ends:
-    // they get their 503 now.
-    live.current.get().begin_shutdown();
+    // Closed before anything is handed off: a hand-off this holdfast sends to its own address
+    // (the peer list is every replica's) must be refused, not accepted into a backlog nobody
+    // serves any more and then reset.
     drop(listener);
+    // Held requests go to a peer now; standalone streams end.
+    live.current.get().begin_shutdown();
     let timeout = if now {
         Duration::ZERO
     } else {

@@ -52,6 +52,7 @@ mod probe_results;
 mod reload;
 mod retry;
 mod rmcp_smoke;
+mod rollout;
 mod router_5xx;
 mod rows_404;
 mod rows_answers;

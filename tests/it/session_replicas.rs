@@ -43,6 +43,15 @@ impl Files {
         self.pod_with(keys, Vec::new()).await
     }
 
+    /// A pod listening on `port`, sealing with the shared key, with more environment.
+    pub(crate) async fn pod_on(&self, port: u16, env: Vec<(String, String)>) -> Pod {
+        let (ledger, levels) = (
+            self.dir.path().join("ledger"),
+            self.dir.path().join("levels"),
+        );
+        Pod::start_on(port, &ledger, &levels, Some(&self.keys), env).await
+    }
+
     /// A pod sealing with `keys`, with more environment for holdfast.
     pub(crate) async fn pod_with(&self, keys: Option<&Path>, env: Vec<(String, String)>) -> Pod {
         let (ledger, levels) = (

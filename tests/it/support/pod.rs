@@ -74,8 +74,21 @@ impl Pod {
         keys: Option<&Path>,
         env: Vec<(String, String)>,
     ) -> Pod {
+        Pod::start_on(0, ledger, levels, keys, env).await
+    }
+
+    /// [`Pod::start_with`] with holdfast on `port` of 127.0.0.1 (0: any), for peers that must
+    /// know each other's address before they start.
+    pub async fn start_on(
+        port: u16,
+        ledger: &Path,
+        levels: &Path,
+        keys: Option<&Path>,
+        env: Vec<(String, String)>,
+    ) -> Pod {
         let server = TsServer::start(0, ledger, levels).await;
-        let running = Running::start(&mut command(server.addr(), "127.0.0.1:0", keys, &env));
+        let listen = format!("127.0.0.1:{port}");
+        let running = Running::start(&mut command(server.addr(), &listen, keys, &env));
         let (running, (listen, admin)) = started(running).await;
         Pod {
             server,
