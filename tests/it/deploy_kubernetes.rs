@@ -33,6 +33,13 @@ fn kind<'a>(docs: &'a [Value], kind: &str) -> &'a Value {
     found[0]
 }
 
+/// The document of `kind` named `name` in `docs`.
+fn named<'a>(docs: &'a [Value], kind: &str, name: &str) -> &'a Value {
+    docs.iter()
+        .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
+        .unwrap_or_else(|| panic!("a {kind} named {name}"))
+}
+
 /// The pod spec of the Deployment and its holdfast sidecar.
 fn pod_and_sidecar(docs: &[Value]) -> (&Value, &Value) {
     let pod = &kind(docs, "Deployment")["spec"]["template"]["spec"];
@@ -286,7 +293,7 @@ fn kubernetes_deployment_runs_holdfast_as_a_hardened_native_sidecar() {
 
     // The Service sends to holdfast, by number (a sidecar's named port is not resolved by a
     // Service before Kubernetes 1.32).
-    let service = kind(&docs, "Service");
+    let service = named(&docs, "Service", "mcp-server");
     let selector = string_map(&service["spec"]["selector"]);
     let labels = string_map(&kind(&docs, "Deployment")["spec"]["template"]["metadata"]["labels"]);
     assert!(
@@ -481,7 +488,7 @@ fn kubernetes_gateway_runs_hardened_replicas_in_front_of_the_mcp_service() {
     );
 
     let labels = &deployment["spec"]["template"]["metadata"]["labels"];
-    let service = kind(&docs, "Service");
+    let service = named(&docs, "Service", "mcp");
     assert_eq!(&service["spec"]["selector"], labels);
     let target = &service["spec"]["ports"][0]["targetPort"];
     assert_eq!(resolve_port(container, target), 8080);
@@ -535,4 +542,52 @@ fn the_sidecar_recipe_orders_a_pods_shutdown_and_keeps_a_replica_serving() {
     assert!(spread
         .iter()
         .any(|c| c["topologyKey"] == "kubernetes.io/hostname"));
+}
+
+/// Each recipe names its replicas to each other (`peers.dns`) by a headless Service in the same
+/// manifest that selects the recipe's own pods on holdfast's proxy port: a pod that is shutting
+/// down hands what it holds to a ready one (tests/it/rollout.rs is the behaviour).
+#[test]
+fn each_recipe_names_its_replicas_as_peers_by_a_headless_service() {
+    for manifest in [K8S, GATEWAY] {
+        let docs = yaml_docs(manifest);
+        let config: toml::Value = toml::from_str(&configmap_toml(manifest)).unwrap();
+        let dns = config["peers"]["dns"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{manifest}: peers.dns is set"));
+        let (host, port) = dns.rsplit_once(':').expect("peers.dns is host:port");
+        let port: u64 = port.parse().expect("peers.dns's port is a number");
+        let peers = named(&docs, "Service", host);
+        // Headless: the name resolves to the pods themselves (ready ones only, the default),
+        // not to a virtual IP that might pick the terminating pod again.
+        assert_eq!(peers["spec"]["clusterIP"], "None", "{manifest}: {host}");
+        assert!(peers["spec"]["publishNotReadyAddresses"] != true);
+        let deployment = kind(&docs, "Deployment");
+        let labels = string_map(&deployment["spec"]["template"]["metadata"]["labels"]);
+        let selector = string_map(&peers["spec"]["selector"]);
+        assert!(
+            !selector.is_empty() && selector.iter().all(|(k, v)| labels.get(k) == Some(v)),
+            "{manifest}: {host} selects the recipe's pods: {selector:?}"
+        );
+        // The port named in peers.dns is holdfast's proxy port, reached on the pod itself.
+        let pod = &deployment["spec"]["template"]["spec"];
+        let holdfast = pod["initContainers"]
+            .as_array()
+            .into_iter()
+            .chain(pod["containers"].as_array())
+            .flatten()
+            .find(|c| c["name"] == "holdfast")
+            .expect("a holdfast container");
+        let service_port = peers["spec"]["ports"]
+            .as_array()
+            .and_then(|ports| ports.iter().find(|p| p["port"] == port))
+            .unwrap_or_else(|| panic!("{manifest}: {host} has port {port}"));
+        assert_eq!(
+            resolve_port(holdfast, &service_port["targetPort"]),
+            8080,
+            "{manifest}: the peers' port is holdfast's proxy port"
+        );
+        // A headless Service's port is the pod's: the one in peers.dns is the one connected to.
+        assert_eq!(port, 8080, "{manifest}: {dns}");
+    }
 }

@@ -47,6 +47,28 @@ async fn a_held_request_goes_to_a_peer_at_shutdown_and_runs_once() {
     within(leaving.wait()).await;
 }
 
+/// `peers.dns` as a headless Service is used: the name resolved at the hand-off, each address a
+/// peer (`localhost` is 127.0.0.1 and, where it is configured, ::1, where nothing listens: that
+/// one is skipped as unreachable).
+#[tokio::test]
+async fn a_held_request_goes_to_a_peer_found_by_its_dns_name() {
+    let served = Upstream::start(echo).await;
+    let peer = Holdfast::start(&served.url()).await;
+    let gone = Reserved::new();
+    let mut raw = holding(&gone.url(), LONG_HOLD_SECS);
+    raw.shutdown.drain_timeout_secs = 25.0;
+    raw.peers.dns = format!("localhost:{}", peer.addr.port());
+    let mut leaving = Holdfast::start_with(raw).await;
+
+    let call = spawn_post(leaving.url("/mcp"), call_body(1));
+    leaving.metric_until(HELD, |n| n == 1.0).await;
+    leaving.begin_shutdown();
+    let got = within(call).await.unwrap();
+    assert_eq!(got.status, 200, "{}", got.text());
+    assert_eq!(served.seen().len(), 1, "ran once, at the peer");
+    within(leaving.wait()).await;
+}
+
 #[tokio::test]
 async fn a_holdfast_skips_itself_in_the_list_and_a_hand_off_is_never_handed_on() {
     // Both upstreams gone: the request goes from `a` to `b` (skipping `a` itself, named first in
