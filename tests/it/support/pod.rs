@@ -150,6 +150,17 @@ impl Pod {
         self.start_holdfast().await;
     }
 
+    /// The pod leaves as the sidecar recipe orders it once it turns Terminating: the MCP
+    /// container's preStop sleep (`pre_stop`; it keeps serving meanwhile), its SIGTERM and exit,
+    /// then holdfast's SIGTERM (a native sidecar stops after the main containers), whose accept
+    /// grace and drain it waits out. Nothing starts in its place: that is the rollout's next pod.
+    pub async fn leave_in_the_recipes_order(&mut self, pre_stop: std::time::Duration) {
+        // The modelled preStop hook's own duration, not a wait for something to happen.
+        tokio::time::sleep(pre_stop).await;
+        self.server.stop().await;
+        self.stop_holdfast().await;
+    }
+
     /// The first stderr line of the running holdfast containing `needle`, waiting (bounded).
     pub async fn wait_for_line(&mut self, needle: &str) -> String {
         let mut running = self.holdfast.take().expect("holdfast is running");
