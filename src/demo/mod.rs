@@ -18,7 +18,8 @@
 //! A phase ([`planned`]) shows a planned recreation with `holdfast pause`: a slow call in
 //! flight completes, the calls made while the backend is recreated wait, and each runs once.
 //! The last ([`replaced`]) replaces holdfast together with its backend, as a rollout replaces a
-//! pod: the client's session lives on through a holdfast that never saw it.
+//! pod: a call held at the leaving pod goes to its peer, and the client's session lives on
+//! through a holdfast that never saw it.
 
 mod planned;
 pub mod replaced;
@@ -108,15 +109,8 @@ struct Backend {
 
 /// Runs the demo, printing to stdout. Returns the tally.
 pub async fn run(opts: DemoOptions) -> std::io::Result<Tally> {
-    let backend = Arc::new(Backend {
-        phase: AtomicU8::new(Phase::Up as u8),
-        sessions: Mutex::new(Default::default()),
-        next_session: AtomicU64::new(1),
-        calls: AtomicU64::new(0),
-    });
-    let listener = TcpListener::bind("127.0.0.1:0").await?;
-    let backend_addr = listener.local_addr()?;
-    let mut serving = Some(tokio::spawn(serve_backend(listener, backend.clone())));
+    let (backend, backend_addr, serving) = Backend::start().await?;
+    let mut serving = Some(serving);
     let holdfast = start_holdfast(backend_addr).await?;
     let (proxy_addr, admin_addr) = (holdfast.addr, holdfast.admin);
     summary::intro(&opts, backend_addr, proxy_addr);
@@ -171,7 +165,7 @@ pub async fn run(opts: DemoOptions) -> std::io::Result<Tally> {
         direct_failed: direct.failed.load(Ordering::Relaxed),
         holdfast_ok: through.ok.load(Ordering::Relaxed),
         holdfast_failed: through.failed.load(Ordering::Relaxed),
-        executed: backend.calls.load(Ordering::Relaxed),
+        executed: backend.calls.load(Ordering::Relaxed) + replaced.peer_executed,
         holdfast_sessions: through.sessions.load(Ordering::Relaxed),
         resumed,
         restarts: restarts + planned.restarts,
@@ -348,6 +342,20 @@ fn reply(
 }
 
 impl Backend {
+    /// A backend serving on a free port of loopback: it, its address, its serving task.
+    async fn start() -> std::io::Result<(Arc<Backend>, SocketAddr, tokio::task::JoinHandle<()>)> {
+        let backend = Arc::new(Backend {
+            phase: AtomicU8::new(Phase::Up as u8),
+            sessions: Mutex::new(Default::default()),
+            next_session: AtomicU64::new(1),
+            calls: AtomicU64::new(0),
+        });
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let serving = tokio::spawn(serve_backend(listener, backend.clone()));
+        Ok((backend, addr, serving))
+    }
+
     async fn answer(&self, req: Request<Incoming>) -> Response<DemoBody> {
         if self.phase() == Phase::RouteMissing {
             // Traefik's exact answer when no router matches (Go's http.NotFound).

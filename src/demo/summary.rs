@@ -76,8 +76,14 @@ pub(super) fn print(opts: &DemoOptions, tally: &Tally) {
         planned.held_failed
     );
     println!(
-        "  pod replacement (holdfast and its backend): {} calls ok, {} failed",
-        replaced.ok, replaced.failed
+        "  pod replacement (holdfast and its backend): {} calls ok, {} failed{}",
+        replaced.ok,
+        replaced.failed,
+        if replaced.handed_off {
+            ", the one held at the leaving pod answered by its peer"
+        } else {
+            ""
+        }
     );
     let answered = tally.direct_ok + tally.holdfast_ok + planned.ok() + replaced.ok;
     println!(

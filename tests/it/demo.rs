@@ -41,14 +41,16 @@ async fn the_demo_shows_failures_direct_and_none_through_holdfast() {
         "{planned:?}"
     );
     assert_eq!(planned.restarts, 1, "{planned:?}");
-    // The pod replacement: every call before and after it succeeded, the new holdfast having
-    // re-established a session it never saw.
+    // The pod replacement: every call before and after it succeeded, the one held at the
+    // leaving pod ran at its peer (once), the new holdfast re-established a session it never saw.
     let replaced = tally.replaced;
     assert_eq!(
         (replaced.ok, replaced.failed),
-        (2 * holdfast::demo::replaced::CALLS, 0),
+        (2 * holdfast::demo::replaced::CALLS + 1, 0),
         "{replaced:?}"
     );
+    assert!(replaced.handed_off, "{replaced:?}");
+    assert_eq!(replaced.peer_executed, 1, "{replaced:?}");
     assert!(replaced.reestablished, "{replaced:?}");
     assert_eq!(replaced.restarts, 1, "{replaced:?}");
     assert_eq!(
@@ -75,7 +77,10 @@ fn the_demo_binary_runs_and_summarises() {
         "{stdout}"
     );
     assert!(
-        stdout.contains("pod replacement (holdfast and its backend): 6 calls ok, 0 failed"),
+        stdout.contains(
+            "pod replacement (holdfast and its backend): 7 calls ok, 0 failed, the one held at \
+             the leaving pod answered by its peer"
+        ),
         "{stdout}"
     );
     assert!(
