@@ -174,6 +174,8 @@ impl Control {
             .collect();
         let (url, outage) = proxy.upstream_status();
         json!({
+            // This process, as its hand-offs name it (`holdfast-handoff`).
+            "instance": proxy.instance(),
             // holdfast's view of the upstream: /readyz is holdfast's own readiness, this is
             // where an operator sees whether the backend is there.
             "upstream": {

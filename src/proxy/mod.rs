@@ -359,6 +359,12 @@ impl Proxy {
         self.hold.resume(who)
     }
 
+    /// This process's instance id: what its hand-offs carry in `holdfast-handoff`, so that a
+    /// peer's log names the sender and a holdfast knows its own.
+    pub fn instance(&self) -> &str {
+        self.peers.me().to_str().unwrap_or_default()
+    }
+
     /// The pause in progress, if any.
     pub fn pause_status(&self) -> Option<PauseStatus> {
         self.hold.pause_status()

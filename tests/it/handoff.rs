@@ -5,7 +5,11 @@
 use crate::session::{count_call, open_session, result_text, send};
 use crate::support::forgetful::ForgetfulServer;
 use crate::support::hold::{call_body, holding, spawn_post, HELD, LONG_HOLD_SECS};
-use crate::support::http::{echo, Reserved, Upstream};
+use bytes::Bytes;
+use http::Request;
+use http_body_util::Full;
+
+use crate::support::http::{call, echo, get, Reserved, Upstream};
 use crate::support::proxy::Holdfast;
 use crate::support::within;
 
@@ -101,6 +105,43 @@ async fn a_holdfast_skips_itself_in_the_list_and_a_hand_off_is_never_handed_on()
     assert_eq!(got.status, 503, "b's, not handed back: {}", got.text());
     within(b.wait()).await;
     within(a.wait()).await;
+}
+
+/// A hand-off that reaches its own sender (a relay in front of the replicas with a pooled
+/// connection to it, a list naming an address that leads back) is refused with a 421 its sender
+/// knows, and never reaches the upstream; another holdfast's is taken, the mark stripped.
+#[tokio::test]
+async fn a_holdfast_refuses_its_own_hand_off_with_a_421() {
+    let served = Upstream::start(echo).await;
+    let proxy = Holdfast::start(&served.url()).await;
+    let got = get(&format!("http://{}/status", proxy.admin)).await;
+    let status: serde_json::Value = serde_json::from_slice(&got.body).unwrap();
+    let me = status["instance"]
+        .as_str()
+        .expect("/status names the instance");
+    assert_eq!(me.len(), 16, "{status}");
+    let post = |mark: &str, body: String| {
+        Request::post(proxy.url("/mcp"))
+            .header("host", proxy.addr.to_string())
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("holdfast-handoff", mark)
+            .body(Full::new(Bytes::from(body)))
+            .unwrap()
+    };
+
+    let own = call(post(me, call_body(1))).await;
+    assert_eq!(own.status, 421, "{}", own.text());
+    assert_eq!(own.header("holdfast-reason"), Some("handoff_self"));
+    assert!(
+        served.seen().is_empty(),
+        "its own hand-off never goes upstream"
+    );
+
+    let other = call(post("0123456789abcdef", call_body(2))).await;
+    assert_eq!(other.status, 200, "{}", other.text());
+    assert_eq!(served.seen().len(), 1);
+    assert_eq!(served.seen()[0].header("holdfast-handoff"), None);
 }
 
 #[tokio::test]
