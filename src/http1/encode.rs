@@ -9,7 +9,8 @@ use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Version};
 use http_body::Body;
 use tokio::io::AsyncWrite;
 
-use super::{BoxError, Error};
+use super::Error;
+use crate::errors::BoxError;
 
 /// How a body being sent is framed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

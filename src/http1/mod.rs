@@ -36,8 +36,7 @@ mod trickle;
 
 use std::io;
 
-/// A boxed error from a body being sent.
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+use crate::errors::BoxError;
 
 /// Why an HTTP/1 exchange failed. The I/O and body variants keep their cause.
 #[derive(Debug, thiserror::Error)]
