@@ -255,7 +255,7 @@ impl RequestBody {
 impl State {
     /// A new request begins, with a body framed as `framing` (whose client waits for
     /// `100 Continue` if `expect_continue`): a body of an earlier request reads nothing more.
-    pub fn begin(&mut self, framing: super::decode::Framing, expect_continue: bool) {
+    pub fn begin(&mut self, framing: super::Framing, expect_continue: bool) {
         let decoder = Decoder::new(framing);
         self.body = (!decoder.is_done()).then_some(decoder);
         self.continue_owed = (expect_continue && self.body.is_some()).then_some(0);

@@ -61,6 +61,20 @@ pub enum Error {
     Body(#[source] BoxError),
 }
 
+/// How a body's end is found: by the decoder of a body read, and by the writer of a body sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framing {
+    /// No body at all (the head says so, or the message cannot have one).
+    Empty,
+    /// `Content-Length`: exactly this many bytes.
+    Length(u64),
+    /// `Transfer-Encoding: chunked`.
+    Chunked,
+    /// Everything until the connection closes: a response with neither of the above, or one
+    /// sent to an HTTP/1.0 client as it comes.
+    Close,
+}
+
 impl Error {
     /// The peer broke the protocol (not the connection): nothing about whether it read what was
     /// sent follows from it.

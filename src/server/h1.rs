@@ -37,10 +37,11 @@ use tokio::time::Instant;
 
 use super::idle::Registered;
 use crate::http1::conn::{Io, RequestBody, Shared, READ_SIZE};
-use crate::http1::encode::{self, BodyWriter, Framing};
+use crate::http1::encode::{self, BodyWriter};
 use crate::http1::fields;
 use crate::http1::head::{self, RequestHead};
 use crate::http1::read::{poll_read_buf, release};
+use crate::http1::Framing;
 use crate::proxy::body::ProxyBody;
 use crate::proxy::current::{Cached, Current};
 use crate::replay::ClientBody;

@@ -27,12 +27,13 @@ use super::pool::{Pool, Reusable};
 use super::tcp::{self, Liveness};
 use super::Head;
 use crate::http1::decode::{Decoded, Decoder};
-use crate::http1::encode::{self, BodyWriter, Framing};
+use crate::http1::encode::{self, BodyWriter};
 use crate::http1::fields;
 use crate::http1::head::{self, ResponseHead};
 use crate::http1::read::{poll_read_buf, release};
 use crate::http1::socket::Socket;
 use crate::http1::Error;
+use crate::http1::Framing;
 use crate::replay::ReplayBody;
 
 /// Bytes read at a time when the body's length does not say how many are coming.
@@ -279,7 +280,7 @@ impl Body {
     fn new(
         conn: Conn,
         buf: BytesMut,
-        framing: crate::http1::decode::Framing,
+        framing: Framing,
         keep_alive: bool,
         writer: Option<Box<BodyWriter<ReplayBody>>>,
     ) -> Self {
