@@ -3,6 +3,10 @@
 use std::error::Error as StdError;
 use std::io;
 
+/// A boxed error of any cause: what bodies fail with, through the proxy and our own HTTP/1
+/// (`Send + Sync`, so it crosses tasks).
+pub type BoxError = Box<dyn StdError + Send + Sync>;
+
 /// Walks an error's source chain for a cause of type `E`.
 pub fn find_cause<'a, E: StdError + 'static>(err: &'a (dyn StdError + 'static)) -> Option<&'a E> {
     let mut cur: Option<&'a (dyn StdError + 'static)> = Some(err);

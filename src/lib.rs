@@ -35,8 +35,6 @@
 //! - [`admin`]: `/metrics`, `/healthz`, `/readyz`, and the readiness flag the server sets.
 //! - [`telemetry`]: logging setup.
 //! - [`probe`]: `holdfast probe`, diagnosing an MCP endpoint.
-//! - [`slab`]: values in reusable slots, for registries that take and free an entry per
-//!   request or connection.
 //! - [`demo`]: `holdfast demo`, a self-contained demonstration.
 
 pub mod admin;
@@ -60,7 +58,6 @@ pub mod rlimit;
 pub mod server;
 pub mod session;
 pub mod signature;
-pub mod slab;
 pub mod sse;
 pub mod telemetry;
 pub mod tls;

@@ -135,7 +135,7 @@ impl CopyBudget {
 }
 
 /// State shared by the handle and the attempts' bodies.
-struct Shared {
+struct SharedBody {
     /// The part of the client's body not read yet.
     rest: Option<ClientBody>,
     /// Bytes read from the client and still held: all of them while `replayable`, otherwise
@@ -163,9 +163,9 @@ struct Shared {
     generation: u64,
 }
 
-impl Shared {
+impl SharedBody {
     fn new(rest: Option<ClientBody>, cap: usize, budget: Arc<CopyBudget>, complete: bool) -> Self {
-        Shared {
+        SharedBody {
             rest,
             chunks: Vec::new(),
             buffered: 0,
@@ -227,7 +227,7 @@ impl Shared {
     }
 }
 
-impl Drop for Shared {
+impl Drop for SharedBody {
     fn drop(&mut self) {
         self.budget.give_back(self.buffered);
     }
@@ -236,13 +236,13 @@ impl Drop for Shared {
 /// The proxy's handle on one request body.
 #[derive(Clone)]
 pub struct BodyHandle {
-    shared: Arc<Mutex<Shared>>,
+    shared: Arc<Mutex<SharedBody>>,
     idle: Duration,
 }
 
 /// The body of one attempt.
 pub struct ReplayBody {
-    shared: Arc<Mutex<Shared>>,
+    shared: Arc<Mutex<SharedBody>>,
     generation: u64,
     /// Next index into `chunks` to send.
     pos: usize,
@@ -262,7 +262,7 @@ impl BodyHandle {
     ) -> BodyHandle {
         let complete = incoming.is_end_stream();
         BodyHandle {
-            shared: Arc::new(Mutex::new(Shared::new(
+            shared: Arc::new(Mutex::new(SharedBody::new(
                 (!complete).then_some(incoming),
                 cap,
                 budget,
@@ -275,7 +275,12 @@ impl BodyHandle {
     /// A handle on an empty body (a request without one, or a test).
     pub fn empty() -> BodyHandle {
         BodyHandle {
-            shared: Arc::new(Mutex::new(Shared::new(None, 0, CopyBudget::new(0), true))),
+            shared: Arc::new(Mutex::new(SharedBody::new(
+                None,
+                0,
+                CopyBudget::new(0),
+                true,
+            ))),
             idle: Duration::MAX,
         }
     }
@@ -284,7 +289,7 @@ impl BodyHandle {
     /// whole, and outside the copy budget of client bodies (its own budget, as small as it is).
     pub fn from_bytes(bytes: Bytes) -> BodyHandle {
         let len = bytes.len();
-        let mut shared = Shared::new(None, len, CopyBudget::new(len), true);
+        let mut shared = SharedBody::new(None, len, CopyBudget::new(len), true);
         if len > 0 {
             shared.record(&bytes, false);
         }
@@ -294,7 +299,7 @@ impl BodyHandle {
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, Shared> {
+    fn lock(&self) -> MutexGuard<'_, SharedBody> {
         self.shared.lock().expect("request body lock")
     }
 
@@ -448,7 +453,7 @@ impl BodyHandle {
 
 /// Whether a request body has been read to its end, asked after the body itself was handed on.
 #[derive(Clone)]
-pub struct Completion(Arc<Mutex<Shared>>);
+pub struct Completion(Arc<Mutex<SharedBody>>);
 
 impl Completion {
     /// Completes `timeout` after the body was read to its end: the response timeout, counted
@@ -591,6 +596,6 @@ impl Body for ReplayBody {
     }
 }
 
-fn is_done(shared: &Shared, pos: usize, trailers_sent: bool) -> bool {
+fn is_done(shared: &SharedBody, pos: usize, trailers_sent: bool) -> bool {
     pos >= shared.chunks.len() && shared.complete && (trailers_sent || shared.trailers.is_none())
 }

@@ -146,7 +146,7 @@ mod tests {
         };
         let (mut template, metrics) = template(cfg);
         template.health = health.map(|h| h as Arc<dyn Health>);
-        let o = RouteOutage::new(Shared::new(template), "(all)".into(), None);
+        let o = RouteOutage::new(SharedHold::new(template), "(all)".into(), None);
         (Arc::new(o), metrics)
     }
 

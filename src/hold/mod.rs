@@ -61,7 +61,7 @@ pub use pause::{PauseStart, PauseStatus};
 pub use prober::backoff;
 pub use queue::{Released, Ticket};
 pub use routes::OutageRoutes;
-use shared::Shared;
+use shared::SharedHold;
 
 /// How many past outage durations inform an observed Retry-After.
 const OUTAGE_HISTORY: usize = 16;
@@ -111,10 +111,10 @@ pub struct Template {
 
 /// One route's outage state and the requests held for it: a [`Machine`] behind a lock, whose
 /// effects are carried out here (wakes, metrics, logs, the prober). Its settings are every
-/// route's, in [`Shared`]: a reload changes them for every route at once.
+/// route's, in [`SharedHold`]: a reload changes them for every route at once.
 pub struct RouteOutage {
     /// What every route shares.
-    shared: Arc<Shared>,
+    shared: Arc<SharedHold>,
     /// The route, for logs (`host endpoint`).
     route: String,
     /// The Host its requests send upstream (for the health check).
@@ -156,7 +156,7 @@ fn now() -> std::time::Instant {
 
 impl RouteOutage {
     /// Starts healthy: the horizon counts from now.
-    fn new(shared: Arc<Shared>, route: String, host: Option<http::HeaderValue>) -> Self {
+    fn new(shared: Arc<SharedHold>, route: String, host: Option<http::HeaderValue>) -> Self {
         // Routes have a Host; the upstream-wide outage (connection failures) has none, and
         // stays open until the application answers.
         let may_sleep = host.is_some();

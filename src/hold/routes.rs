@@ -1,13 +1,13 @@
 //! Outages per route, so that one missing route never holds requests for another.
 //!
 //! Behind a router, "the backend is missing" is a fact about one route: Traefik answers its
-//! route-missing 404 for a Host it has no router for while it routes every other Host as usual.
-//! A single outage for the whole upstream would let one request with a bogus Host hold every
-//! other client's requests (and, as the oldest held request, be sent again as the probe and
-//! reopen the outage) for the whole hold timeout. So each route has its own [`RouteOutage`]: its own
-//! queue, prober and horizon. What they share ([`Shared`]) is what is one per holdfast: the caps
-//! on held requests and bytes, shutdown, the Retry-After history and `holdfast_upstream_up`
-//! (1 while no route is in an outage).
+//! route-missing 404 for a Host it has no router for while it routes every other Host as usual. A
+//! single outage for the whole upstream would let one request with a bogus Host hold every other
+//! client's requests (and, as the oldest held request, be sent again as the probe and reopen the
+//! outage) for the whole hold timeout. So each route has its own [`RouteOutage`]: its own queue,
+//! prober and horizon. What they share ([`SharedHold`]) is what is one per holdfast: the caps on
+//! held requests and bytes, shutdown, the Retry-After history and `holdfast_upstream_up` (1 while
+//! no route is in an outage).
 //!
 //! A route is the Host sent upstream and the configured endpoint (`routes.endpoints`) the path
 //! falls under; paths under no endpoint share one route per Host. Only a router's own answers
@@ -39,7 +39,7 @@ struct RouteKey {
 
 /// Every route's outage state.
 pub struct OutageRoutes {
-    shared: Arc<Shared>,
+    shared: Arc<SharedHold>,
     /// Whether routes are told apart (a router sits in between).
     per_route: AtomicBool,
     routes: RwLock<HashMap<RouteKey, Arc<RouteOutage>>>,
@@ -51,7 +51,7 @@ impl OutageRoutes {
     /// No outage yet. `per_route`: tell routes apart (a router sits between holdfast and the
     /// application).
     pub fn new(template: Template, per_route: bool) -> Self {
-        let shared = Shared::new(template);
+        let shared = SharedHold::new(template);
         let shared_route = Arc::new(RouteOutage::new(
             shared.clone(),
             if per_route { "(other routes)" } else { "(all)" }.to_owned(),

@@ -7,7 +7,7 @@ use super::*;
 
 /// What every route's outage shares: the hold's caps, shutdown, the Retry-After history and the
 /// upstream-wide `holdfast_upstream_up`.
-pub(super) struct Shared {
+pub(super) struct SharedHold {
     /// The settings every route reads, replaced whole by a reload.
     settings: RwLock<Arc<Template>>,
     /// `hold.enabled` of the settings, for the hot path to read without the lock.
@@ -30,9 +30,9 @@ pub(super) struct Shared {
     last_id: std::sync::atomic::AtomicU64,
 }
 
-impl Shared {
-    pub(super) fn new(settings: Template) -> Arc<Shared> {
-        Arc::new(Shared {
+impl SharedHold {
+    pub(super) fn new(settings: Template) -> Arc<SharedHold> {
+        Arc::new(SharedHold {
             enabled: AtomicBool::new(settings.cfg.enabled),
             settings: RwLock::new(Arc::new(settings)),
             held: AtomicUsize::new(0),

@@ -48,7 +48,7 @@ pub(super) fn template(cfg: HoldConfig) -> (Template, Arc<Metrics>) {
 
 fn outages_with(cfg: HoldConfig) -> (Arc<RouteOutage>, Arc<Metrics>) {
     let (template, metrics) = template(cfg);
-    let o = RouteOutage::new(Shared::new(template), "test".into(), None);
+    let o = RouteOutage::new(SharedHold::new(template), "test".into(), None);
     (Arc::new(o), metrics)
 }
 
@@ -334,7 +334,11 @@ fn backoff_doubles_to_the_cap_with_equal_jitter() {
 fn upstream_outages(uri: &str, timeout: Duration) -> Arc<RouteOutage> {
     let (mut template, _metrics) = template(config(timeout));
     template.probe_uri = uri.parse().unwrap();
-    Arc::new(RouteOutage::new(Shared::new(template), "test".into(), None))
+    Arc::new(RouteOutage::new(
+        SharedHold::new(template),
+        "test".into(),
+        None,
+    ))
 }
 
 #[tokio::test(start_paused = true)]

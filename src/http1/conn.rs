@@ -113,7 +113,7 @@ impl Readable for Io {
 }
 
 /// The connection, shared by its driver and the current request's body.
-pub struct Shared {
+pub struct SharedConn {
     state: Mutex<State>,
 }
 
@@ -144,10 +144,10 @@ pub const READ_SIZE: usize = 8 * 1024;
 /// Most bytes read at a time into one buffer.
 const MAX_READ_SIZE: usize = 64 * 1024;
 
-impl Shared {
+impl SharedConn {
     /// A new connection.
-    pub fn new(io: Io) -> Arc<Shared> {
-        Arc::new(Shared {
+    pub fn new(io: Io) -> Arc<SharedConn> {
+        Arc::new(SharedConn {
             state: Mutex::new(State {
                 io,
                 buf: BytesMut::new(),
@@ -179,7 +179,7 @@ impl Shared {
 }
 
 /// The connection as an `AsyncWrite` that takes the lock only for each write.
-pub struct SharedWriter<'a>(&'a Shared);
+pub struct SharedWriter<'a>(&'a SharedConn);
 
 impl AsyncWrite for SharedWriter<'_> {
     fn poll_write(
@@ -230,7 +230,7 @@ fn own(data: Bytes) -> Bytes {
 /// goes out when it is first asked for, as hyper does: a request answered without reading its
 /// body never invites the client to send it.
 pub struct RequestBody {
-    shared: Arc<Shared>,
+    shared: Arc<SharedConn>,
     /// Nothing left to read (the state's decoder is gone).
     done: bool,
     /// The request it belongs to.
@@ -239,7 +239,7 @@ pub struct RequestBody {
 
 impl RequestBody {
     /// The body of the request just begun on `shared` ([`State::begin`]).
-    pub fn new(shared: Arc<Shared>) -> Self {
+    pub fn new(shared: Arc<SharedConn>) -> Self {
         let (done, generation) = {
             let st = shared.lock();
             (st.body.is_none(), st.generation)
@@ -255,7 +255,7 @@ impl RequestBody {
 impl State {
     /// A new request begins, with a body framed as `framing` (whose client waits for
     /// `100 Continue` if `expect_continue`): a body of an earlier request reads nothing more.
-    pub fn begin(&mut self, framing: super::decode::Framing, expect_continue: bool) {
+    pub fn begin(&mut self, framing: super::Framing, expect_continue: bool) {
         let decoder = Decoder::new(framing);
         self.body = (!decoder.is_done()).then_some(decoder);
         self.continue_owed = (expect_continue && self.body.is_some()).then_some(0);

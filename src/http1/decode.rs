@@ -4,20 +4,7 @@
 use bytes::{Buf, Bytes, BytesMut};
 use http::{HeaderMap, HeaderName, HeaderValue};
 
-use super::{Error, MAX_LINE};
-
-/// How a body's end is found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Framing {
-    /// No body at all.
-    Empty,
-    /// `Content-Length`.
-    Length(u64),
-    /// `Transfer-Encoding: chunked`.
-    Chunked,
-    /// Everything until the connection closes (a response with neither).
-    Close,
-}
+use super::{Error, Framing, MAX_LINE};
 
 /// What [`Decoder::decode`] found in the buffer.
 #[derive(Debug, PartialEq)]

@@ -9,20 +9,8 @@ use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Version};
 use http_body::Body;
 use tokio::io::AsyncWrite;
 
-use super::{BoxError, Error};
-
-/// How a body being sent is framed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Framing {
-    /// None (the head says so, or the message cannot have one).
-    Empty,
-    /// `Content-Length`: exactly this many bytes.
-    Length(u64),
-    /// `Transfer-Encoding: chunked`.
-    Chunked,
-    /// As it comes; the connection's close ends it (a response to an HTTP/1.0 client).
-    Close,
-}
+use super::{Error, Framing};
+use crate::errors::BoxError;
 
 /// `METHOD target HTTP/1.1`, the header lines and the blank line, in one buffer: the lines
 /// of `headers` and then the `added` ones, each of which replaces the lines of its name. So a

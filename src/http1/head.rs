@@ -4,9 +4,9 @@
 use http::header::CONTENT_LENGTH;
 use http::{HeaderMap, Method, Request, Response, StatusCode, Uri, Version};
 
-use super::decode::Framing;
 use super::fields::{copy_fields, is_chunked, is_only_chunked, slice_of, Noted};
 use super::Error;
+use super::Framing;
 
 /// hyper's default and HAProxy's: the header lines a head may have unless configured.
 const DEFAULT_MAX_HEADERS: usize = 100;

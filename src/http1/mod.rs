@@ -36,8 +36,7 @@ mod trickle;
 
 use std::io;
 
-/// A boxed error from a body being sent.
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+use crate::errors::BoxError;
 
 /// Why an HTTP/1 exchange failed. The I/O and body variants keep their cause.
 #[derive(Debug, thiserror::Error)]
@@ -60,6 +59,20 @@ pub enum Error {
     /// The body being sent failed, or did not match its declared length.
     #[error("the body being sent failed")]
     Body(#[source] BoxError),
+}
+
+/// How a body's end is found: by the decoder of a body read, and by the writer of a body sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framing {
+    /// No body at all (the head says so, or the message cannot have one).
+    Empty,
+    /// `Content-Length`: exactly this many bytes.
+    Length(u64),
+    /// `Transfer-Encoding: chunked`.
+    Chunked,
+    /// Everything until the connection closes: a response with neither of the above, or one
+    /// sent to an HTTP/1.0 client as it comes.
+    Close,
 }
 
 impl Error {

@@ -171,7 +171,7 @@ impl Proxy {
         &self,
         headers: &http::HeaderMap,
         mut body: UpstreamBody,
-    ) -> Result<Peeked, super::body::BoxError> {
+    ) -> Result<Peeked, crate::errors::BoxError> {
         let declared = headers
             .get(CONTENT_LENGTH)
             .and_then(|v| v.to_str().ok())

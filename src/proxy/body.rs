@@ -17,10 +17,8 @@ use tokio::time::{Instant, Sleep};
 
 use super::ending::EndAt;
 use super::in_flight::Flight;
+use crate::errors::BoxError;
 use crate::metrics::{Abort, AbortLabel};
-
-/// Boxed error type of bodies.
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// The body type the proxy answers with: an upstream stream or a synthetic response.
 pub type ProxyBody = http_body_util::combinators::UnsyncBoxBody<Bytes, BoxError>;

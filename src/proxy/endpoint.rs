@@ -20,8 +20,9 @@ use std::task::{Context, Poll};
 use bytes::{Bytes, BytesMut};
 use http_body::{Body, Frame, SizeHint};
 
-use super::body::{BoxError, ProxyBody};
+use super::body::ProxyBody;
 use crate::classify::LegacyPaths;
+use crate::errors::BoxError;
 use crate::sse;
 
 /// Bytes of a stream looked at for the `endpoint` event before giving up.

@@ -7,6 +7,8 @@ use http::header::HOST;
 use http::{Method, Request, Response, StatusCode, Version};
 use tokio::time::Instant;
 
+#[cfg(test)]
+mod sizes;
 mod twice;
 
 use super::answer::{client_gone, Answer};

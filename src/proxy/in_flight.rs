@@ -16,10 +16,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use http::{HeaderValue, Method};
+use slab::Slab;
 use tokio::sync::Notify;
 use tokio::time::Instant;
-
-use crate::slab::Slab;
 
 /// Every request in flight now.
 #[derive(Default)]
@@ -89,7 +88,7 @@ impl InFlight {
     pub fn calls(&self) -> usize {
         self.lock()
             .iter()
-            .filter(|e| e.method != Method::GET)
+            .filter(|(_, e)| e.method != Method::GET)
             .count()
     }
 
@@ -104,7 +103,7 @@ impl InFlight {
         let mut pending: Vec<(Instant, Pending)> = self
             .lock()
             .iter()
-            .map(|e| {
+            .map(|(_, e)| {
                 let p = Pending {
                     method: e.method.clone(),
                     age: now.saturating_duration_since(e.since),
@@ -170,7 +169,9 @@ impl Drop for Flight {
     fn drop(&mut self) {
         let empty = {
             let mut inner = self.registry.lock();
-            inner.remove(self.slot);
+            // `try_remove`, not `remove`: a vacant slot is nothing to do, where `remove` would
+            // panic under the lock and poison it.
+            inner.try_remove(self.slot);
             inner.is_empty()
         };
         if empty && self.registry.draining.load(Ordering::Acquire) > 0 {

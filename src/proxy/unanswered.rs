@@ -32,8 +32,8 @@ use http_body::{Body, Frame, SizeHint};
 use http_body_util::BodyExt;
 
 use super::answer::Peeked;
-use super::body::BoxError;
 use crate::classify::{FailReason, RewriteReason};
+use crate::errors::BoxError;
 use crate::sse;
 
 /// Longest the answer's head waits for its stream's first event. A server that ends its streams

@@ -36,11 +36,12 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::idle::Registered;
-use crate::http1::conn::{Io, RequestBody, Shared, READ_SIZE};
-use crate::http1::encode::{self, BodyWriter, Framing};
+use crate::http1::conn::{Io, RequestBody, SharedConn, READ_SIZE};
+use crate::http1::encode::{self, BodyWriter};
 use crate::http1::fields;
 use crate::http1::head::{self, RequestHead};
 use crate::http1::read::{poll_read_buf, release};
+use crate::http1::Framing;
 use crate::proxy::body::ProxyBody;
 use crate::proxy::current::{Cached, Current};
 use crate::replay::ClientBody;
@@ -80,7 +81,7 @@ const LINGER_BYTES: usize = 256 * 1024;
 
 /// One connection's driver.
 pub struct Connection {
-    shared: Arc<Shared>,
+    shared: Arc<SharedConn>,
     /// Where requests go (a reload replaces it between two requests).
     current: Arc<Current>,
     /// The proxy this connection's requests go to, brought up to date before each.
@@ -146,7 +147,7 @@ impl Connection {
         may_be_http2: bool,
     ) -> Self {
         Connection {
-            shared: Shared::new(io),
+            shared: SharedConn::new(io),
             proxy: current.cached(),
             current,
             peer,
@@ -413,13 +414,13 @@ impl Connection {
 }
 
 /// Flushes what the connection's TLS session (if any) still holds.
-async fn flush(shared: &Shared) -> std::io::Result<()> {
+async fn flush(shared: &SharedConn) -> std::io::Result<()> {
     std::future::poll_fn(|cx| Pin::new(&mut shared.writer()).poll_flush(cx)).await
 }
 
 /// The proxy's answer, or `None` when the client hung up first (the request is cancelled).
 async fn until_answered(
-    shared: &Shared,
+    shared: &SharedConn,
     mut handling: Handling<'_>,
 ) -> Option<Response<ProxyBody>> {
     let mut watch = Watch::default();
@@ -445,7 +446,7 @@ struct Watch {
 
 impl Watch {
     /// Whether the client has hung up (or its connection failed).
-    fn poll_gone(&mut self, shared: &Shared, cx: &mut std::task::Context<'_>) -> bool {
+    fn poll_gone(&mut self, shared: &SharedConn, cx: &mut std::task::Context<'_>) -> bool {
         if self.over {
             return false;
         }

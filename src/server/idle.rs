@@ -19,10 +19,9 @@ use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
+use slab::Slab;
 use tokio::sync::Notify;
 use tokio::time::Instant;
-
-use crate::slab::Slab;
 
 /// Every client connection's idleness.
 pub struct Idle {
@@ -86,6 +85,7 @@ impl Idle {
             let slots = self.slots.lock().expect("idle lock");
             slots
                 .iter()
+                .map(|(_, c)| c)
                 .filter(|c| c.active.load(Ordering::Acquire) == 0)
                 .min_by_key(|c| c.idle_since.load(Ordering::Acquire))
                 .cloned()
@@ -111,7 +111,13 @@ impl Idle {
 
 impl Drop for Registered {
     fn drop(&mut self) {
-        self.idle.slots.lock().expect("idle lock").remove(self.slot);
+        // `try_remove`, not `remove`: a vacant slot is nothing to do, where `remove` would
+        // panic under the lock and poison it.
+        self.idle
+            .slots
+            .lock()
+            .expect("idle lock")
+            .try_remove(self.slot);
     }
 }
 

@@ -25,14 +25,15 @@ use tokio::net::TcpStream;
 
 use super::pool::{Pool, Reusable};
 use super::tcp::{self, Liveness};
-use super::Head;
+use super::{Head, ResponseLimits};
 use crate::http1::decode::{Decoded, Decoder};
-use crate::http1::encode::{self, BodyWriter, Framing};
+use crate::http1::encode::{self, BodyWriter};
 use crate::http1::fields;
 use crate::http1::head::{self, ResponseHead};
 use crate::http1::read::{poll_read_buf, release};
 use crate::http1::socket::Socket;
 use crate::http1::Error;
+use crate::http1::Framing;
 use crate::replay::ReplayBody;
 
 /// Bytes read at a time when the body's length does not say how many are coming.
@@ -79,15 +80,6 @@ impl Reusable for Conn {
     fn check(&self, idle: std::time::Duration) -> Liveness {
         tcp::check_idle(self.socket.tcp(), idle)
     }
-}
-
-/// Limits on what the upstream sends.
-#[derive(Debug, Clone, Copy)]
-pub struct Limits {
-    /// Most header lines in a response head.
-    pub max_headers: usize,
-    /// Most bytes in a response head.
-    pub max_head_bytes: usize,
 }
 
 /// A request ready to be written: its head in wire form, its body and framing.
@@ -168,7 +160,7 @@ pub enum Failure {
 pub fn send(
     mut conn: Conn,
     mut out: Box<Outgoing>,
-    limits: Limits,
+    limits: ResponseLimits,
 ) -> impl Future<Output = Result<(http::response::Parts, Body), Failure>> + Send {
     async move {
         let mark = conn.written;
@@ -232,7 +224,7 @@ fn poll_head(
     cx: &mut Context<'_>,
     socket: &mut Socket,
     buf: &mut BytesMut,
-    limits: Limits,
+    limits: ResponseLimits,
     method: &Method,
 ) -> Poll<Result<ResponseHead, Error>> {
     loop {
@@ -279,7 +271,7 @@ impl Body {
     fn new(
         conn: Conn,
         buf: BytesMut,
-        framing: crate::http1::decode::Framing,
+        framing: Framing,
         keep_alive: bool,
         writer: Option<Box<BodyWriter<ReplayBody>>>,
     ) -> Self {

@@ -41,7 +41,7 @@ use prometheus_client::metrics::counter::Counter;
 
 pub use connector::{ConnectError, ConnectErrorKind, Connector, UpstreamConnector, UpstreamIo};
 pub use failed::{ClientBodyFault, FailedSend};
-use h1::{Conn, Failure, Limits, Outgoing};
+use h1::{Conn, Failure, Outgoing};
 use pool::Pool;
 
 use crate::replay::ReplayBody;
@@ -129,7 +129,7 @@ struct Http1 {
     connector: UpstreamConnector,
     pool: Arc<Pool<Conn>>,
     closed: ClosedCounters,
-    limits: Limits,
+    limits: ResponseLimits,
 }
 
 /// What a client accepts from the upstream.
@@ -164,10 +164,7 @@ impl Client {
                 connector: UpstreamConnector::new(connect_timeout, None),
                 pool: Pool::new(pool_idle, closed.idle.clone()),
                 closed,
-                limits: Limits {
-                    max_headers: limits.max_headers,
-                    max_head_bytes: limits.max_head_bytes,
-                },
+                limits,
             })),
             Some(tls) => Inner::Pooled(Box::new({
                 let mut builder = HyperClient::builder(TokioExecutor::new());
