@@ -16,7 +16,8 @@ use std::task::{ready, Context, Poll};
 use bytes::{Bytes, BytesMut};
 use http_body::{Body, Frame, SizeHint};
 
-use super::body::{BoxError, ProxyBody};
+use super::body::ProxyBody;
+use crate::errors::BoxError;
 use crate::session::rpc::{self, Reply, StateChange};
 use crate::session::{Session, Sessions};
 
