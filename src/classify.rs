@@ -92,7 +92,7 @@ pub enum RewriteReason {
     /// The connection broke after a request that is safe to run twice was sent (reset, closed
     /// before the answer), twice in a row: the server is dying or restarting under it. Never a
     /// verdict of the classifier (the same break of any other request is a 502); the proxy
-    /// decides it from the request (src/proxy/forward.rs, `broke`). The upstream-wide outage it
+    /// decides it from the request (src/proxy/life.rs, `broke`). The upstream-wide outage it
     /// opens is probed, like a failed connection, by connecting.
     UpstreamReset,
 }

@@ -1,4 +1,6 @@
-//! The attempt loop: send, classify, act on the verdict, perhaps send again.
+//! The executor of one request's life ([`super::life`]): it tells the machine what happened and
+//! carries out the step it returns. This file sends attempts and reads the application's answer;
+//! `moves.rs` holds, opens outages, hands off and answers; `twice.rs` judges and counts resends.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -7,24 +9,24 @@ use http::header::HOST;
 use http::{Method, Request, Response, StatusCode, Version};
 use tokio::time::Instant;
 
+mod moves;
 #[cfg(test)]
 mod sizes;
 mod twice;
 
-use super::answer::{client_gone, Answer};
-use super::attempts::Attempts;
+use super::answer::Answer;
 use super::body::ProxyBody;
 use super::ending::Phase;
 use super::in_flight::Flight;
-use super::resume::Gone;
+use super::life::{Event, Exit, Facts, Life, Step};
 use super::sessions::After;
 use super::unanswered::{self, First};
 use super::{Carried, Note, Proxy, Target};
-use crate::classify::{FailReason, Missing, PassReason, RewriteReason, Verdict};
+use crate::classify::{FailReason, PassReason, Verdict};
 use crate::errors::ErrorChain;
-use crate::hold::{Released, RouteOutage, Ticket};
+use crate::hold::{RouteOutage, Ticket};
 use crate::mcp_method::McpMethod;
-use crate::metrics::{Pass, PassLabel, ReasonLabel, RewriteAction};
+use crate::metrics::{Pass, PassLabel};
 use crate::replay::BodyHandle;
 use crate::session;
 use crate::session::forgotten;
@@ -32,7 +34,7 @@ use crate::session::forgotten;
 /// Bytes of a request body scanned for its MCP method.
 const MCP_METHOD_SCAN: usize = 4096;
 
-/// One client request on its way through the attempt loop.
+/// One client request on its way through its life.
 pub(super) struct Exchange {
     /// The request as it goes upstream.
     target: Target,
@@ -49,30 +51,46 @@ pub(super) struct Exchange {
     outages: Arc<RouteOutage>,
     /// The client's HTTP version (for synthetic answers).
     version: Version,
-    /// What happened to its attempts so far: the only place that decides whether it goes again.
-    attempts: Attempts,
+    /// Where its life stands: the only place that decides whether it goes again.
+    life: Life,
     /// In flight (for a pause's drain) from its first attempt until its answer's body ends;
     /// not while it waits in the hold.
     flight: Option<Flight>,
     /// Its MCP method, found once ([`Proxy::mcp_method`]).
     mcp: std::sync::OnceLock<McpMethod>,
-    /// A peer handed it off at its own shutdown: it is never handed on again.
-    handed: bool,
 }
 
-/// What the attempt loop does after one attempt.
+/// What the executor does after carrying out a step.
 enum Next {
     /// Answer the client.
     Answer((Response<ProxyBody>, Note)),
-    /// Send the request again.
-    Again,
+    /// Carry out this step.
+    Go(Step),
 }
 
 /// What an attempt's verdict leads to: known at once, or only after more waiting (the answer's
-/// first event, a hold, a session brought back), in a future of its own.
-enum Step<'a> {
+/// first event, a session brought back), in a future of its own.
+enum Deferred<'a> {
     Now(Next),
     Later(std::pin::Pin<Box<dyn std::future::Future<Output = Next> + Send + 'a>>),
+}
+
+/// What the machine asks of the executor: about the request's body, and whether it is safe to
+/// run twice.
+struct Ask<'a> {
+    proxy: &'a Proxy,
+    handle: &'a BodyHandle,
+    target: &'a Target,
+}
+
+impl Facts for Ask<'_> {
+    fn replayable(&self) -> bool {
+        self.handle.is_replayable()
+    }
+
+    fn safe(&mut self) -> Option<crate::idempotent::SafeKind> {
+        self.proxy.safe_to_repeat(self.handle, self.target)
+    }
 }
 
 impl Proxy {
@@ -112,10 +130,9 @@ impl Proxy {
             ),
             ticket: Ticket::default(),
             version,
-            attempts: Attempts::default(),
+            life: Life::new(self.hold.enabled(), handed),
             flight: None,
             mcp: std::sync::OnceLock::new(),
-            handed,
         })
     }
 
@@ -131,83 +148,98 @@ impl Proxy {
         answer
     }
 
-    /// The attempt loop of one request: the hold before dispatch while an outage is known,
-    /// then attempts until one is answered.
+    /// One request's life, carried out: each step of the machine until it leaves. Cold steps
+    /// are boxed: the request's future stays small, and hyper moves it.
     async fn exchange(&self, ex: &mut Exchange) -> (Response<ProxyBody>, Note) {
-        if let Some(answer) = self.hold_before_dispatch(ex).await {
-            return answer;
-        }
-        loop {
-            let Some(body) = ex.handle.attempt() else {
-                // Only after a hold or a resume: the body turned out unsendable while it
-                // waited (it failed, or was superseded). Nothing of it went out again.
-                return Box::pin(self.unavailable_now(ex)).await;
-            };
-            if ex.attempts.sending() {
-                self.metrics.replays.inc();
-            }
-            // Every attempt asks again which upstream session stands for the client's: another
-            // request may have re-established it meanwhile.
-            if let Some(c) = ex.carried.as_mut() {
-                let is_get = ex.target.method == Method::GET;
-                c.sent = c.session.apply(&mut ex.target.headers, is_get);
-            }
-            if ex.flight.is_none() {
-                ex.flight = Some(self.in_flight.enter(&ex.target.method));
-            }
-            let route = self.hold.routes_out().then(|| self.route(ex).as_ref());
-            // Boxed: the attempt (the upstream exchange's state) is the largest part of the
-            // request's future, and a held request, waiting before it, should not carry it.
-            let (verdict, response) = Box::pin(self.attempt(&ex.target, route, body)).await;
-            // The verdict is acted on outside this future: only a boxed future of what follows
-            // lives across the await, not the answer (a few hundred bytes that every request's
-            // future, a held one's included, would otherwise carry).
-            let later = match self.act_on(ex, verdict, response) {
-                Step::Now(Next::Answer(answer)) => return answer,
-                Step::Now(Next::Again) => continue,
-                Step::Later(later) => later,
-            };
-            if let Next::Answer(answer) = later.await {
-                return answer;
-            }
-        }
-    }
-
-    /// Holds the request before it is sent while an outage is known: nothing is sent into a
-    /// known gap, and the body needs no copy for a replay because it was never sent. The answer,
-    /// when the hold ends in one (the client went away, the hold timed out, was full, or holdfast
-    /// is shutting down).
-    async fn hold_before_dispatch(&self, ex: &mut Exchange) -> Option<(Response<ProxyBody>, Note)> {
+        // Nothing is sent into a known gap: with an outage open on its way the request waits
+        // before it is sent, and its body needs no copy for a replay.
         if !ex.outages.is_active() && self.hold.routes_out() {
             ex.outages = self.route(ex).clone();
         }
-        if !self.hold.enabled() || !ex.outages.holds_before_dispatch(self.reading.horizon) {
-            return None;
-        }
-        // Cold paths are boxed: the request's future stays small, and hyper moves it.
-        match Box::pin(ex.outages.wait(&mut ex.ticket, &ex.handle)).await {
-            Released::Go => {
-                ex.attempts.held_before_sending();
-                None
-            }
-            Released::NotHeld => None,
-            Released::Cancelled => Some(client_gone(ex.version)),
-            Released::Shutdown => Some(Box::pin(self.shut_out(ex)).await),
-            Released::TimedOut | Released::QueueFull => {
-                Some(Box::pin(self.unavailable_now(ex)).await)
+        let outage_holds =
+            self.hold.enabled() && ex.outages.holds_before_dispatch(self.reading.horizon);
+        let mut step = self.tell(ex, Event::Arrived { outage_holds });
+        loop {
+            let next = match step {
+                Step::Send(send) => {
+                    // Taken apart before the await: only the boxed future lives across it, not
+                    // an answer's room.
+                    let later = match self.send(ex, send).await {
+                        Deferred::Now(Next::Answer(answer)) => return answer,
+                        Deferred::Now(Next::Go(next)) => {
+                            step = next;
+                            continue;
+                        }
+                        Deferred::Later(later) => later,
+                    };
+                    later.await
+                }
+                Step::HoldBeforeDispatch => Next::Go(Box::pin(self.wait_held(ex)).await),
+                Step::Missing(missing) => Box::pin(self.missing(ex, missing, None)).await,
+                Step::HandOff => Box::pin(self.hand_off_held(ex)).await,
+                Step::Exit(exit) => Next::Answer(Box::pin(self.leave(ex, exit, None)).await),
+                Step::Read => unreachable!("only an attempt's verdict leads to reading an answer"),
+            };
+            match next {
+                Next::Answer(answer) => return answer,
+                Next::Go(next) => step = next,
             }
         }
     }
 
-    /// What one attempt's verdict leads to: an answer for the client, or another attempt, now
-    /// or once what it waits for is done.
+    /// Tells the request's life what happened: its next step.
+    fn tell(&self, ex: &mut Exchange, event: Event) -> Step {
+        let mut facts = Ask {
+            proxy: self,
+            handle: &ex.handle,
+            target: &ex.target,
+        };
+        ex.life.on(event, &mut facts)
+    }
+
+    /// Sends one attempt and acts on its verdict (or on its body being gone).
+    async fn send<'a>(&'a self, ex: &'a mut Exchange, send: super::life::Send) -> Deferred<'a> {
+        if send.supersede {
+            ex.handle.supersede();
+        }
+        if let Some(resend) = send.resend {
+            self.count_resend(resend);
+        }
+        // Gone only after a hold or a resume: the body turned out unsendable while it waited (it
+        // failed, or was superseded). Nothing of it went out again.
+        let Some(body) = ex.handle.attempt() else {
+            return Deferred::Now(Next::Go(self.tell(ex, Event::Unsendable)));
+        };
+        if send.replay {
+            self.metrics.replays.inc();
+        }
+        // Every attempt asks again which upstream session stands for the client's: another
+        // request may have re-established it meanwhile.
+        if let Some(c) = ex.carried.as_mut() {
+            let is_get = ex.target.method == Method::GET;
+            c.sent = c.session.apply(&mut ex.target.headers, is_get);
+        }
+        if ex.flight.is_none() {
+            ex.flight = Some(self.in_flight.enter(&ex.target.method));
+        }
+        let route = self.hold.routes_out().then(|| self.route(ex).as_ref());
+        // Boxed: the attempt (the upstream exchange's state) is the largest part of the
+        // request's future, and a held request, waiting before it, should not carry it.
+        let (verdict, response) = Box::pin(self.attempt(&ex.target, route, body)).await;
+        // The verdict is acted on outside this future: only a boxed future of what follows
+        // lives across the await, not the answer (a few hundred bytes that every request's
+        // future, a held one's included, would otherwise carry).
+        self.act_on(ex, verdict, response)
+    }
+
+    /// What one attempt's verdict leads to: an answer for the client, or the next step, now or
+    /// once the application's answer was read on.
     fn act_on<'a>(
         &'a self,
         ex: &'a mut Exchange,
         verdict: Verdict,
         response: Option<Answer>,
-    ) -> Step<'a> {
-        let version = ex.version;
+    ) -> Deferred<'a> {
         // A HEAD's answer has no body, so no body signature could be checked: a router's 404
         // to it looks like the application's. It passes, but proves nothing.
         let proves = verdict == Verdict::Application
@@ -218,57 +250,35 @@ impl Proxy {
         if !matches!(verdict, Verdict::Missing(_)) {
             ex.ticket.report_probe(proves);
         }
-        match (verdict, response) {
-            (Verdict::Application, Some(answer)) => {
-                Step::Later(Box::pin(self.application(ex, answer, proves)))
+        let step = self.tell(ex, Event::Verdict { verdict, proves });
+        let Some(answer) = response else {
+            return Deferred::Now(match step {
+                Step::Exit(exit) => Next::Answer(self.leave_now(ex, exit, None)),
+                step => Next::Go(step),
+            });
+        };
+        Deferred::Now(Next::Answer(match step {
+            Step::Read => return Deferred::Later(Box::pin(self.application(ex, answer))),
+            Step::Exit(Exit::Pass) => {
+                let (mut head, peek) = answer;
+                let note = Note {
+                    upstream_status: Some(head.status),
+                    action: "passed",
+                };
+                let is_sse = super::headers::is_event_stream(&head.headers);
+                let sse = stream_ends(is_sse, &ex.target.method);
+                (
+                    self.pass(&mut head, sse, peek, None, ex.flight.take()),
+                    note,
+                )
             }
-            (Verdict::RouterPassthrough(reason), Some(answer)) => {
+            Step::Exit(Exit::RouterPassed(reason)) => {
                 let flight = ex.flight.take();
-                Step::Now(Next::Answer(self.router_passed(
-                    reason,
-                    answer,
-                    self.route(ex),
-                    flight,
-                )))
+                self.router_passed(reason, answer, self.route(ex), flight)
             }
-            // Sent, then broken before any answer: the application may have run it.
-            (Verdict::Failed(FailReason::UpstreamReset), None) => {
-                Step::Later(Box::pin(self.broke(ex, None)))
-            }
-            (Verdict::Failed(reason), answer) => {
-                // A TLS failure is the upstream answering (with a certificate holdfast does
-                // not accept): it is there. Close any outage so held requests get their
-                // answer now instead of one at a time as probes. (A reset after sending
-                // proves nothing: a port proxy may accept and then reset while the backend
-                // is still starting.)
-                if reason == FailReason::UpstreamTls {
-                    self.answered(ex);
-                }
-                let status = answer.map(|(head, _)| head.status);
-                Step::Now(Next::Answer(self.failed(reason, version, status)))
-            }
-            // The client broke its body mid-upload; the upstream got an upload cut short.
-            (Verdict::ClientBody(fault), _) => {
-                Step::Now(Next::Answer(self.client_body_failed(fault, version)))
-            }
-            // A connection that closed before the upstream read the request: most often a
-            // keep-alive race with a healthy server, so once at once on another connection
-            // before calling it an outage.
-            (Verdict::Missing(missing), _)
-                if missing.reason == RewriteReason::ConnectionClosed
-                    && ex.attempts.closed_unread(ex.handle.is_replayable()) =>
-            {
-                ex.handle.supersede();
-                Step::Now(Next::Again)
-            }
-            (Verdict::Missing(missing), _) => {
-                let replayable = missing.is_safe_to_replay() || self.held_anyway(ex);
-                Step::Later(Box::pin(self.hold_for(missing, replayable, ex)))
-            }
-            (Verdict::Application | Verdict::RouterPassthrough(_), None) => {
-                unreachable!("the classifier passes responses only")
-            }
-        }
+            Step::Exit(exit) => self.leave_now(ex, exit, Some(answer.0.status)),
+            step => return Deferred::Now(Next::Go(step)),
+        }))
     }
 
     /// The outage state of the request's route, looked up once, when first needed.
@@ -296,9 +306,9 @@ impl Proxy {
         target.method == Method::HEAD && self.reading.signatures.iter().any(|s| s.status == status)
     }
 
-    /// The application answered (`proves`: and the answer shows it is there). Its answer
-    /// passes, unless it is the 404 of a session the server forgot: then the session is
-    /// re-established and the request goes again.
+    /// The application answered, and its answer shows it is there: read on where its life
+    /// asks (an event stream's first event; the session of a 404 or 400), then passed, unless
+    /// that reading leads elsewhere (the session re-established and the request sent again).
     ///
     /// Not an async fn: its arguments would be kept twice in its future (once as arguments,
     /// once as the locals they are moved into), and this future is allocated for every
@@ -308,34 +318,38 @@ impl Proxy {
         &'a self,
         ex: &'a mut Exchange,
         mut answer: Answer,
-        proves: bool,
     ) -> impl std::future::Future<Output = Next> + Send + 'a {
         async move {
             let head = &mut answer.0;
             // Looked up once: the watch for an unanswered stream, a legacy GET stream and the
             // pass all ask it.
             let is_sse = super::headers::is_event_stream(&head.headers);
-            if !proves {
-                let note = Note {
-                    upstream_status: Some(head.status),
-                    action: "passed",
-                };
-                let sse = stream_ends(is_sse, &ex.target.method);
-                let resp = self.pass(head, sse, answer.1, None, ex.flight.take());
-                return Next::Answer((resp, note));
-            }
             // A request's event stream: its first event decides before anything reaches the
             // client (src/proxy/unanswered.rs). Until then the server has not shown it is well.
             let mut watch = None;
             if let Some(id) = unanswered::awaited_id(&ex.target.method, head, is_sse, &ex.handle) {
                 let first = unanswered::first_event(&mut answer.1, unanswered::FIRST_EVENT_WAIT);
-                match Box::pin(first).await {
-                    First::Unanswered => return Box::pin(self.unanswered(ex, head.status)).await,
+                let event = match Box::pin(first).await {
+                    First::Unanswered => {
+                        tracing::warn!(
+                            reason = FailReason::Unanswered.as_str(),
+                            "the upstream ended a request's event stream without answering it \
+                             (shutting down?)"
+                        );
+                        Event::Unanswered
+                    }
                     First::Broken(err) => {
                         tracing::debug!(error = %ErrorChain(err.as_ref()), "upstream event stream failed before its first event");
-                        return Box::pin(self.broke(ex, Some(head.status))).await;
+                        Event::StreamBroken
                     }
-                    First::Passes(reader) => watch = reader.map(|r| (r, id)),
+                    First::Passes(reader) => {
+                        watch = reader.map(|r| (r, id));
+                        Event::Settled
+                    }
+                };
+                if event != Event::Settled {
+                    let step = self.tell(ex, event);
+                    return Box::pin(self.after_reading(ex, step, head.status)).await;
                 }
             }
             self.answered(ex);
@@ -347,17 +361,16 @@ impl Proxy {
                     &ex.target,
                     ex.carried.as_ref(),
                     &ex.handle,
-                    &mut ex.attempts.resumes,
+                    &mut ex.life,
                 ))
                 .await;
-                match gone {
-                    Gone::SendAgain => return Next::Again,
-                    Gone::Missing(missing) => {
-                        let replayable = missing.is_safe_to_replay();
-                        return Box::pin(self.hold_for(missing, replayable, ex)).await;
-                    }
-                    Gone::Pass => {}
-                };
+                let step = self.tell(ex, Event::Session(gone));
+                if step != Step::Exit(Exit::Pass) {
+                    return Box::pin(self.after_reading(ex, step, head.status)).await;
+                }
+            } else {
+                let step = self.tell(ex, Event::Settled);
+                debug_assert_eq!(step, Step::Exit(Exit::Pass));
             }
             if head.status == StatusCode::NOT_FOUND {
                 self.metrics.passthrough_404.inc();
@@ -381,7 +394,7 @@ impl Proxy {
             };
             let note = Note {
                 upstream_status: Some(head.status),
-                action: ex.attempts.path().as_str(),
+                action: ex.life.path().as_str(),
             };
             let learn = (head.status.is_success() && self.answers_tools_list(ex))
                 .then(|| ex.target.headers.get(HOST).cloned());
@@ -434,122 +447,6 @@ impl Proxy {
         let is_sse = super::headers::is_event_stream(&head.headers);
         let sse = is_sse.then_some(Phase::Over);
         (self.pass(&mut head, sse, peek, None, flight), note)
-    }
-
-    /// The 503 for a request that could not be sent (again): the outage's reason, if one is open.
-    async fn unavailable_now(&self, ex: &Exchange) -> (Response<ProxyBody>, Note) {
-        let reason = ex
-            .outages
-            .current_reason()
-            .unwrap_or(RewriteReason::ConnectError);
-        self.unavailable(reason, &ex.outages, &ex.ticket, &ex.handle)
-            .await
-    }
-
-    /// The one decision about a missing backend: hold the request and send it again once the
-    /// backend is back, or answer 503 now.
-    /// `replayable`: the request provably never reached the application, or is safe to run
-    /// twice.
-    async fn hold_for(&self, missing: Missing, replayable: bool, ex: &mut Exchange) -> Next {
-        // A failed connection is the upstream's; a router's answer is its route's.
-        let outages = if missing.reason.is_connect_failure() {
-            self.hold.upstream().clone()
-        } else {
-            self.route(ex).clone()
-        };
-        ex.outages = outages.clone();
-        outages.missing(missing.reason);
-        if !Arc::ptr_eq(&outages, self.hold.upstream()) {
-            // A route's outage is news to a pause too: the old instance is gone.
-            self.hold.upstream().saw_gone(missing.reason);
-        }
-        let (ticket, handle) = (&mut ex.ticket, &ex.handle);
-        // Stop the failed attempt's body first, if its connection still reads it: whatever
-        // comes next (a 503 that reads the rest of the body for its JSON-RPC id, or a hold) is
-        // the body's only reader, and the abandoned upstream connection closes now instead of
-        // waiting out its idle timer.
-        handle.supersede();
-        // Replay only what provably never reached the application: a connection that failed
-        // before the request was written, or a router that answered by itself. A router's
-        // 502/504 may follow a request the backend did read.
-        if !self.hold.enabled() || !replayable {
-            let answer = self.unavailable(missing.reason, &outages, ticket, handle);
-            return Next::Answer(answer.await);
-        }
-        if !handle.is_replayable() {
-            // The body outgrew hold.max_body_bytes while it was sent: no copy.
-            outages.body_too_large();
-            let answer = self.unavailable(missing.reason, &outages, ticket, handle);
-            return Next::Answer(answer.await);
-        }
-        // Waiting in the hold is not being in flight: a pause's drain does not wait for it.
-        ex.flight = None;
-        // The upstream's "missing" is kept from the client: counted as intercepted and held.
-        self.metrics
-            .rewrites
-            .get_or_create(&ReasonLabel::new(missing.reason, RewriteAction::held))
-            .inc();
-        match outages.wait(ticket, handle).await {
-            Released::Go | Released::NotHeld => {
-                ex.attempts.released();
-                Next::Again
-            }
-            Released::Cancelled => Next::Answer(client_gone(ex.version)),
-            Released::Shutdown => Next::Answer(Box::pin(self.shut_out(ex)).await),
-            Released::TimedOut | Released::QueueFull => {
-                let answer = self.unavailable(missing.reason, &outages, ticket, handle);
-                Next::Answer(answer.await)
-            }
-        }
-    }
-
-    /// A held request at holdfast's shutdown: it never reached a server, so a peer takes it
-    /// ([`super::handoff`]) unless a peer handed it here; else its 503.
-    async fn shut_out(&self, ex: &mut Exchange) -> (Response<ProxyBody>, Note) {
-        if !ex.handed {
-            let mut headers = ex.target.headers.clone();
-            // The peer carries the session from the client's own id, not this upstream's.
-            if let Some(c) = &ex.carried {
-                headers.insert(session::MCP_SESSION_ID, c.session.client_id().clone());
-            }
-            let handing = super::handoff::Handing {
-                method: &ex.target.method,
-                client: &ex.target.client,
-                headers,
-                handle: &ex.handle,
-            };
-            if let Some(answer) = self.hand_off(handing).await {
-                return answer;
-            }
-        }
-        self.unavailable_now(ex).await
-    }
-
-    /// The upstream ended a request's event stream before its first event, without answering:
-    /// it is going away (src/proxy/unanswered.rs). The request reached it and may have run, so
-    /// it is sent again only if it is safe to run twice: held until the upstream is back (once
-    /// more at once with holding off). Otherwise a 502. Either way the upstream's outage opens,
-    /// so that what comes next waits instead of going into a server that drops its answers.
-    async fn unanswered(&self, ex: &mut Exchange, status: StatusCode) -> Next {
-        tracing::warn!(
-            reason = FailReason::Unanswered.as_str(),
-            "the upstream ended a request's event stream without answering it (shutting down?)"
-        );
-        let missing = Missing {
-            reason: RewriteReason::Unanswered,
-            never_reached_app: false,
-        };
-        if self.hold.enabled() {
-            if let Some(kind) = self.safe_to_repeat(ex) {
-                self.metrics.safe_retries.get_or_create(&kind.into()).inc();
-                return Box::pin(self.hold_for(missing, true, ex)).await;
-            }
-        }
-        self.hold.upstream().missing(missing.reason);
-        if self.may_send_again(ex) {
-            return Next::Again;
-        }
-        Next::Answer(self.failed(FailReason::Unanswered, ex.version, Some(status)))
     }
 
     /// The MCP method a POST carries, for its metric: the 2026-07-28 header when given (one

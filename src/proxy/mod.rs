@@ -14,9 +14,9 @@
 //!    failure after the request may have reached the application.
 //!
 //! # Layout
-//! - `forward`: the attempt loop and the one decision per verdict.
+//! - `life`: one request's life as a plain state machine: what happened in, the next step out.
+//! - `forward`: its executor: carries out each step (an attempt, a hold, an outage, a 503).
 //! - `attempt`: one attempt at the upstream and its verdict.
-//! - `attempts`: what happened to a request's attempts so far, and whether it goes again.
 //! - `answer`: what the client gets: passed through, 503, 502.
 //! - `resume`: re-establishing a session the upstream forgot.
 //! - `build`: the proxy from configuration, and again on a reload with its state carried over.
@@ -36,7 +36,6 @@
 
 mod answer;
 mod attempt;
-mod attempts;
 pub mod body;
 mod build;
 mod confirm;
@@ -48,6 +47,7 @@ pub mod handoff;
 pub mod headers;
 mod health;
 pub mod in_flight;
+mod life;
 #[cfg(test)]
 mod props;
 mod request;

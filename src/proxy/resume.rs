@@ -25,6 +25,7 @@ use http_body_util::BodyExt;
 use tokio::time::Instant;
 
 use super::answer::Peeked;
+use super::life::{Gone, Life};
 use super::{Carried, Proxy, Target};
 use crate::classify::{Missing, Verdict};
 use crate::metrics::{ReestablishCause, ReestablishLabel, ResumeOutcome};
@@ -35,26 +36,12 @@ use crate::session::{
     Origin, Plan, Session, TokenRefusal, LAST_EVENT_ID, MCP_PROTOCOL_VERSION, MCP_SESSION_ID,
 };
 
-/// Most re-establishments one request may cause. A server that forgets the session again right
-/// after it was re-established (a restart loop) gets its answer passed through after the second.
-const MAX_RESUMES: u32 = 2;
-
 /// Most bytes of an answer read while looking for its JSON-RPC response.
 const MAX_REPLY_BYTES: usize = 1 << 20;
 
 /// The headers of a 2026-07-28 request that name its method; holdfast's requests set their own
 /// body, so the client's would be wrong.
 const MCP_METHOD_HEADERS: [&str; 2] = ["mcp-method", "mcp-name"];
-
-/// What to do after the application's 404 or 400 to a request on a session.
-pub(super) enum Gone {
-    /// The session is back (re-established by this request or another): send the request again.
-    SendAgain,
-    /// The backend went missing while re-establishing: hold (or 503) as for any missing backend.
-    Missing(Missing),
-    /// Pass the server's answer to the client.
-    Pass,
-}
 
 /// How one re-establishment ended.
 enum Resume {
@@ -87,7 +74,7 @@ impl Proxy {
         target: &Target,
         carried: Option<&Carried>,
         handle: &BodyHandle,
-        resumes: &mut u32,
+        life: &mut Life,
     ) -> Gone {
         // A DELETE is re-established too: the client holds a live session, and its end should
         // be the server's answer, not a 404 the SDK clients report as a failed close (the
@@ -121,16 +108,15 @@ impl Proxy {
             );
             return Gone::Pass;
         }
-        if *resumes >= MAX_RESUMES {
+        if !life.may_resume() {
             self.count_resume(ResumeOutcome::failed);
             tracing::warn!(
-                resumes = *resumes,
+                resumes = life.resumes(),
                 "the server forgot an MCP session again right after it was re-established; \
                  passing its answer to the client"
             );
             return Gone::Pass;
         }
-        *resumes += 1;
         match self.resume(status, carried, target).await {
             Resume::Done | Resume::DoneByAnother if !handle.is_replayable() => {
                 // Too large to send twice: this request gets the server's 404, the requests
