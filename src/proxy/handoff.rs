@@ -24,7 +24,7 @@ use http::{Request, Response, StatusCode, Uri};
 use http_body_util::BodyExt;
 
 use super::body::{ProxyBody, Timed};
-use super::{Note, Proxy};
+use super::Note;
 use crate::config::{Config, Peers as PeersConfig};
 use crate::metrics::{Handoff, Metrics};
 use crate::replay::BodyHandle;
@@ -118,19 +118,24 @@ pub(super) struct Handing<'a> {
     pub(super) handle: &'a BodyHandle,
 }
 
-impl Proxy {
+impl Peers {
     /// Sends a request that never reached a server to a peer, and its answer back; `None` when
-    /// no peer took it (the caller answers 503 then).
-    pub(super) async fn hand_off(&self, req: Handing<'_>) -> Option<(Response<ProxyBody>, Note)> {
-        if !self.peers.any() || !req.handle.is_replayable() {
+    /// no peer took it (the caller answers 503 then). The answer's body streams under `idle`
+    /// (`streams.idle_timeout_secs`).
+    pub(super) async fn hand_off(
+        &self,
+        req: Handing<'_>,
+        idle: Duration,
+    ) -> Option<(Response<ProxyBody>, Note)> {
+        if !self.any() || !req.handle.is_replayable() {
             return None;
         }
-        for peer in self.peers.candidates().await {
+        for peer in self.candidates().await {
             let Some(body) = req.handle.attempt() else {
                 break;
             };
             let mut headers = req.headers.clone();
-            headers.insert(HANDOFF, self.peers.me().clone());
+            headers.insert(HANDOFF, self.me().clone());
             let target = req.client.path_and_query().map_or("/", |p| p.as_str());
             let mut outgoing = Request::new(body);
             *outgoing.method_mut() = req.method.clone();
@@ -140,7 +145,7 @@ impl Proxy {
                 Err(_) => continue,
             };
             *outgoing.headers_mut() = headers;
-            match self.peers.client(&peer).request(outgoing).await {
+            match self.client(&peer).request(outgoing).await {
                 Ok(resp) if is_self(&resp) => {
                     req.handle.supersede();
                     continue;
@@ -150,7 +155,7 @@ impl Proxy {
                     tracing::info!(peer = %peer, status = resp.status().as_u16(), "handed a request that never reached a server to a peer");
                     let (mut head, body) = resp.into_parts();
                     super::headers::strip_hop_by_hop(&mut head.headers);
-                    let body = Timed::new(None, body, self.timeouts.stream_idle).boxed_unsync();
+                    let body = Timed::new(None, body, idle).boxed_unsync();
                     let note = Note {
                         upstream_status: Some(head.status),
                         action: "handed_off",

@@ -92,7 +92,10 @@ impl Proxy {
             headers,
             handle: &ex.handle,
         };
-        let answer = self.hand_off(handing).await;
+        let answer = self
+            .peers
+            .hand_off(handing, self.timeouts.stream_idle)
+            .await;
         match (
             self.tell(
                 ex,
