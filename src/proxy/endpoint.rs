@@ -279,24 +279,25 @@ impl Body for EndpointRewrite {
     }
 }
 
-impl super::Proxy {
+impl super::Destination {
     /// A GET's event stream, with a legacy server's absolute `endpoint` URL naming the upstream
-    /// pointed at the origin the client used, and its paths recorded as expected routes
-    /// (src/proxy/endpoint.rs).
+    /// pointed at the origin the client used, and its paths recorded among the expected
+    /// `routes` (src/proxy/endpoint.rs).
     pub(super) fn endpoint_rewrite(
         &self,
         resp: http::Response<ProxyBody>,
         client_host: &http::HeaderValue,
         path: &str,
+        routes: &crate::classify::ExpectedRoutes,
     ) -> http::Response<ProxyBody> {
         let Ok(host) = client_host.to_str() else {
             return resp;
         };
-        let client = format!("{}://{host}", self.dest.client_proto);
-        let upstream = self.dest.origin.clone();
+        let client = format!("{}://{host}", self.client_proto);
+        let upstream = self.origin.clone();
         let legacy = Legacy {
             stream_path: path.to_owned(),
-            paths: self.reading.routes.legacy(),
+            paths: routes.legacy(),
         };
         resp.map(|body| {
             http_body_util::BodyExt::boxed_unsync(EndpointRewrite::new(

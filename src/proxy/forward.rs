@@ -112,6 +112,7 @@ impl Proxy {
             None => false,
         };
         let mut target = self
+            .dest
             .prepare(parts, peer)
             .map_err(|why| (Some(why), version))?;
         if handed {
@@ -413,7 +414,11 @@ impl Proxy {
                 });
             }
             let resp = match (legacy_stream, &ex.target.client_host) {
-                (true, Some(host)) => self.endpoint_rewrite(resp, host, ex.target.client.path()),
+                (true, Some(host)) => {
+                    let path = ex.target.client.path();
+                    self.dest
+                        .endpoint_rewrite(resp, host, path, &self.reading.routes)
+                }
                 _ => resp,
             };
             Next::Answer((resp, note))

@@ -1,4 +1,4 @@
-//! The client's request made ready for the upstream ([`Proxy::prepare`]): its head rewritten
+//! The client's request made ready for the upstream ([`Destination::prepare`]): its head rewritten
 //! (hop-by-hop headers out, X-Forwarded-* and Host in, the upstream's URI), after refusing what
 //! holdfast will not forward: a request whose framing or target two parties could read
 //! differently (RFC 9112 §3.2 and §6.1, RFC 9113 §8.3.1). Each gets a 400, as nginx and HAProxy
@@ -10,7 +10,7 @@ use http::header::{HeaderMap, HeaderValue, HOST, TRANSFER_ENCODING};
 use http::uri::PathAndQuery;
 use http::{Uri, Version};
 
-use super::{headers, Proxy, Target};
+use super::{headers, Destination, Target};
 use crate::config::HostHeader;
 
 /// The client's host: `Host` on HTTP/1.x, `:authority` on HTTP/2, checked. `None` only for an
@@ -142,7 +142,7 @@ fn checked(parts: &http::request::Parts) -> Result<Option<HeaderValue>, &'static
 }
 
 /// Why holdfast refuses (400) a request head before forwarding anything of it, if it does: what
-/// [`Proxy::prepare`] checks first. Public for the differential oracle (`tests/it/oracle/`),
+/// [`Destination::prepare`] checks first. Public for the differential oracle (`tests/it/oracle/`),
 /// which reads requests as holdfast does.
 pub fn refusal(parts: &http::request::Parts) -> Option<&'static str> {
     checked(parts).err()
@@ -187,7 +187,7 @@ fn is_dot_segment(segment: &str) -> bool {
     dots > 0
 }
 
-impl Proxy {
+impl Destination {
     /// Rewrites the client's request head for the upstream.
     pub(super) fn prepare(
         &self,
@@ -202,17 +202,12 @@ impl Proxy {
         let headers = &mut parts.headers;
         // A peer that is not a proxy in front could claim any client, Host or scheme: what it
         // says is replaced, not appended to (src/config/forwarded.rs).
-        let untrusted = !self.dest.trusted_proxies.trusts(peer.ip());
+        let untrusted = !self.trusted_proxies.trusts(peer.ip());
         headers::strip_hop_by_hop_and_forwarded(headers, untrusted);
-        headers::add_forwarded(
-            headers,
-            peer.ip(),
-            self.dest.client_proto,
-            client_host.clone(),
-        );
-        match (self.dest.host_header, client_host.clone()) {
+        headers::add_forwarded(headers, peer.ip(), self.client_proto, client_host.clone());
+        match (self.host_header, client_host.clone()) {
             (HostHeader::Preserve, Some(host)) => headers.insert(HOST, host),
-            _ => headers.insert(HOST, self.dest.host.clone()),
+            _ => headers.insert(HOST, self.host.clone()),
         };
         Ok(Target {
             client_host,
@@ -230,7 +225,7 @@ impl Proxy {
             .path_and_query()
             .cloned()
             .unwrap_or_else(|| PathAndQuery::from_static("/"));
-        let prefix = &self.dest.url.path_prefix;
+        let prefix = &self.url.path_prefix;
         let pq = if prefix.is_empty() {
             // The usual case: the client's path and query as they are, not copied.
             pq
@@ -239,8 +234,8 @@ impl Proxy {
                 .map_err(|_| "the request target cannot be forwarded")?
         };
         let mut parts = http::uri::Parts::default();
-        parts.scheme = Some(self.dest.scheme.clone());
-        parts.authority = Some(self.dest.url.authority.clone());
+        parts.scheme = Some(self.scheme.clone());
+        parts.authority = Some(self.url.authority.clone());
         parts.path_and_query = Some(pq);
         Uri::from_parts(parts).map_err(|_| "the request target cannot be forwarded")
     }
