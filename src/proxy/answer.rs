@@ -1,13 +1,11 @@
 //! What the client gets: an upstream answer passed through, a 503 for a missing backend, a 502
 //! for a failure after the request may have reached the application.
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use http::header::{HeaderValue, CONTENT_LENGTH};
 use http::{Response, StatusCode, Version};
-use http_body::Body as _;
 use http_body_util::BodyExt;
 use prometheus_client::metrics::gauge::Gauge;
-use tokio::time::Instant;
 
 use super::body::{ProxyBody, Timed};
 use super::ending::Phase;
@@ -162,69 +160,6 @@ impl Proxy {
         *resp.status_mut() = head.status;
         *resp.headers_mut() = std::mem::take(&mut head.headers);
         resp
-    }
-
-    /// Reads a candidate error body, up to `max_peek_bytes`. A larger body (by Content-Length or
-    /// by what arrives) is not matched and passes through intact: the bytes read so far are kept
-    /// as a prefix.
-    pub(super) async fn peek(
-        &self,
-        headers: &http::HeaderMap,
-        mut body: UpstreamBody,
-    ) -> Result<Peeked, crate::errors::BoxError> {
-        let declared = headers
-            .get(CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse::<u64>().ok());
-        if declared.is_some_and(|n| n > self.reading.max_peek_bytes as u64) {
-            return Ok(Peeked {
-                complete: None,
-                prefix: None,
-                rest: body,
-            });
-        }
-        let mut buf = BytesMut::new();
-        let deadline = Instant::now() + self.timeouts.stream_idle;
-        loop {
-            if body.is_end_stream() {
-                return Ok(Peeked {
-                    complete: Some(buf.freeze()),
-                    prefix: None,
-                    rest: body,
-                });
-            }
-            let frame = match tokio::time::timeout_at(deadline, body.frame()).await {
-                Ok(frame) => frame,
-                Err(_) => {
-                    return Err(Box::new(super::body::IdleTimeout(
-                        self.timeouts.stream_idle,
-                    )))
-                }
-            };
-            match frame {
-                None => {
-                    return Ok(Peeked {
-                        complete: Some(buf.freeze()),
-                        prefix: None,
-                        rest: body,
-                    })
-                }
-                Some(Err(e)) => return Err(Box::new(e)),
-                Some(Ok(frame)) => {
-                    if let Ok(data) = frame.into_data() {
-                        buf.extend_from_slice(&data);
-                    }
-                    // Trailers on an error body are dropped: no router sends them.
-                    if buf.len() > self.reading.max_peek_bytes {
-                        return Ok(Peeked {
-                            complete: None,
-                            prefix: Some(buf.freeze()),
-                            rest: body,
-                        });
-                    }
-                }
-            }
-        }
     }
 }
 

@@ -1,17 +1,40 @@
-//! One attempt at the upstream: send, peek where a signature could match, classify.
+//! One attempt at the upstream: send, peek where a signature could match, classify. The
+//! [`Upstream`] owns what that takes: the client, how answers are read, the response timeout.
 
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use http::header::CONTENT_LENGTH;
 use http::StatusCode;
+use http_body::Body as _;
+use http_body_util::BodyExt;
 use tokio::time::Instant;
 
 use super::answer::{Answer, Peeked};
-use super::{Proxy, Target};
+use super::{Reading, Target};
 use crate::classify::{self, FailReason, Outcome, Verdict};
 use crate::errors::{find_cause, ErrorChain};
-use crate::hold::RouteOutage;
+use crate::hold::{OutageRoutes, RouteOutage};
 use crate::replay::ReplayBody;
-use crate::upstream::SendError;
+use crate::upstream::{Client, SendError, UpstreamBody};
 
-impl Proxy {
+/// The upstream as one attempt meets it.
+pub(super) struct Upstream {
+    pub(super) client: Arc<Client>,
+    /// How its answers are read: what the classifier is given.
+    pub(super) reading: Reading,
+    /// `client.response_timeout_secs`: the wait for a response head after the upload.
+    pub(super) response_timeout: Duration,
+    /// `streams.idle_timeout_secs`, for a peek at an answer's body.
+    pub(super) stream_idle: Duration,
+    /// The upstream as configured, for the log.
+    pub(super) url: Arc<str>,
+    /// The outages: a failed connection notes its cause for the upstream-wide one's first line.
+    pub(super) hold: Arc<OutageRoutes>,
+}
+
+impl Upstream {
     /// One attempt at the upstream and its verdict. The response comes back with verdicts that
     /// pass it through.
     /// `route` is the request's route while an outage is open anywhere (else no route is past
@@ -48,7 +71,7 @@ impl Proxy {
             // Matched where it is made: a named result would keep its room across the peek.
             let resp = match tokio::select! {
                 sent = self.client.send(head, body) => Ok(sent),
-                () = uploaded.elapsed_after_upload(self.timeouts.response) => Err(()),
+                () = uploaded.elapsed_after_upload(self.response_timeout) => Err(()),
             } {
                 Err(()) => {
                     return (
@@ -95,7 +118,7 @@ impl Proxy {
         if verdict == Verdict::Failed(FailReason::UpstreamTls) {
             // A configuration error: say what is wrong, every time, loudly.
             tracing::error!(
-                upstream = %self.dest.url.original,
+                upstream = %self.url,
                 error = %ErrorChain(err),
                 "TLS to the upstream failed; check its certificate against client.ca \
                  (or the system roots) and its name, and client.cert/client.key"
@@ -146,5 +169,64 @@ impl Proxy {
                 FailReason::UpstreamReset
             }
         })
+    }
+
+    /// Reads a candidate error body, up to `max_peek_bytes`. A larger body (by Content-Length or
+    /// by what arrives) is not matched and passes through intact: the bytes read so far are kept
+    /// as a prefix.
+    pub(super) async fn peek(
+        &self,
+        headers: &http::HeaderMap,
+        mut body: UpstreamBody,
+    ) -> Result<Peeked, crate::errors::BoxError> {
+        let declared = headers
+            .get(CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
+        if declared.is_some_and(|n| n > self.reading.max_peek_bytes as u64) {
+            return Ok(Peeked {
+                complete: None,
+                prefix: None,
+                rest: body,
+            });
+        }
+        let mut buf = BytesMut::new();
+        let deadline = Instant::now() + self.stream_idle;
+        loop {
+            if body.is_end_stream() {
+                return Ok(Peeked {
+                    complete: Some(buf.freeze()),
+                    prefix: None,
+                    rest: body,
+                });
+            }
+            let frame = match tokio::time::timeout_at(deadline, body.frame()).await {
+                Ok(frame) => frame,
+                Err(_) => return Err(Box::new(super::body::IdleTimeout(self.stream_idle))),
+            };
+            match frame {
+                None => {
+                    return Ok(Peeked {
+                        complete: Some(buf.freeze()),
+                        prefix: None,
+                        rest: body,
+                    })
+                }
+                Some(Err(e)) => return Err(Box::new(e)),
+                Some(Ok(frame)) => {
+                    if let Ok(data) = frame.into_data() {
+                        buf.extend_from_slice(&data);
+                    }
+                    // Trailers on an error body are dropped: no router sends them.
+                    if buf.len() > self.reading.max_peek_bytes {
+                        return Ok(Peeked {
+                            complete: None,
+                            prefix: Some(buf.freeze()),
+                            rest: body,
+                        });
+                    }
+                }
+            }
+        }
     }
 }

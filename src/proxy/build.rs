@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use http::Uri;
 
+use super::attempt::Upstream;
 use super::{
     ending, handoff, health, in_flight, Bodies, Destination, Proxy, Reading, Timeouts, ID_COPY_CAP,
 };
@@ -85,7 +86,7 @@ impl Proxy {
                 &cfg.retry.idempotent_tools,
                 &cfg.retry.never_tools,
             )),
-            routes: self.reading.routes.reconfigured(
+            routes: self.upstream.reading.routes.reconfigured(
                 cfg.routes.endpoints.clone(),
                 cfg.routes.learn,
                 cfg.routes.learn_ttl,
@@ -102,14 +103,20 @@ impl Proxy {
     fn assemble(cfg: &Config, metrics: Arc<Metrics>, client: Arc<Client>, c: Carried) -> Proxy {
         Proxy {
             dest: Destination::new(cfg),
-            reading: Reading {
-                signatures: cfg.routes.signatures.clone(),
-                routes: c.routes,
-                horizon: cfg.routes.horizon,
-                max_peek_bytes: cfg.routes.max_peek_bytes,
+            upstream: Upstream {
+                client,
+                reading: Reading {
+                    signatures: cfg.routes.signatures.clone(),
+                    routes: c.routes,
+                    horizon: cfg.routes.horizon,
+                    max_peek_bytes: cfg.routes.max_peek_bytes,
+                },
+                response_timeout: cfg.response_timeout,
+                stream_idle: cfg.stream_idle_timeout,
+                url: cfg.upstream.original.as_str().into(),
+                hold: c.hold.clone(),
             },
             timeouts: Timeouts {
-                response: cfg.response_timeout,
                 stream_idle: cfg.stream_idle_timeout,
                 resume_wait: cfg.hold.timeout,
                 pause_max: cfg.pause.max,
@@ -123,7 +130,6 @@ impl Proxy {
                 copy_budget: c.copy_budget,
             },
             access_log: cfg.access_log,
-            client,
             hold: c.hold,
             sessions: c.sessions,
             idempotency: c.idempotency,

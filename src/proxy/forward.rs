@@ -157,8 +157,10 @@ impl Proxy {
         if !ex.outages.is_active() && self.hold.routes_out() {
             ex.outages = self.route(ex).clone();
         }
-        let outage_holds =
-            self.hold.enabled() && ex.outages.holds_before_dispatch(self.reading.horizon);
+        let outage_holds = self.hold.enabled()
+            && ex
+                .outages
+                .holds_before_dispatch(self.upstream.reading.horizon);
         let mut step = self.tell(ex, Event::Arrived { outage_holds });
         loop {
             let next = match step {
@@ -226,7 +228,7 @@ impl Proxy {
         let route = self.hold.routes_out().then(|| self.route(ex).as_ref());
         // Boxed: the attempt (the upstream exchange's state) is the largest part of the
         // request's future, and a held request, waiting before it, should not carry it.
-        let (verdict, response) = Box::pin(self.attempt(&ex.target, route, body)).await;
+        let (verdict, response) = Box::pin(self.upstream.attempt(&ex.target, route, body)).await;
         // The verdict is acted on outside this future: only a boxed future of what follows
         // lives across the await, not the answer (a few hundred bytes that every request's
         // future, a held one's included, would otherwise carry).
@@ -304,7 +306,13 @@ impl Proxy {
     /// Whether `status` to a HEAD could be a router's answer that only its (absent) body would
     /// tell apart: some signature matches that status.
     fn unprovable_head(&self, target: &Target, status: StatusCode) -> bool {
-        target.method == Method::HEAD && self.reading.signatures.iter().any(|s| s.status == status)
+        target.method == Method::HEAD
+            && self
+                .upstream
+                .reading
+                .signatures
+                .iter()
+                .any(|s| s.status == status)
     }
 
     /// The application answered, and its answer shows it is there: read on where its life
@@ -376,7 +384,8 @@ impl Proxy {
             if head.status == StatusCode::NOT_FOUND {
                 self.metrics.passthrough_404.inc();
             } else {
-                self.reading
+                self.upstream
+                    .reading
                     .routes
                     .learn(ex.target.client.path(), Instant::now);
             }
@@ -417,7 +426,7 @@ impl Proxy {
                 (true, Some(host)) => {
                     let path = ex.target.client.path();
                     self.dest
-                        .endpoint_rewrite(resp, host, path, &self.reading.routes)
+                        .endpoint_rewrite(resp, host, path, &self.upstream.reading.routes)
                 }
                 _ => resp,
             };
@@ -443,7 +452,7 @@ impl Proxy {
             .get_or_create(&PassLabel { reason: label })
             .inc();
         if reason == PassReason::HorizonExceeded {
-            outages.horizon_exceeded(self.reading.horizon, &self.dest.url.original);
+            outages.horizon_exceeded(self.upstream.reading.horizon, &self.dest.url.original);
         }
         let note = Note {
             upstream_status: Some(head.status),

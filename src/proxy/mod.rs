@@ -69,7 +69,6 @@ use crate::hold::{OutageRoutes, PauseStart, PauseStatus, RouteOutage};
 use crate::metrics::Metrics;
 use crate::replay::CopyBudget;
 use crate::session::Sessions;
-use crate::upstream::Client;
 use body::ProxyBody;
 pub use request::refusal;
 
@@ -86,12 +85,11 @@ const BODY_ID_WAIT: Duration = Duration::from_secs(1);
 pub struct Proxy {
     /// Where requests go, and how a client's head becomes the upstream's.
     dest: Destination,
-    /// How the upstream's answers are read.
-    reading: Reading,
+    /// The upstream as an attempt meets it: its client, how its answers are read.
+    upstream: attempt::Upstream,
     timeouts: Timeouts,
     /// Request bodies kept for a replay.
     bodies: Bodies,
-    client: Arc<Client>,
     /// Outages, per route (carried over a reload, as everything in an `Arc` here).
     hold: Arc<OutageRoutes>,
     /// MCP sessions carried across backend restarts.
@@ -139,8 +137,6 @@ struct Reading {
 
 /// How long the proxy's own waits may last.
 struct Timeouts {
-    /// `client.response_timeout_secs`.
-    response: Duration,
     /// `streams.idle_timeout_secs`.
     stream_idle: Duration,
     /// Longest a request waits for another request's re-establishment of its session.
@@ -339,7 +335,10 @@ impl Proxy {
     fn route_of(&self, target: &Target) -> Arc<RouteOutage> {
         self.hold.route(
             target.headers.get(http::header::HOST),
-            self.reading.routes.endpoint_of(target.client.path()),
+            self.upstream
+                .reading
+                .routes
+                .endpoint_of(target.client.path()),
         )
     }
 

@@ -376,7 +376,7 @@ impl Proxy {
         let handle = BodyHandle::from_bytes(body);
         let body = handle.attempt().expect("a new body can be sent");
         let route = self.hold.routes_out().then(|| self.route_of(target));
-        match self.attempt(target, route.as_deref(), body).await {
+        match self.upstream.attempt(target, route.as_deref(), body).await {
             (Verdict::Application, Some((head, peek))) => {
                 let reply = if read_reply {
                     self.read_reply(&head, peek).await
@@ -413,7 +413,7 @@ impl Proxy {
             buf.extend_from_slice(&prefix);
         }
         let mut rest = peek.rest;
-        let deadline = Instant::now() + self.timeouts.response;
+        let deadline = Instant::now() + self.upstream.response_timeout;
         loop {
             // An SSE answer may stay open after its response: stop at the response.
             if is_sse {

@@ -1,5 +1,5 @@
 //! The futures allocated for every request stay within glibc's per-thread cache: the request's
-//! own (`Proxy::handle`), its attempt (`Proxy::attempt`) and its application answer
+//! own (`Proxy::handle`), its attempt (`Upstream::attempt`) and its application answer
 //! (`Proxy::application`). A larger one costs a trip into the allocator's bins and back (~0.7k
 //! instructions a request); docs/development.md says what keeps them small. This test keeps that
 //! from resting on a memory of `-Zprint-type-sizes`: a harmless-looking change that grows one
@@ -24,6 +24,7 @@ use http::Request;
 use super::Exchange;
 use crate::hold::RouteOutage;
 use crate::proxy::answer::Answer;
+use crate::proxy::attempt::Upstream;
 use crate::proxy::{Proxy, Target};
 use crate::replay::{ClientBody, ReplayBody};
 
@@ -50,14 +51,14 @@ fn per_request_futures_fit_in_glibcs_thread_cache() {
             returned_by_3::<&'static Proxy, Request<ClientBody>, SocketAddr, _>(Proxy::handle),
         ),
         (
-            "Proxy::attempt",
+            "Upstream::attempt",
             returned_by_4::<
-                &'static Proxy,
+                &'static Upstream,
                 &'static Target,
                 Option<&'static RouteOutage>,
                 ReplayBody,
                 _,
-            >(Proxy::attempt),
+            >(Upstream::attempt),
         ),
         (
             "Proxy::application",
