@@ -6,14 +6,16 @@ use http::header::{HeaderValue, CONTENT_LENGTH};
 use http::{Response, StatusCode, Version};
 use http_body_util::BodyExt;
 use prometheus_client::metrics::gauge::Gauge;
+use std::sync::Arc;
+use std::time::Duration;
 
 use super::body::{ProxyBody, Timed};
 use super::ending::Phase;
 use super::in_flight::Flight;
-use super::{headers, Note, Proxy, BODY_ID_WAIT};
+use super::{headers, Note, BODY_ID_WAIT};
 use crate::classify::{FailReason, RewriteReason};
-use crate::hold::{RouteOutage, Ticket};
-use crate::metrics::{ReasonLabel, RewriteAction};
+use crate::hold::{OutageRoutes, RouteOutage, Ticket};
+use crate::metrics::{Metrics, ReasonLabel, RewriteAction};
 use crate::replay::BodyHandle;
 use crate::respond;
 use crate::upstream::{ClientBodyFault, UpstreamBody};
@@ -34,7 +36,21 @@ pub(super) struct Peeked {
     pub(super) rest: UpstreamBody,
 }
 
-impl Proxy {
+/// What builds the client's answer: a passed one streamed under the idle timeout, counted and
+/// ended by holdfast's shutdown; holdfast's own (503, 502, 400), counted.
+pub(super) struct Answers {
+    pub(super) metrics: Arc<Metrics>,
+    /// `streams.idle_timeout_secs`.
+    pub(super) stream_idle: Duration,
+    /// holdfast's own shutdown, which ends passed event streams.
+    pub(super) ending: Arc<super::ending::Ending>,
+    /// Learns tool annotations from the `tools/list` answers passed.
+    pub(super) idempotency: Arc<crate::idempotent::Idempotency>,
+    /// The outages: an event stream that ends unanswered opens the upstream's.
+    pub(super) hold: Arc<OutageRoutes>,
+}
+
+impl Answers {
     /// Answers 503 + Retry-After for a missing backend: at once, or after a hold that ended
     /// without a release.
     pub(super) async fn unavailable(
@@ -134,7 +150,7 @@ impl Proxy {
         if let (true, Some(f)) = (is_sse, &flight) {
             f.streaming();
         }
-        let timed = Timed::new(prefix, peek.rest, self.timeouts.stream_idle)
+        let timed = Timed::new(prefix, peek.rest, self.stream_idle)
             .counting_aborts(&self.metrics.response_aborts)
             .in_flight(flight);
         // The request stays in flight (for a pause's drain) as long as its body streams.

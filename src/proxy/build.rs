@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use http::Uri;
 
+use super::answer::Answers;
 use super::attempt::Upstream;
 use super::{
     ending, handoff, health, in_flight, Bodies, Destination, Proxy, Reading, Timeouts, ID_COPY_CAP,
@@ -114,6 +115,13 @@ impl Proxy {
                 response_timeout: cfg.response_timeout,
                 stream_idle: cfg.stream_idle_timeout,
                 url: cfg.upstream.original.as_str().into(),
+                hold: c.hold.clone(),
+            },
+            answers: Answers {
+                metrics: metrics.clone(),
+                stream_idle: cfg.stream_idle_timeout,
+                ending: c.ending.clone(),
+                idempotency: c.idempotency.clone(),
                 hold: c.hold.clone(),
             },
             timeouts: Timeouts {

@@ -271,7 +271,8 @@ impl Proxy {
                 let is_sse = super::headers::is_event_stream(&head.headers);
                 let sse = stream_ends(is_sse, &ex.target.method);
                 (
-                    self.pass(&mut head, sse, peek, None, ex.flight.take()),
+                    self.answers
+                        .pass(&mut head, sse, peek, None, ex.flight.take()),
                     note,
                 )
             }
@@ -411,9 +412,11 @@ impl Proxy {
             let legacy_stream =
                 ex.target.method == Method::GET && head.status.is_success() && is_sse;
             let sse = stream_ends(is_sse, &ex.target.method);
-            let mut resp = self.pass(head, sse, answer.1, learn, ex.flight.take());
+            let mut resp = self
+                .answers
+                .pass(head, sse, answer.1, learn, ex.flight.take());
             if let Some((reader, id)) = watch {
-                resp = self.watch_unanswered(resp, reader, id);
+                resp = self.answers.watch_unanswered(resp, reader, id);
             }
             if let Some(pending) = confirm {
                 resp = resp.map(|body| {
@@ -460,7 +463,7 @@ impl Proxy {
         };
         let is_sse = super::headers::is_event_stream(&head.headers);
         let sse = is_sse.then_some(Phase::Over);
-        (self.pass(&mut head, sse, peek, None, flight), note)
+        (self.answers.pass(&mut head, sse, peek, None, flight), note)
     }
 
     /// The MCP method a POST carries, for its metric: the 2026-07-28 header when given (one

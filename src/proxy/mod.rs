@@ -87,6 +87,8 @@ pub struct Proxy {
     dest: Destination,
     /// The upstream as an attempt meets it: its client, how its answers are read.
     upstream: attempt::Upstream,
+    /// What builds the client's answer.
+    answers: answer::Answers,
     timeouts: Timeouts,
     /// Request bodies kept for a replay.
     bodies: Bodies,

@@ -293,7 +293,7 @@ pub(super) fn awaited_id(
         .flatten()
 }
 
-impl super::Proxy {
+impl super::answer::Answers {
     /// A passed answer whose event stream has not yet carried the answer to request `id`: its
     /// body watched, and no `Content-Length` (an event may be added at its end). An unanswered
     /// end is counted and logged, and opens the upstream's outage: the server is going away, so

@@ -128,7 +128,8 @@ impl Proxy {
         let reason = reason
             .or_else(|| outages.current_reason())
             .unwrap_or(RewriteReason::ConnectError);
-        self.unavailable(reason, outages, &ex.ticket, &ex.handle)
+        self.answers
+            .unavailable(reason, outages, &ex.ticket, &ex.handle)
             .await
     }
 
@@ -150,9 +151,9 @@ impl Proxy {
                     // time as probes.
                     self.answered(ex);
                 }
-                self.failed(reason, ex.version, status)
+                self.answers.failed(reason, ex.version, status)
             }
-            Exit::ClientBody(fault) => self.client_body_failed(fault, ex.version),
+            Exit::ClientBody(fault) => self.answers.client_body_failed(fault, ex.version),
             Exit::ClientGone => client_gone(ex.version),
             Exit::Pass | Exit::RouterPassed(_) | Exit::HandedOff | Exit::Unavailable { .. } => {
                 unreachable!("{exit:?} is answered where its answer is")
