@@ -35,6 +35,15 @@ pub(super) struct Upstream {
 }
 
 impl Upstream {
+    /// The outage state of the route `target` takes: the Host it sends upstream, and the
+    /// endpoint its path falls under.
+    pub(super) fn route_of(&self, target: &Target) -> Arc<RouteOutage> {
+        self.hold.route(
+            target.headers.get(http::header::HOST),
+            self.reading.routes.endpoint_of(target.client.path()),
+        )
+    }
+
     /// One attempt at the upstream and its verdict. The response comes back with verdicts that
     /// pass it through.
     /// `route` is the request's route while an outage is open anywhere (else no route is past

@@ -9,6 +9,7 @@ use http::Uri;
 
 use super::answer::Answers;
 use super::attempt::Upstream;
+use super::sessions::Keeper;
 use super::{
     ending, handoff, health, in_flight, Bodies, Destination, Proxy, Reading, Timeouts, ID_COPY_CAP,
 };
@@ -76,11 +77,11 @@ impl Proxy {
             template(cfg, &client, &self.metrics),
             cfg.routes.behind_router,
         );
-        let fixed = self.sessions.reconfigure(&cfg.sessions);
+        let fixed = self.keeper.sessions.reconfigure(&cfg.sessions);
         self.bodies.copy_budget.set_max(cfg.hold.max_buffered_bytes);
         let carried = Carried {
             hold: self.hold.clone(),
-            sessions: self.sessions.clone(),
+            sessions: self.keeper.sessions.clone(),
             idempotency: Arc::new(self.idempotency.reconfigured(
                 cfg.retry.enabled,
                 cfg.retry.learn_annotations,
@@ -126,7 +127,6 @@ impl Proxy {
             },
             timeouts: Timeouts {
                 stream_idle: cfg.stream_idle_timeout,
-                resume_wait: cfg.hold.timeout,
                 pause_max: cfg.pause.max,
             },
             bodies: Bodies {
@@ -139,7 +139,11 @@ impl Proxy {
             },
             access_log: cfg.access_log,
             hold: c.hold,
-            sessions: c.sessions,
+            keeper: Keeper {
+                sessions: c.sessions,
+                metrics: metrics.clone(),
+                resume_wait: cfg.hold.timeout,
+            },
             idempotency: c.idempotency,
             in_flight: c.in_flight,
             ending: c.ending,

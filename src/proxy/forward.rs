@@ -28,7 +28,6 @@ use crate::hold::{RouteOutage, Ticket};
 use crate::mcp_method::McpMethod;
 use crate::metrics::{Pass, PassLabel};
 use crate::replay::BodyHandle;
-use crate::session;
 use crate::session::forgotten;
 
 /// Bytes of a request body scanned for its MCP method.
@@ -119,7 +118,7 @@ impl Proxy {
             target.headers.remove(super::handoff::HANDOFF);
         }
         Ok(Exchange {
-            carried: self.carried(&target),
+            carried: self.keeper.carried(&target),
             route: std::sync::OnceLock::new(),
             outages: self.hold.upstream().clone(),
             target,
@@ -287,7 +286,7 @@ impl Proxy {
 
     /// The outage state of the request's route, looked up once, when first needed.
     fn route<'a>(&self, ex: &'a Exchange) -> &'a Arc<RouteOutage> {
-        ex.route.get_or_init(|| self.route_of(&ex.target))
+        ex.route.get_or_init(|| self.upstream.route_of(&ex.target))
     }
 
     /// The application answered the request: its route's outage, and the upstream-wide one,
@@ -366,7 +365,8 @@ impl Proxy {
             if forgotten::suspects(head.status) {
                 // The server did not run a request it refused for a session it forgot, so it
                 // may go again once the session is back.
-                let gone = Box::pin(self.session_gone(
+                let gone = Box::pin(self.keeper.session_gone(
+                    &self.upstream,
                     head.status,
                     &ex.target,
                     ex.carried.as_ref(),
@@ -391,6 +391,7 @@ impl Proxy {
                     .learn(ex.target.client.path(), Instant::now);
             }
             let confirm = match self
+                .keeper
                 .after_answer(&ex.target, ex.carried.as_ref(), head, &ex.handle)
                 .await
             {
@@ -489,26 +490,6 @@ impl Proxy {
         }
         // The same top-level `method` the metrics count (the header's, else the body's).
         self.mcp_method(ex) == McpMethod::ToolsList
-    }
-
-    /// The tracked session a request names, if any.
-    fn carried(&self, target: &Target) -> Option<Carried> {
-        if !self.sessions.enabled() {
-            return None;
-        }
-        let id = target.headers.get(session::MCP_SESSION_ID)?;
-        match self.sessions.lookup(id) {
-            Ok(session) => Some(Carried {
-                sent: id.clone(),
-                session,
-            }),
-            Err(session::Miss::Unknown) => None,
-            Err(session::Miss::Refused(why)) => {
-                // Passed through as an opaque id: the server's own, or one it will answer 404.
-                self.count_token_refused(why);
-                None
-            }
-        }
     }
 }
 

@@ -65,10 +65,9 @@ use tokio::time::Instant;
 
 use crate::classify::ExpectedRoutes;
 use crate::config::HostHeader;
-use crate::hold::{OutageRoutes, PauseStart, PauseStatus, RouteOutage};
+use crate::hold::{OutageRoutes, PauseStart, PauseStatus};
 use crate::metrics::Metrics;
 use crate::replay::CopyBudget;
-use crate::session::Sessions;
 use body::ProxyBody;
 pub use request::refusal;
 
@@ -95,7 +94,7 @@ pub struct Proxy {
     /// Outages, per route (carried over a reload, as everything in an `Arc` here).
     hold: Arc<OutageRoutes>,
     /// MCP sessions carried across backend restarts.
-    sessions: Arc<Sessions>,
+    keeper: sessions::Keeper,
     /// Which requests are safe to send twice.
     idempotency: Arc<crate::idempotent::Idempotency>,
     /// Requests in flight, for a pause's drain.
@@ -141,8 +140,6 @@ struct Reading {
 struct Timeouts {
     /// `streams.idle_timeout_secs`.
     stream_idle: Duration,
-    /// Longest a request waits for another request's re-establishment of its session.
-    resume_wait: Duration,
     /// `pause.max_secs`.
     pause_max: Duration,
 }
@@ -332,18 +329,6 @@ impl Proxy {
         self.ending.reach(ending::Phase::Over);
     }
 
-    /// The outage state of the route `target` takes: the Host it sends upstream, and the
-    /// endpoint its path falls under.
-    fn route_of(&self, target: &Target) -> Arc<RouteOutage> {
-        self.hold.route(
-            target.headers.get(http::header::HOST),
-            self.upstream
-                .reading
-                .routes
-                .endpoint_of(target.client.path()),
-        )
-    }
-
     /// Pauses for a planned restart (`holdfast pause`): new requests are held before they are
     /// sent, while those in flight finish. `who` asked (for the log).
     pub fn pause(&self, who: &str) -> PauseStart {
@@ -398,7 +383,10 @@ impl Proxy {
     /// The keys session tokens are sealed with (for their reloader), when sessions are
     /// carried at all.
     pub fn session_keys(&self) -> Option<Arc<crate::session::Keys>> {
-        self.sessions.enabled().then(|| self.sessions.keys())
+        self.keeper
+            .sessions
+            .enabled()
+            .then(|| self.keeper.sessions.keys())
     }
 
     /// The check at rest of the upstream, to run as long as holdfast serves (it reads
@@ -409,6 +397,6 @@ impl Proxy {
 
     /// Sessions tracked now (for tests and the demo).
     pub fn sessions_tracked(&self) -> usize {
-        self.sessions.len()
+        self.keeper.sessions.len()
     }
 }

@@ -11,7 +11,7 @@
 //! state the session had (`logging/setLevel`, live `resources/subscribe`s). The new upstream
 //! session id stands for the client's from then on, and the request goes again.
 //!
-//! Every request holdfast sends here goes through [`Proxy::attempt`], so it is classified like a
+//! Every request holdfast sends here goes through [`Upstream::attempt`], so it is classified like a
 //! client's: a missing backend is a [`Gone::Missing`] that the caller holds through, exactly as
 //! the request itself would be.
 
@@ -25,8 +25,10 @@ use http_body_util::BodyExt;
 use tokio::time::Instant;
 
 use super::answer::Peeked;
+use super::attempt::Upstream;
 use super::life::{Gone, Life};
-use super::{Carried, Proxy, Target};
+use super::sessions::Keeper;
+use super::{Carried, Target};
 use crate::classify::{Missing, Verdict};
 use crate::metrics::{ReestablishCause, ReestablishLabel, ResumeOutcome};
 use crate::replay::BodyHandle;
@@ -65,11 +67,18 @@ struct OwnAnswer {
     reply: Reply,
 }
 
-impl Proxy {
+/// One re-establishment under way: the keeper's sessions, sent to the upstream.
+struct Resuming<'a> {
+    keeper: &'a Keeper,
+    upstream: &'a Upstream,
+}
+
+impl Keeper {
     /// Decides what the application's `status` (a 404 or 400: [`forgotten::suspects`]) means
     /// for a request: a forgotten session to re-establish, or an answer to pass.
     pub(super) async fn session_gone(
         &self,
+        upstream: &Upstream,
         status: StatusCode,
         target: &Target,
         carried: Option<&Carried>,
@@ -117,7 +126,11 @@ impl Proxy {
             );
             return Gone::Pass;
         }
-        match self.resume(status, carried, target).await {
+        let resuming = Resuming {
+            keeper: self,
+            upstream,
+        };
+        match resuming.resume(status, carried, target).await {
             Resume::Done | Resume::DoneByAnother if !handle.is_replayable() => {
                 // Too large to send twice: this request gets the server's 404, the requests
                 // after it find the session back.
@@ -158,14 +171,16 @@ impl Proxy {
             .get_or_create(&outcome.into())
             .inc();
     }
+}
 
+impl Resuming<'_> {
     /// Re-establishes `carried`'s session upstream, one request at a time per session.
     /// `status`: how the server refused the request on it.
     async fn resume(&self, status: StatusCode, carried: &Carried, current: &Target) -> Resume {
         let session = &carried.session;
         let Ok(_turn) =
             // The same bound as any other wait for the backend: the hold timeout.
-            tokio::time::timeout(self.timeouts.resume_wait, session.lock_resume()).await
+            tokio::time::timeout(self.keeper.resume_wait, session.lock_resume()).await
         else {
             return Resume::Failed(
                 "another request's re-establishment of this session did not finish within \
@@ -177,8 +192,8 @@ impl Proxy {
             return Resume::DoneByAnother;
         }
         let mut plan = session.plan();
-        if self.ended_elsewhere(session, &mut plan).await {
-            self.count_token_refused(TokenRefusal::Ended);
+        if self.keeper.ended_elsewhere(session, &mut plan).await {
+            self.keeper.count_token_refused(TokenRefusal::Ended);
             return Resume::Ended;
         }
         // Sent where the current request went (the same endpoint: `session_gone` checked), so no
@@ -298,7 +313,7 @@ impl Proxy {
         if forgotten::new_session_ping_holds(refused_with, answer.head.status, result) {
             return Ok(());
         }
-        self.sessions.ping_doubt().begin(Instant::now());
+        self.keeper.sessions.ping_doubt().begin(Instant::now());
         Err(Resume::Failed(format!(
             "the server answered a ping on the session it had just opened with {} (the old \
              session's request got {refused_with}): its refusals cannot tell a forgotten \
@@ -318,8 +333,9 @@ impl Proxy {
             ReestablishCause::backend_restart
         };
         session.resumed(upstream_id);
-        self.count_resume(ResumeOutcome::resumed);
-        self.metrics
+        self.keeper.count_resume(ResumeOutcome::resumed);
+        self.keeper
+            .metrics
             .session_reestablished
             .get_or_create(&ReestablishLabel { cause })
             .inc();
@@ -375,7 +391,11 @@ impl Proxy {
     ) -> Result<OwnAnswer, Resume> {
         let handle = BodyHandle::from_bytes(body);
         let body = handle.attempt().expect("a new body can be sent");
-        let route = self.hold.routes_out().then(|| self.route_of(target));
+        let route = self
+            .upstream
+            .hold
+            .routes_out()
+            .then(|| self.upstream.route_of(target));
         match self.upstream.attempt(target, route.as_deref(), body).await {
             (Verdict::Application, Some((head, peek))) => {
                 let reply = if read_reply {

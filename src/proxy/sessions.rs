@@ -3,12 +3,16 @@
 //! ends it, and the client gets its own session id back. (Re-establishing a session the
 //! upstream forgot is [`super::resume`].)
 
+use std::sync::Arc;
+use std::time::Duration;
+
 use http::Method;
 
-use super::{Carried, Proxy, Target, BODY_ID_WAIT};
+use super::{Carried, Target, BODY_ID_WAIT};
+use crate::metrics::Metrics;
 use crate::replay::BodyHandle;
 use crate::session::shared::StoreError;
-use crate::session::{self, Plan, Recorded, Session, TokenRefusal};
+use crate::session::{self, Plan, Recorded, Session, Sessions, TokenRefusal};
 
 /// What an answer's session bookkeeping leaves to do.
 pub(super) enum After {
@@ -19,7 +23,36 @@ pub(super) enum After {
     EndNotRecorded,
 }
 
-impl Proxy {
+/// The keeper of the MCP sessions holdfast carries: which one a request names, the bookkeeping
+/// on their answers, their re-establishment when the server forgets one ([`super::resume`]).
+pub(super) struct Keeper {
+    pub(super) sessions: Arc<Sessions>,
+    pub(super) metrics: Arc<Metrics>,
+    /// Longest a request waits for another request's re-establishment of its session.
+    pub(super) resume_wait: Duration,
+}
+
+impl Keeper {
+    /// The tracked session a request names, if any.
+    pub(super) fn carried(&self, target: &Target) -> Option<Carried> {
+        if !self.sessions.enabled() {
+            return None;
+        }
+        let id = target.headers.get(session::MCP_SESSION_ID)?;
+        match self.sessions.lookup(id) {
+            Ok(session) => Some(Carried {
+                sent: id.clone(),
+                session,
+            }),
+            Err(session::Miss::Unknown) => None,
+            Err(session::Miss::Refused(why)) => {
+                // Passed through as an opaque id: the server's own, or one it will answer 404.
+                self.count_token_refused(why);
+                None
+            }
+        }
+    }
+
     /// Session bookkeeping on an application answer that is passed through: record a new
     /// session, its end, its client's own id; what a request set on one is returned, to be
     /// recorded once the answer's body confirms it ([`super::confirm`]).
