@@ -1,6 +1,9 @@
 //! The executor of one request's life ([`super::life`]): it tells the machine what happened and
 //! carries out the step it returns. This file sends attempts and reads the application's answer;
 //! `moves.rs` holds, opens outages, hands off and answers; `twice.rs` judges and counts resends.
+//! It owns parts that know nothing of it ([`Upstream`](super::attempt::Upstream),
+//! [`Answers`](super::answer::Answers), [`Keeper`](super::sessions::Keeper), the peers, the
+//! hold): a step is a call on one of them.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -9,7 +12,10 @@ use http::header::HOST;
 use http::{Method, Request, Response, StatusCode, Version};
 use tokio::time::Instant;
 
+mod build;
+mod control;
 mod moves;
+mod service;
 #[cfg(test)]
 mod sizes;
 mod twice;
@@ -21,14 +27,45 @@ use super::in_flight::Flight;
 use super::life::{Event, Exit, Facts, Life, Step};
 use super::sessions::After;
 use super::unanswered::{self, First};
-use super::{Carried, Note, Proxy, Target};
+use super::{
+    answer, attempt, ending, handoff, in_flight, sessions, Bodies, Carried, Destination, Note,
+    Target, Timeouts,
+};
 use crate::classify::{FailReason, PassReason, Verdict};
 use crate::errors::ErrorChain;
-use crate::hold::{RouteOutage, Ticket};
+use crate::hold::{OutageRoutes, RouteOutage, Ticket};
 use crate::mcp_method::McpMethod;
+use crate::metrics::Metrics;
 use crate::metrics::{Pass, PassLabel};
 use crate::replay::BodyHandle;
 use crate::session::forgotten;
+
+/// The forwarding service, shared by every connection.
+pub struct Proxy {
+    /// Where requests go, and how a client's head becomes the upstream's.
+    dest: Destination,
+    /// The upstream as an attempt meets it: its client, how its answers are read.
+    upstream: attempt::Upstream,
+    /// What builds the client's answer.
+    answers: answer::Answers,
+    timeouts: Timeouts,
+    /// Request bodies kept for a replay.
+    bodies: Bodies,
+    /// Outages, per route (carried over a reload, as everything in an `Arc` here).
+    hold: Arc<OutageRoutes>,
+    /// MCP sessions carried across backend restarts.
+    keeper: sessions::Keeper,
+    /// Which requests are safe to send twice.
+    idempotency: Arc<crate::idempotent::Idempotency>,
+    /// Requests in flight, for a pause's drain.
+    in_flight: Arc<in_flight::InFlight>,
+    /// holdfast's own shutdown, as streams and waiting requests see it.
+    ending: Arc<ending::Ending>,
+    /// The peers a terminating holdfast hands to what never reached a server.
+    peers: Arc<handoff::Peers>,
+    access_log: bool,
+    metrics: Arc<Metrics>,
+}
 
 /// Bytes of a request body scanned for its MCP method.
 const MCP_METHOD_SCAN: usize = 4096;

@@ -15,18 +15,21 @@
 //!
 //! # Layout
 //! - `life`: one request's life as a plain state machine: what happened in, the next step out.
-//! - `forward`: its executor: carries out each step (an attempt, a hold, an outage, a 503).
-//! - `attempt`: one attempt at the upstream and its verdict.
-//! - `answer`: what the client gets: passed through, 503, 502.
-//! - `resume`: re-establishing a session the upstream forgot.
-//! - `build`: the proxy from configuration, and again on a reload with its state carried over.
+//! - `forward`: [`Proxy`], its executor, and the only `impl Proxy`: it carries out each step
+//!   (an attempt, a hold, an outage, a 503) with the parts it owns; `forward/service` takes a
+//!   request in and counts and logs it once, `forward/control` is what the rest of holdfast asks
+//!   (shutdown, pause, status), `forward/build` builds it from configuration and again on a
+//!   reload with its state carried over. The parts own their fields and know nothing of `Proxy`:
+//! - `attempt`: the `Upstream` part: one attempt at the upstream and its verdict.
+//! - `answer`: the `Answers` part: what the client gets: passed through, 503, 502.
+//! - `sessions`: the `Keeper` part: the carried sessions; `resume`: re-establishing one the
+//!   upstream forgot.
 //! - [`current`]: the proxy new requests go to, replaced whole by a reload.
 //! - [`ending`]: holdfast's own shutdown as streams and requests see it.
 //! - [`headers`]: hop-by-hop removal, Host, X-Forwarded-*.
 //! - `request`: the request made ready for the upstream, and what is refused with a 400 (ambiguous
 //!   framing, Host, dot segments).
-//! - `sessions`: session bookkeeping on an answer passed through; `confirm`: state a request
-//!   set on a session, recorded once its answer says it worked.
+//! - `confirm`: state a request set on a session, recorded once its answer says it worked.
 //! - `unanswered`: an event stream that ends without its request's answer (a server shutting
 //!   down).
 //! - [`body`]: streaming response bodies under idle timeouts.
@@ -37,7 +40,6 @@
 mod answer;
 mod attempt;
 pub mod body;
-mod build;
 mod confirm;
 pub mod current;
 pub mod ending;
@@ -55,20 +57,15 @@ mod resume;
 mod sessions;
 mod unanswered;
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::replay::ClientBody;
-use http::{Request, Response, StatusCode, Uri};
-use tokio::time::Instant;
+use http::{StatusCode, Uri};
 
 use crate::classify::ExpectedRoutes;
 use crate::config::HostHeader;
-use crate::hold::{OutageRoutes, PauseStart, PauseStatus};
-use crate::metrics::Metrics;
 use crate::replay::CopyBudget;
-use body::ProxyBody;
+pub use forward::Proxy;
 pub use request::refusal;
 
 /// Bytes of each request body kept while it streams when holding is off: enough to echo the
@@ -79,33 +76,6 @@ const ID_COPY_CAP: usize = 64 * 1024;
 /// How long to wait for the rest of an unsent request body when building a 503 for it (or when
 /// recording an `initialize`). The client has usually sent it already; this bounds a slow one.
 const BODY_ID_WAIT: Duration = Duration::from_secs(1);
-
-/// The forwarding service, shared by every connection.
-pub struct Proxy {
-    /// Where requests go, and how a client's head becomes the upstream's.
-    dest: Destination,
-    /// The upstream as an attempt meets it: its client, how its answers are read.
-    upstream: attempt::Upstream,
-    /// What builds the client's answer.
-    answers: answer::Answers,
-    timeouts: Timeouts,
-    /// Request bodies kept for a replay.
-    bodies: Bodies,
-    /// Outages, per route (carried over a reload, as everything in an `Arc` here).
-    hold: Arc<OutageRoutes>,
-    /// MCP sessions carried across backend restarts.
-    keeper: sessions::Keeper,
-    /// Which requests are safe to send twice.
-    idempotency: Arc<crate::idempotent::Idempotency>,
-    /// Requests in flight, for a pause's drain.
-    in_flight: Arc<in_flight::InFlight>,
-    /// holdfast's own shutdown, as streams and waiting requests see it.
-    ending: Arc<ending::Ending>,
-    /// The peers a terminating holdfast hands to what never reached a server.
-    peers: Arc<handoff::Peers>,
-    access_log: bool,
-    metrics: Arc<Metrics>,
-}
 
 /// Where requests go, and how a client's request head becomes the upstream's
 /// (src/proxy/request.rs).
@@ -170,55 +140,6 @@ const SHUTDOWN: &str = "shutdown";
 /// The status counted for it: the server was unavailable to finish it.
 const SHUTDOWN_STATUS: u16 = 503;
 
-/// A request not yet counted and logged. Every request is, exactly once: when its answer is
-/// ready ([`Unfinished::finish`]), or, if its client goes away first and its future is dropped,
-/// when this is dropped.
-struct Unfinished<'a> {
-    proxy: &'a Proxy,
-    start: Instant,
-    method: http::Method,
-    path: Option<String>,
-    done: bool,
-}
-
-impl Unfinished<'_> {
-    /// Counts and logs the request, answered with `status`.
-    fn finish(&mut self, status: u16, note: &Note) {
-        self.done = true;
-        // A client that went away while held got no answer at all: counted as nginx logs it,
-        // 499 "client closed request", not as the 400 its closed connection was handed.
-        let status = if note.action == CANCELLED {
-            CLIENT_CLOSED_REQUEST
-        } else {
-            status
-        };
-        let path = self.path.as_deref();
-        self.proxy
-            .record(self.start, &self.method, path, status, note);
-    }
-}
-
-impl Drop for Unfinished<'_> {
-    fn drop(&mut self) {
-        if !self.done {
-            // Dropped at the drain's end: holdfast cut it, not its client.
-            let (status, action) = if self.proxy.ending.is_over() {
-                self.proxy.metrics.shutdown_cut.inc();
-                (SHUTDOWN_STATUS, SHUTDOWN)
-            } else {
-                (CLIENT_CLOSED_REQUEST, CLIENT_GONE)
-            };
-            let note = Note {
-                upstream_status: None,
-                action,
-            };
-            let path = self.path.as_deref();
-            self.proxy
-                .record(self.start, &self.method, path, status, &note);
-        }
-    }
-}
-
 /// What happened, for the access log.
 struct Note {
     upstream_status: Option<StatusCode>,
@@ -241,162 +162,4 @@ struct Carried {
     session: Arc<crate::session::Session>,
     /// The upstream id the last attempt sent: a resume is needed only while it is current.
     sent: http::HeaderValue,
-}
-
-impl Proxy {
-    /// Answers one client request. Never fails. What can be done with the request before
-    /// anything is awaited is done here, outside the future: only what lives across its awaits
-    /// is in it (this future lives as long as the request, for a held one as long as the hold).
-    pub fn handle(
-        &self,
-        req: Request<ClientBody>,
-        peer: SocketAddr,
-    ) -> impl std::future::Future<Output = Response<ProxyBody>> + Send + '_ {
-        let mut unfinished = Unfinished {
-            proxy: self,
-            start: Instant::now(),
-            method: req.method().clone(),
-            // Copied only for the access log: the hot path needs no second copy of the path.
-            path: self.access_log.then(|| req.uri().path().to_owned()),
-            done: false,
-        };
-        let mut begun = self.begin(req, peer);
-        async move {
-            // The exchange is used where it lies (moved into a local it would take room twice).
-            let (resp, note) = match &mut begun {
-                Ok(ex) => self.forward(ex).await,
-                Err((Some(why), version)) => (
-                    crate::respond::bad_request(why, *version),
-                    Note {
-                        upstream_status: None,
-                        action: "bad_request",
-                    },
-                ),
-                // A hand-off of this holdfast's own: its sender tries the next peer.
-                Err((None, _)) => (
-                    crate::respond::handoff_to_self(),
-                    Note {
-                        upstream_status: None,
-                        action: "handoff_self",
-                    },
-                ),
-            };
-            unfinished.finish(resp.status().as_u16(), &note);
-            resp
-        }
-    }
-
-    /// Counts and logs one request: answered with `status`, or (499) given up by its client.
-    fn record(
-        &self,
-        start: Instant,
-        method: &http::Method,
-        path: Option<&str>,
-        status: u16,
-        note: &Note,
-    ) {
-        let elapsed = start.elapsed();
-        self.metrics.requests.inc(method.into(), status);
-        self.metrics.request_duration.observe(elapsed.as_secs_f64());
-        if self.access_log {
-            // Path only: a query may carry tokens. Never headers or bodies.
-            tracing::info!(
-                target: "holdfast::access",
-                method = %method,
-                path = path.unwrap_or_default(),
-                status,
-                upstream_status = note.upstream_status.map(|s| s.as_u16()),
-                action = note.action,
-                // Microsecond resolution is all a log reader needs: 1.009, not 1.0088169999.
-                duration_ms = (elapsed.as_secs_f64() * 1e6).round() / 1e3,
-            );
-        }
-    }
-
-    /// Starts shutting down: standalone event streams end; held requests go to a peer now
-    /// (`[peers]`), or, without peers, keep waiting for the upstream until the drain ends.
-    pub fn begin_shutdown(&self) {
-        if self.peers.any() {
-            self.hold.shutdown();
-        }
-        self.ending.reach(ending::Phase::Draining);
-    }
-
-    /// The drain is over: every event stream ends cleanly, what is still held gets its 503, and
-    /// what still waits for its answer is cut by holdfast (logged and counted so).
-    pub fn drain_over(&self) {
-        self.hold.shutdown();
-        self.ending.reach(ending::Phase::Over);
-    }
-
-    /// Pauses for a planned restart (`holdfast pause`): new requests are held before they are
-    /// sent, while those in flight finish. `who` asked (for the log).
-    pub fn pause(&self, who: &str) -> PauseStart {
-        let host = if self.dest.note_hosts {
-            self.in_flight.last_host()
-        } else {
-            None
-        };
-        self.hold.pause(self.timeouts.pause_max, who, host)
-    }
-
-    /// Ends a pause (`holdfast resume`). False when none was in progress.
-    pub fn unpause(&self, who: &str) -> bool {
-        self.hold.resume(who)
-    }
-
-    /// This process's instance id: what its hand-offs carry in `holdfast-handoff`, so that a
-    /// peer's log names the sender and a holdfast knows its own.
-    pub fn instance(&self) -> &str {
-        self.peers.me().to_str().unwrap_or_default()
-    }
-
-    /// The pause in progress, if any.
-    pub fn pause_status(&self) -> Option<PauseStatus> {
-        self.hold.pause_status()
-    }
-
-    /// The upstream as configured, and the upstream-wide outage if one is open: its first
-    /// reason and how long it has lasted.
-    pub fn upstream_status(
-        &self,
-    ) -> (
-        &str,
-        Option<(crate::classify::RewriteReason, std::time::Duration)>,
-    ) {
-        (
-            &self.dest.url.original,
-            self.hold.upstream().outage_status(),
-        )
-    }
-
-    /// Requests in flight now.
-    pub fn in_flight(&self) -> &in_flight::InFlight {
-        &self.in_flight
-    }
-
-    /// Counts a pause's drain (`holdfast_pauses_total`).
-    pub fn count_pause(&self, outcome: crate::metrics::PauseOutcome) {
-        self.metrics.pauses.get_or_create(&outcome.into()).inc();
-    }
-
-    /// The keys session tokens are sealed with (for their reloader), when sessions are
-    /// carried at all.
-    pub fn session_keys(&self) -> Option<Arc<crate::session::Keys>> {
-        self.keeper
-            .sessions
-            .enabled()
-            .then(|| self.keeper.sessions.keys())
-    }
-
-    /// The check at rest of the upstream, to run as long as holdfast serves (it reads
-    /// `hold.check_interval_secs` at every tick; 0 turns it off).
-    pub fn checks_at_rest(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
-        self.hold.at_rest()
-    }
-
-    /// Sessions tracked now (for tests and the demo).
-    pub fn sessions_tracked(&self) -> usize {
-        self.keeper.sessions.len()
-    }
 }

@@ -7,16 +7,17 @@ use std::sync::Arc;
 
 use http::Uri;
 
-use super::answer::Answers;
-use super::attempt::Upstream;
-use super::sessions::Keeper;
-use super::{
-    ending, handoff, health, in_flight, Bodies, Destination, Proxy, Reading, Timeouts, ID_COPY_CAP,
-};
+use super::Proxy;
 use crate::classify::ExpectedRoutes;
 use crate::config::{Config, HostHeader};
 use crate::hold::{Health, OutageRoutes, Template};
 use crate::metrics::Metrics;
+use crate::proxy::answer::Answers;
+use crate::proxy::attempt::Upstream;
+use crate::proxy::sessions::Keeper;
+use crate::proxy::{
+    ending, handoff, health, in_flight, Bodies, Destination, Reading, Timeouts, ID_COPY_CAP,
+};
 use crate::replay::CopyBudget;
 use crate::session::Sessions;
 use crate::upstream::{self, Client};
