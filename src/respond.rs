@@ -140,6 +140,10 @@ pub fn session_end_unrecorded() -> Response<ProxyBody> {
     resp
 }
 
+/// The reason a holdfast gives for refusing its own hand-off (its sender, `proxy/handoff.rs`,
+/// reads it to try the next peer).
+pub const HANDOFF_SELF: &str = "handoff_self";
+
 /// 421 for a hand-off that came back to the holdfast that sent it (`proxy/handoff.rs`): the
 /// sender tries its next peer.
 pub fn handoff_to_self() -> Response<ProxyBody> {
@@ -148,10 +152,8 @@ pub fn handoff_to_self() -> Response<ProxyBody> {
         "text/plain; charset=utf-8",
         "this holdfast sent the hand-off itself\n".into(),
     );
-    resp.headers_mut().insert(
-        REASON_HEADER,
-        HeaderValue::from_static(crate::proxy::handoff::HANDOFF_SELF),
-    );
+    resp.headers_mut()
+        .insert(REASON_HEADER, HeaderValue::from_static(HANDOFF_SELF));
     resp
 }
 

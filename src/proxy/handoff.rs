@@ -28,14 +28,11 @@ use super::Note;
 use crate::config::{Config, Peers as PeersConfig};
 use crate::metrics::{Handoff, Metrics};
 use crate::replay::BodyHandle;
-use crate::respond::REASON_HEADER;
+use crate::respond::{HANDOFF_SELF, REASON_HEADER};
 use crate::upstream::{Client, FailedSend};
 
 /// The header a hand-off carries: the sender's instance id.
 pub const HANDOFF: &str = "holdfast-handoff";
-
-/// The reason a holdfast gives for refusing its own hand-off.
-pub const HANDOFF_SELF: &str = "handoff_self";
 
 /// This holdfast's peers, and who it is among them.
 pub struct Peers {
