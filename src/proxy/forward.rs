@@ -375,24 +375,8 @@ impl Proxy {
             let mut watch = None;
             if let Some(id) = unanswered::awaited_id(&ex.target.method, head, is_sse, &ex.handle) {
                 let first = unanswered::first_event(&mut answer.1, unanswered::FIRST_EVENT_WAIT);
-                let event = match Box::pin(first).await {
-                    First::Unanswered => {
-                        tracing::warn!(
-                            reason = FailReason::Unanswered.as_str(),
-                            "the upstream ended a request's event stream without answering it \
-                             (shutting down?)"
-                        );
-                        Event::Unanswered
-                    }
-                    First::Broken(err) => {
-                        tracing::debug!(error = %ErrorChain(err.as_ref()), "upstream event stream failed before its first event");
-                        Event::StreamBroken
-                    }
-                    First::Passes(reader) => {
-                        watch = reader.map(|r| (r, id));
-                        Event::Settled
-                    }
-                };
+                let event;
+                (event, watch) = first_says(Box::pin(first).await, id);
                 if event != Event::Settled {
                     let step = self.tell(ex, event);
                     return Box::pin(self.after_reading(ex, step, head.status)).await;
@@ -445,33 +429,45 @@ impl Proxy {
                 upstream_status: Some(head.status),
                 action: ex.life.path().as_str(),
             };
-            let learn = (head.status.is_success() && self.answers_tools_list(ex))
-                .then(|| ex.target.headers.get(HOST).cloned());
-            let legacy_stream =
-                ex.target.method == Method::GET && head.status.is_success() && is_sse;
-            let sse = stream_ends(is_sse, &ex.target.method);
-            let mut resp = self
-                .answers
-                .pass(head, sse, answer.1, learn, ex.flight.take());
-            if let Some((reader, id)) = watch {
-                resp = self.answers.watch_unanswered(resp, reader, id);
-            }
-            if let Some(pending) = confirm {
-                resp = resp.map(|body| {
-                    http_body_util::BodyExt::boxed_unsync(super::confirm::Confirm::new(
-                        body, pending, is_sse,
-                    ))
-                });
-            }
-            let resp = match (legacy_stream, &ex.target.client_host) {
-                (true, Some(host)) => {
-                    let path = ex.target.client.path();
-                    self.dest
-                        .endpoint_rewrite(resp, host, path, &self.upstream.reading.routes)
-                }
-                _ => resp,
-            };
+            let resp = self.passed(ex, head, answer.1, is_sse, watch, confirm);
             Next::Answer((resp, note))
+        }
+    }
+
+    /// The application's answer as the client gets it: passed (read for tool annotations when
+    /// it answers `tools/list`), watched for its request's answer, its state change confirmed
+    /// by its body, a legacy stream's endpoint rewritten.
+    fn passed(
+        &self,
+        ex: &mut Exchange,
+        head: &mut http::response::Parts,
+        rest: super::answer::Peeked,
+        is_sse: bool,
+        watch: Option<(unanswered::Reader, crate::jsonrpc::Id)>,
+        confirm: Option<super::confirm::Pending>,
+    ) -> Response<ProxyBody> {
+        let learn = (head.status.is_success() && self.answers_tools_list(ex))
+            .then(|| ex.target.headers.get(HOST).cloned());
+        let legacy_stream = ex.target.method == Method::GET && head.status.is_success() && is_sse;
+        let sse = stream_ends(is_sse, &ex.target.method);
+        let mut resp = self.answers.pass(head, sse, rest, learn, ex.flight.take());
+        if let Some((reader, id)) = watch {
+            resp = self.answers.watch_unanswered(resp, reader, id);
+        }
+        if let Some(pending) = confirm {
+            resp = resp.map(|body| {
+                http_body_util::BodyExt::boxed_unsync(super::confirm::Confirm::new(
+                    body, pending, is_sse,
+                ))
+            });
+        }
+        match (legacy_stream, &ex.target.client_host) {
+            (true, Some(host)) => {
+                let path = ex.target.client.path();
+                self.dest
+                    .endpoint_rewrite(resp, host, path, &self.upstream.reading.routes)
+            }
+            _ => resp,
         }
     }
 
@@ -527,6 +523,29 @@ impl Proxy {
         }
         // The same top-level `method` the metrics count (the header's, else the body's).
         self.mcp_method(ex) == McpMethod::ToolsList
+    }
+}
+
+/// What a request's event stream showed before its first event reached the client: the event
+/// its life is told, and the stream's reader to watch it on with the request's `id`.
+fn first_says(
+    first: First,
+    id: crate::jsonrpc::Id,
+) -> (Event, Option<(unanswered::Reader, crate::jsonrpc::Id)>) {
+    match first {
+        First::Unanswered => {
+            tracing::warn!(
+                reason = FailReason::Unanswered.as_str(),
+                "the upstream ended a request's event stream without answering it (shutting \
+                 down?)"
+            );
+            (Event::Unanswered, None)
+        }
+        First::Broken(err) => {
+            tracing::debug!(error = %ErrorChain(err.as_ref()), "upstream event stream failed before its first event");
+            (Event::StreamBroken, None)
+        }
+        First::Passes(reader) => (Event::Settled, reader.map(|r| (r, id))),
     }
 }
 

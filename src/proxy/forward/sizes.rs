@@ -65,6 +65,8 @@ fn per_request_futures_fit_in_glibcs_thread_cache() {
             returned_by_3::<&'static Proxy, &'static mut Exchange, Answer, _>(Proxy::application),
         ),
     ];
+    // Seen with `cargo test --lib sizes -- --nocapture`, for a before/after of a change.
+    eprintln!("per-request futures, bytes: {sizes:?}");
     for (future, size) in sizes {
         assert!(
             size <= THREAD_CACHE_MAX,
