@@ -85,11 +85,31 @@ impl Keeper {
         handle: &BodyHandle,
         life: &mut Life,
     ) -> Gone {
+        let Some(carried) = self.to_resume(status, target, carried, life) else {
+            return Gone::Pass;
+        };
+        let resuming = Resuming {
+            keeper: self,
+            upstream,
+        };
+        let resume = resuming.resume(status, carried, target).await;
+        self.gone(resume, status, handle)
+    }
+
+    /// The session to re-establish for a request the application refused with `status`, when
+    /// it may be one the server forgot and may be re-established; None when the answer passes.
+    fn to_resume<'c>(
+        &self,
+        status: StatusCode,
+        target: &Target,
+        carried: Option<&'c Carried>,
+        life: &mut Life,
+    ) -> Option<&'c Carried> {
         // A DELETE is re-established too: the client holds a live session, and its end should
         // be the server's answer, not a 404 the SDK clients report as a failed close (the
         // TypeScript SDK's `terminateSession` throws on it). Once ended, the id opens no more.
         if !self.sessions.enabled() {
-            return Gone::Pass;
+            return None;
         }
         let Some(carried) = carried else {
             // Counted for the spec's 404 only: a 400 without a session holdfast carries is
@@ -97,17 +117,17 @@ impl Keeper {
             if status == StatusCode::NOT_FOUND && target.headers.contains_key(MCP_SESSION_ID) {
                 self.count_resume(ResumeOutcome::not_tracked);
             }
-            return Gone::Pass;
+            return None;
         };
         // The server refused a ping on a session it had just opened: its refusals cannot tell a
         // forgotten session from a request's own fault, so none is followed for a while.
         if self.sessions.ping_doubt().holds(Instant::now()) {
-            return Gone::Pass;
+            return None;
         }
         // Only the session's own endpoint answers for the session: a 404 for another path is
         // that path's (and the check below, sent to this path, would prove nothing).
         if !carried.session.is_endpoint(&target.uri) {
-            return Gone::Pass;
+            return None;
         }
         if carried.session.is_too_old(self.sessions.token_max_age()) {
             self.count_token_refused(TokenRefusal::Expired);
@@ -115,7 +135,7 @@ impl Keeper {
                 "the server forgot an MCP session whose token is older than \
                  sessions.token_max_age_secs: not re-established, its answer passes"
             );
-            return Gone::Pass;
+            return None;
         }
         if !life.may_resume() {
             self.count_resume(ResumeOutcome::failed);
@@ -124,13 +144,14 @@ impl Keeper {
                 "the server forgot an MCP session again right after it was re-established; \
                  passing its answer to the client"
             );
-            return Gone::Pass;
+            return None;
         }
-        let resuming = Resuming {
-            keeper: self,
-            upstream,
-        };
-        match resuming.resume(status, carried, target).await {
+        Some(carried)
+    }
+
+    /// What a re-establishment's outcome means for the request that asked for it.
+    fn gone(&self, resume: Resume, status: StatusCode, handle: &BodyHandle) -> Gone {
+        match resume {
             Resume::Done | Resume::DoneByAnother if !handle.is_replayable() => {
                 // Too large to send twice: this request gets the server's 404, the requests
                 // after it find the session back.
