@@ -16,6 +16,8 @@
 //! and passes unchanged. Knowing a token gives nothing the session id did not give already: it
 //! *is* the session id.
 
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine as _;
 use bytes::Bytes;
 use http::HeaderValue;
 use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, CHACHA20_POLY1305, NONCE_LEN};
@@ -275,55 +277,16 @@ fn decode_fields(issued: u64, mut rest: &[u8]) -> Option<Contents> {
     })
 }
 
-const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-
 /// URL-safe base64 without padding (RFC 4648 §5).
 fn base64url_encode(bytes: &[u8]) -> String {
-    let mut out = String::with_capacity((bytes.len() * 4).div_ceil(3));
-    for chunk in bytes.chunks(3) {
-        let n = chunk
-            .iter()
-            .enumerate()
-            .fold(0u32, |n, (i, &b)| n | u32::from(b) << (16 - 8 * i));
-        for i in 0..=chunk.len() {
-            out.push(ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char);
-        }
-    }
-    out
+    URL_SAFE_NO_PAD.encode(bytes)
 }
 
-/// The inverse of [`base64url_encode`]; `None` for a character outside the alphabet, a length
-/// no encoding has, or set bits past the last byte (one encoding per byte string).
+/// The inverse of [`base64url_encode`]; `None` for a character outside the alphabet, padding, a
+/// length no encoding has, or set bits past the last byte (the engine refuses them: one
+/// encoding per byte string, so a token has one spelling).
 fn base64url_decode(text: &[u8]) -> Option<Vec<u8>> {
-    if text.len() % 4 == 1 {
-        return None;
-    }
-    let value = |c: u8| -> Option<u32> {
-        Some(match c {
-            b'A'..=b'Z' => c - b'A',
-            b'a'..=b'z' => c - b'a' + 26,
-            b'0'..=b'9' => c - b'0' + 52,
-            b'-' => 62,
-            b'_' => 63,
-            _ => return None,
-        } as u32)
-    };
-    let mut out = Vec::with_capacity(text.len() * 3 / 4);
-    for chunk in text.chunks(4) {
-        let mut n = 0u32;
-        for (i, &c) in chunk.iter().enumerate() {
-            n |= value(c)? << (18 - 6 * i);
-        }
-        let bytes = chunk.len() - 1;
-        // The bits below the last whole byte must be zero.
-        if n & ((1 << (24 - 8 * bytes)) - 1) != 0 {
-            return None;
-        }
-        for i in 0..bytes {
-            out.push((n >> (16 - 8 * i)) as u8);
-        }
-    }
-    Some(out)
+    URL_SAFE_NO_PAD.decode(text).ok()
 }
 
 #[cfg(test)]
