@@ -21,6 +21,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
+use tokio_util::task::AbortOnDropHandle;
 
 use crate::admin;
 use crate::admin::Readiness;
@@ -144,7 +145,7 @@ pub async fn run(
     // The session keys' reloader, stopped with `run` like the certificate's.
     let key_reloader = key_reloader(&proxy);
     // The upstream checked without traffic (`hold.check_interval_secs`), stopped with `run`.
-    let _checks_at_rest = AbortOnDrop(tokio::spawn(proxy.checks_at_rest()));
+    let _checks_at_rest = AbortOnDropHandle::new(tokio::spawn(proxy.checks_at_rest()));
     let ready = Arc::new(Readiness::default());
 
     let admin_addr = admin_listener.local_addr()?;
@@ -194,7 +195,7 @@ fn listener_tls(
     metrics: TlsMetrics,
 ) -> (ListenerTls, AbortOnDrop) {
     let store = tls::CertStore::new(&t.identity);
-    let reloader = AbortOnDrop(tls::spawn_reloader(
+    let reloader = AbortOnDropHandle::new(tls::spawn_reloader(
         store.clone(),
         t.identity.clone(),
         tls::Reload {
@@ -227,18 +228,12 @@ fn key_reloader(proxy: &Proxy) -> Option<AbortOnDrop> {
                  move to another replica"
             );
         }
-        crate::session::spawn_key_reloader(keys).map(AbortOnDrop)
+        crate::session::spawn_key_reloader(keys).map(AbortOnDropHandle::new)
     })
 }
 
-/// Aborts a background task when dropped, so it ends with `run` however `run` ends.
-pub(super) struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
+/// A background task aborted when dropped, so it ends with `run` however `run` ends.
+pub(super) type AbortOnDrop = AbortOnDropHandle<()>;
 
 /// The listener's TLS: how to shake hands, and where failures are counted.
 #[derive(Clone)]
