@@ -15,99 +15,28 @@ use std::task::{Context, Poll};
 
 use bytes::{Bytes, BytesMut};
 use http_body::{Frame, SizeHint};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::TcpStream;
+use tokio::io::AsyncWrite;
 use tokio_rustls::server::TlsStream;
+use tokio_util::either::Either;
 
 use super::decode::{Decoded, Decoder};
 use super::read::{poll_read_buf, release, Readable};
 use super::socket::Socket;
 use super::Error;
 
-/// A client connection: plain, or TLS (boxed: a TLS session is large).
-pub enum Io {
-    /// Plain TCP.
-    Tcp(Socket),
-    /// TLS over TCP.
-    Tls(Box<TlsStream<Socket>>),
-}
-
-impl Io {
-    /// The TCP socket under it.
-    pub fn tcp(&self) -> &TcpStream {
-        match self {
-            Io::Tcp(socket) => socket.tcp(),
-            Io::Tls(tls) => tls.get_ref().0.tcp(),
-        }
-    }
-}
-
-impl AsyncRead for Io {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Io::Tcp(io) => Pin::new(io).poll_read(cx, buf),
-            Io::Tls(io) => Pin::new(io.as_mut()).poll_read(cx, buf),
-        }
-    }
-}
-
-impl AsyncWrite for Io {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            Io::Tcp(io) => Pin::new(io).poll_write(cx, buf),
-            Io::Tls(io) => Pin::new(io.as_mut()).poll_write(cx, buf),
-        }
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            Io::Tcp(io) => Pin::new(io).poll_write_vectored(cx, bufs),
-            Io::Tls(io) => Pin::new(io.as_mut()).poll_write_vectored(cx, bufs),
-        }
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        match self {
-            Io::Tcp(io) => io.is_write_vectored(),
-            Io::Tls(io) => io.is_write_vectored(),
-        }
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Io::Tcp(io) => Pin::new(io).poll_flush(cx),
-            Io::Tls(io) => Pin::new(io.as_mut()).poll_flush(cx),
-        }
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Io::Tcp(io) => Pin::new(io).poll_shutdown(cx),
-            Io::Tls(io) => Pin::new(io.as_mut()).poll_shutdown(cx),
-        }
-    }
-}
+/// A client connection: plain TCP (`Left`), or TLS over TCP (`Right`, boxed: a TLS session is
+/// large). tokio-util's `Either` passes reads and writes, vectored ones included, to the one it
+/// holds.
+pub type Io = Either<Socket, Box<TlsStream<Socket>>>;
 
 impl super::read::sealed::Sealed for Io {}
 
 impl Readable for Io {
     fn poll_readable(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self {
-            Io::Tcp(socket) => socket.poll_readable(cx),
+            Either::Left(socket) => socket.poll_readable(cx),
             // Bytes may wait decrypted inside the TLS session while the socket is quiet: read.
-            Io::Tls(_) => Poll::Ready(Ok(())),
+            Either::Right(_) => Poll::Ready(Ok(())),
         }
     }
 }

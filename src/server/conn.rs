@@ -45,7 +45,7 @@ impl Served {
     /// sends nothing within `limits.header_read_timeout_secs` (or is closed to make room, or
     /// meets a drain first) is closed.
     pub async fn plain(self, stream: TcpStream, peer: SocketAddr, registered: Arc<Registered>) {
-        self.h1_or_h2(Io::Tcp(Socket::new(stream)), true, peer, registered)
+        self.h1_or_h2(Io::Left(Socket::new(stream)), true, peer, registered)
             .await
     }
 
@@ -62,7 +62,7 @@ impl Served {
         if h2 {
             Box::pin(self.h2(TokioIo::new(stream), peer, registered)).await
         } else {
-            let io = Io::Tls(Box::new(stream));
+            let io = Io::Right(Box::new(stream));
             self.h1_or_h2(io, may_be_http2, peer, registered).await
         }
     }

@@ -32,6 +32,7 @@ use hyper_util::rt::TokioIo;
 use rustls::pki_types::ServerName;
 use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
+use tokio_util::either::Either;
 
 use crate::http1::socket::Socket;
 
@@ -208,7 +209,7 @@ impl tower_service::Service<Uri> for UpstreamConnector {
                 // Written through `Socket`, as every socket holdfast writes to is.
                 let socket = Socket::new(connect(&resolver, &host, port).await?);
                 let Some(tls) = tls else {
-                    return Ok(UpstreamIo::Plain(TokioIo::new(socket)));
+                    return Ok(UpstreamIo(TokioIo::new(Either::Left(socket))));
                 };
                 // SNI and certificate verification use the upstream URL's host, never anything a
                 // client sent (the Host header is the client's to choose).
@@ -222,7 +223,7 @@ impl tower_service::Service<Uri> for UpstreamConnector {
                     .connect(name, socket)
                     .await
                     .map_err(ConnectError::from_handshake)?;
-                Ok(UpstreamIo::Tls(Box::new(TokioIo::new(stream))))
+                Ok(UpstreamIo(TokioIo::new(Either::Right(Box::new(stream)))))
             })
             .await
         })
@@ -265,23 +266,21 @@ impl ConnectError {
     }
 }
 
-/// A connection to the upstream, plain or TLS.
+/// A connection to the upstream: plain for `http://` (`Left`), TLS for `https://` (`Right`,
+/// boxed: a TLS session is large and the plain one is common). tokio-util's `Either` passes
+/// reads and writes to the one it holds; a type of holdfast's own only because hyper-util asks
+/// it what the connection negotiated ([`Connection`]).
 #[derive(Debug)]
-pub enum UpstreamIo {
-    /// `http://`.
-    Plain(TokioIo<Socket>),
-    /// `https://` (boxed: a TLS session is large and the plain variant is common).
-    Tls(Box<TokioIo<TlsStream<Socket>>>),
-}
+pub struct UpstreamIo(TokioIo<Either<Socket, Box<TlsStream<Socket>>>>);
 
 impl Connection for UpstreamIo {
     fn connected(&self) -> Connected {
-        match self {
-            UpstreamIo::Plain(_) => Connected::new(),
-            UpstreamIo::Tls(tls) => {
+        match self.0.inner() {
+            Either::Left(_) => Connected::new(),
+            Either::Right(tls) => {
                 // hyper-util's client switches this connection (and its pool slot) to HTTP/2
                 // when the server picked `h2` by ALPN.
-                if tls.inner().get_ref().1.alpn_protocol() == Some(b"h2") {
+                if tls.get_ref().1.alpn_protocol() == Some(b"h2") {
                     Connected::new().negotiated_h2()
                 } else {
                     Connected::new()
@@ -293,59 +292,41 @@ impl Connection for UpstreamIo {
 
 impl hyper::rt::Read for UpstreamIo {
     fn poll_read(
-        self: Pin<&mut Self>,
+        mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: hyper::rt::ReadBufCursor<'_>,
     ) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            UpstreamIo::Plain(io) => Pin::new(io).poll_read(cx, buf),
-            UpstreamIo::Tls(io) => Pin::new(io.as_mut()).poll_read(cx, buf),
-        }
+        Pin::new(&mut self.0).poll_read(cx, buf)
     }
 }
 
 impl hyper::rt::Write for UpstreamIo {
     fn poll_write(
-        self: Pin<&mut Self>,
+        mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            UpstreamIo::Plain(io) => Pin::new(io).poll_write(cx, buf),
-            UpstreamIo::Tls(io) => Pin::new(io.as_mut()).poll_write(cx, buf),
-        }
+        Pin::new(&mut self.0).poll_write(cx, buf)
     }
 
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            UpstreamIo::Plain(io) => Pin::new(io).poll_flush(cx),
-            UpstreamIo::Tls(io) => Pin::new(io.as_mut()).poll_flush(cx),
-        }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.0).poll_flush(cx)
     }
 
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            UpstreamIo::Plain(io) => Pin::new(io).poll_shutdown(cx),
-            UpstreamIo::Tls(io) => Pin::new(io.as_mut()).poll_shutdown(cx),
-        }
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.0).poll_shutdown(cx)
     }
 
     fn is_write_vectored(&self) -> bool {
-        match self {
-            UpstreamIo::Plain(io) => io.is_write_vectored(),
-            UpstreamIo::Tls(io) => io.is_write_vectored(),
-        }
+        self.0.is_write_vectored()
     }
 
     fn poll_write_vectored(
-        self: Pin<&mut Self>,
+        mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            UpstreamIo::Plain(io) => Pin::new(io).poll_write_vectored(cx, bufs),
-            UpstreamIo::Tls(io) => Pin::new(io.as_mut()).poll_write_vectored(cx, bufs),
-        }
+        Pin::new(&mut self.0).poll_write_vectored(cx, bufs)
     }
 }
 
