@@ -19,7 +19,7 @@ use http_body::{Body, Frame, SizeHint};
 use super::body::ProxyBody;
 use crate::errors::BoxError;
 use crate::session::rpc::{self, Reply, StateChange};
-use crate::session::{Session, Sessions};
+use crate::session::{Session, Table};
 
 /// Most bytes of an answer read for its response: a setLevel or subscribe answer is tiny.
 const MAX_READ: usize = 64 * 1024;
@@ -28,7 +28,7 @@ const MAX_READ: usize = 64 * 1024;
 pub(super) struct Pending {
     pub(super) changes: Vec<StateChange>,
     pub(super) session: Arc<Session>,
-    pub(super) sessions: Arc<Sessions>,
+    pub(super) sessions: Arc<Table>,
     /// `holdfast_session_store_errors_total`.
     pub(super) store_errors: prometheus_client::metrics::counter::Counter,
 }

@@ -12,7 +12,7 @@ use super::{Carried, Target, BODY_ID_WAIT};
 use crate::metrics::Metrics;
 use crate::replay::BodyHandle;
 use crate::session::shared::StoreError;
-use crate::session::{self, Plan, Recorded, Session, Sessions, TokenRefusal};
+use crate::session::{self, Plan, Recorded, Session, Table, TokenRefusal};
 
 /// What an answer's session bookkeeping leaves to do.
 pub(super) enum After {
@@ -26,7 +26,7 @@ pub(super) enum After {
 /// The keeper of the MCP sessions holdfast carries: which one a request names, the bookkeeping
 /// on their answers, their re-establishment when the server forgets one ([`super::resume`]).
 pub(super) struct Keeper {
-    pub(super) sessions: Arc<Sessions>,
+    pub(super) sessions: Arc<Table>,
     pub(super) metrics: Arc<Metrics>,
     /// Longest a request waits for another request's re-establishment of its session.
     pub(super) resume_wait: Duration,

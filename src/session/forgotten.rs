@@ -83,7 +83,7 @@ pub fn new_session_ping_holds(
 }
 
 /// Whether holdfast doubts the server's pings: until when, after one refused a ping on a session
-/// it had just opened. Owned by [`super::Sessions`]; the time is the caller's, so the rule is
+/// it had just opened. Owned by [`super::Table`]; the time is the caller's, so the rule is
 /// tested without a clock.
 #[derive(Debug, Default)]
 pub struct Doubt {

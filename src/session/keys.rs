@@ -18,7 +18,7 @@ pub const KEY_RELOAD_EVERY: Duration = Duration::from_secs(5);
 pub struct Keys {
     ring: RwLock<Arc<Keyring>>,
     /// Bumped with every change of the keys: a session tracked under older keys is checked
-    /// again at its next use ([`super::Sessions::lookup`]).
+    /// again at its next use ([`super::Table::lookup`]).
     generation: std::sync::atomic::AtomicU64,
     file: Option<PathBuf>,
     /// `sessions.deployment`, every keyring's binding (fixed while holdfast runs).

@@ -6,12 +6,12 @@
 //! to start a new session then, but the official TypeScript SDK client never does: every call
 //! after the restart fails. holdfast carries the session instead:
 //!
-//! - **Record** ([`Sessions::record`]): every `initialize` answered with an `Mcp-Session-Id`, its
+//! - **Record** ([`Table::record`]): every `initialize` answered with an `Mcp-Session-Id`, its
 //!   body kept verbatim, and on each session what later requests set (`logging/setLevel`,
 //!   `resources/subscribe` and `resources/unsubscribe`) and the `MCP-Protocol-Version` sent.
 //! - **Seal** ([`token`]): the client is handed a token instead of the upstream's id, sealed with
 //!   `sessions.key_file`'s key, that carries the initialize, the protocol version and the
-//!   upstream id. Any holdfast with the key opens it ([`Sessions::lookup`]): after its own
+//!   upstream id. Any holdfast with the key opens it ([`Table::lookup`]): after its own
 //!   restart, or at another replica, the session goes on from the token alone.
 //! - **Detect** ([`forgotten`], acted on in [`crate::proxy`]): the application's own 404 or 400
 //!   to a request carrying a tracked session id, confirmed by a `ping` on the session refused the
@@ -34,7 +34,7 @@ pub mod token;
 
 pub use entry::{Origin, Plan, Session};
 pub use keys::{spawn_key_reloader, Keys};
-pub use store::{Miss, Recorded, Sessions, TokenRefusal};
+pub use store::{Miss, Recorded, Table, TokenRefusal};
 
 /// The session headers (named once, in `src/http1/names.rs`).
 pub use crate::http1::names::{LAST_EVENT_ID, MCP_PROTOCOL_VERSION, MCP_SESSION_ID};

@@ -1,8 +1,8 @@
 //! The sessions holdfast carries, by the id their clients hold.
 //!
-//! A session enters the store two ways: this holdfast saw its `initialize` ([`Sessions::record`]:
+//! A session enters the store two ways: this holdfast saw its `initialize` ([`Table::record`]:
 //! the client is handed a token instead of the upstream's id), or a request brings a token this
-//! holdfast did not make, or made before a restart of its own ([`Sessions::lookup`] opens it).
+//! holdfast did not make, or made before a restart of its own ([`Table::lookup`] opens it).
 //!
 //! Bounded three ways (see the README): at most `max_tracked` sessions (the least recently used
 //! go first), at most `max_recorded_bytes` of recorded requests over all of them, and a session
@@ -36,7 +36,7 @@ const SWEEP_EVERY: Duration = Duration::from_secs(60);
 const MAX_SUBSCRIPTIONS: usize = 256;
 
 /// Every tracked session, by the id its client knows.
-pub struct Sessions {
+pub struct Table {
     /// What a reload may change.
     live: Live,
     /// The settings as started, for what a reload cannot change.
@@ -66,7 +66,7 @@ struct Inner {
     ended_order: VecDeque<[u8; 12]>,
 }
 
-/// What [`Sessions::record`] did.
+/// What [`Table::record`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Recorded {
     /// The session is tracked; the client is to hold this id (a token, or the upstream's own
@@ -76,7 +76,7 @@ pub enum Recorded {
     TooLarge,
 }
 
-/// Why [`Sessions::lookup`] found no session.
+/// Why [`Table::lookup`] found no session.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Miss {
     /// Not tracked, and not a token: the server's own id, or one this holdfast forgot.
@@ -98,9 +98,9 @@ pub enum TokenRefusal {
     Expired,
 }
 
-impl Sessions {
+impl Table {
     /// An empty store; `tracked` is the `holdfast_sessions_tracked` gauge.
-    pub fn new(settings: config::Sessions, tracked: Gauge) -> Sessions {
+    pub fn new(settings: config::Sessions, tracked: Gauge) -> Table {
         let keys = Arc::new(Keys::new(&settings.keys));
         let shared = settings.store.as_deref().and_then(|url| {
             let store = SharedStore::new(
@@ -115,7 +115,7 @@ impl Sessions {
                 .ok()
         });
         let now = Instant::now();
-        Sessions {
+        Table {
             live: Live::new(&settings),
             fixed: settings,
             keys,

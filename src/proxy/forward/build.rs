@@ -19,13 +19,13 @@ use crate::proxy::{
     ending, handoff, health, in_flight, Bodies, Destination, Reading, Timeouts, ID_COPY_CAP,
 };
 use crate::replay::CopyBudget;
-use crate::session::Sessions;
+use crate::session::Table;
 use crate::upstream::{self, Client};
 
 /// What a proxy holds that outlives a reload.
 struct Carried {
     hold: Arc<OutageRoutes>,
-    sessions: Arc<Sessions>,
+    sessions: Arc<Table>,
     idempotency: Arc<crate::idempotent::Idempotency>,
     routes: ExpectedRoutes,
     copy_budget: Arc<CopyBudget>,
@@ -45,7 +45,7 @@ impl Proxy {
                 template(cfg, &client, &metrics),
                 cfg.routes.behind_router,
             )),
-            sessions: Arc::new(Sessions::new(
+            sessions: Arc::new(Table::new(
                 cfg.sessions.clone(),
                 metrics.sessions_tracked.clone(),
             )),

@@ -41,7 +41,7 @@ fn upstream(n: usize) -> HeaderValue {
 }
 
 /// Records session `n` with an initialize of `bytes`; the id its client holds.
-fn record(store: &Sessions, n: usize, bytes: usize) -> HeaderValue {
+fn record(store: &Table, n: usize, bytes: usize) -> HeaderValue {
     match store.record(
         upstream(n),
         Bytes::from(vec![b'x'; bytes]),
@@ -53,8 +53,8 @@ fn record(store: &Sessions, n: usize, bytes: usize) -> HeaderValue {
     }
 }
 
-impl Sessions {
-    /// Whether `client_id` is in the store now (without opening it as [`Sessions::lookup`]
+impl Table {
+    /// Whether `client_id` is in the store now (without opening it as [`Table::lookup`]
     /// would).
     fn tracks(&self, client_id: &HeaderValue) -> bool {
         self.lock().by_client_id.contains_key(client_id)
@@ -64,7 +64,7 @@ impl Sessions {
 #[tokio::test(start_paused = true)]
 async fn least_recently_used_go_first() {
     let gauge = Gauge::default();
-    let store = Sessions::new(settings(), gauge.clone());
+    let store = Table::new(settings(), gauge.clone());
     let mut ids = Vec::new();
     for n in 0..4 {
         ids.push(record(&store, n, 10));
@@ -87,7 +87,7 @@ async fn least_recently_used_go_first() {
 
 #[tokio::test(start_paused = true)]
 async fn re_established_sessions_are_evicted_last() {
-    let store = Sessions::new(settings(), Gauge::default());
+    let store = Table::new(settings(), Gauge::default());
     let mut ids = Vec::new();
     for n in 0..4 {
         ids.push(record(&store, n, 10));
@@ -112,7 +112,7 @@ async fn re_established_sessions_are_evicted_last() {
 
 #[tokio::test(start_paused = true)]
 async fn sessions_held_by_requests_do_not_empty_the_store() {
-    let store = Sessions::new(settings(), Gauge::default());
+    let store = Table::new(settings(), Gauge::default());
     let first = record(&store, 0, 100);
     // A request holds session 0 while it is evicted; its bytes stay counted until it ends.
     let held = store.lookup(&first).unwrap();
@@ -130,7 +130,7 @@ async fn sessions_held_by_requests_do_not_empty_the_store() {
 
 #[tokio::test(start_paused = true)]
 async fn the_byte_bound_holds_and_is_given_back() {
-    let store = Sessions::new(settings(), Gauge::default());
+    let store = Table::new(settings(), Gauge::default());
     let too_large = store.record(
         upstream(0),
         Bytes::from(vec![b'x'; 101]),
@@ -160,7 +160,7 @@ async fn the_byte_bound_holds_and_is_given_back() {
 #[tokio::test(start_paused = true)]
 async fn idle_sessions_are_forgotten() {
     let gauge = Gauge::default();
-    let store = Sessions::new(settings(), gauge.clone());
+    let store = Table::new(settings(), gauge.clone());
     let id = record(&store, 0, 10);
     tokio::time::advance(Duration::from_secs(59)).await;
     store.lookup(&id).expect("used within the idle time");
@@ -174,7 +174,7 @@ async fn idle_sessions_are_forgotten() {
 
 #[tokio::test]
 async fn the_client_holds_a_token_and_another_replica_opens_it() {
-    let here = Sessions::new(settings(), Gauge::default());
+    let here = Table::new(settings(), Gauge::default());
     let init = Bytes::from_static(br#"{"jsonrpc":"2.0","id":0,"method":"initialize"}"#);
     let version = Some(HeaderValue::from_static("2025-06-18"));
     let Recorded::Tracked(id) = here.record(
@@ -189,7 +189,7 @@ async fn the_client_holds_a_token_and_another_replica_opens_it() {
     assert_eq!(here.lookup(&id).unwrap().origin(), Origin::Initialize);
 
     // Another holdfast with the same key (a replica, or this one after a restart).
-    let there = Sessions::new(settings(), Gauge::default());
+    let there = Table::new(settings(), Gauge::default());
     let opened = there.lookup(&id).expect("the same key opens it");
     assert_eq!(opened.origin(), Origin::Token);
     assert_eq!(opened.client_id(), &id);
@@ -225,7 +225,7 @@ async fn the_client_holds_a_token_and_another_replica_opens_it() {
     assert!(aged.is_too_old(Duration::from_secs(3600)));
 
     // A holdfast with other keys: an opaque id, refused.
-    let elsewhere = Sessions::new(
+    let elsewhere = Table::new(
         config::Sessions {
             keys: keys(&[9]),
             ..settings()
@@ -251,7 +251,7 @@ async fn the_client_holds_a_token_and_another_replica_opens_it() {
 
 #[tokio::test]
 async fn an_ended_session_is_not_opened_again_here() {
-    let store = Sessions::new(settings(), Gauge::default());
+    let store = Table::new(settings(), Gauge::default());
     let id = record(&store, 0, 10);
     store.end(&id);
     assert!(!store.tracks(&id));
@@ -272,9 +272,9 @@ async fn an_ended_session_is_not_opened_again_here() {
 
 #[tokio::test]
 async fn rotation_a_new_first_key_still_opens_the_old_tokens() {
-    let old = Sessions::new(settings(), Gauge::default());
+    let old = Table::new(settings(), Gauge::default());
     let id = record(&old, 0, 10);
-    let rotated = Sessions::new(
+    let rotated = Table::new(
         config::Sessions {
             keys: keys(&[2, 1]),
             ..settings()
@@ -292,7 +292,7 @@ async fn rotation_a_new_first_key_still_opens_the_old_tokens() {
 
 #[tokio::test]
 async fn an_initialize_too_large_for_a_token_keeps_the_servers_id() {
-    let store = Sessions::new(
+    let store = Table::new(
         config::Sessions {
             max_initialize_bytes: 10_000,
             max_recorded_bytes: 100_000,
@@ -318,7 +318,7 @@ async fn an_initialize_too_large_for_a_token_keeps_the_servers_id() {
 
 #[tokio::test]
 async fn a_resumed_session_rewrites_both_ways_and_drops_a_stale_event_id() {
-    let store = Sessions::new(settings(), Gauge::default());
+    let store = Table::new(settings(), Gauge::default());
     let id = record(&store, 0, 10);
     let session = store.lookup(&id).unwrap();
     let new = HeaderValue::from_static("fresh");
@@ -352,7 +352,7 @@ async fn a_resumed_session_rewrites_both_ways_and_drops_a_stale_event_id() {
 
 #[tokio::test]
 async fn the_plan_sets_the_last_level_and_live_subscriptions() {
-    let store = Sessions::new(settings(), Gauge::default());
+    let store = Table::new(settings(), Gauge::default());
     let id = record(&store, 0, 10);
     let session = store.lookup(&id).unwrap();
     store.note_state(
@@ -379,7 +379,7 @@ async fn the_plan_sets_the_last_level_and_live_subscriptions() {
 /// among the others ends nothing.
 #[test]
 fn removing_a_key_ends_the_sessions_sealed_with_it_here_too() {
-    let store = Sessions::new(settings(), Gauge::default());
+    let store = Table::new(settings(), Gauge::default());
     let id = record(&store, 1, 10);
     assert!(store.lookup(&id).is_ok());
     // Rotation: a new first key, the old one still opens.
