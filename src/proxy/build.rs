@@ -130,6 +130,7 @@ impl Proxy {
                 copy_budget: c.copy_budget,
             },
             access_log: cfg.access_log,
+            request_ids: super::request_id::RequestIds::new(cfg.request_id.header.clone()),
             hold: c.hold,
             sessions: c.sessions,
             idempotency: c.idempotency,

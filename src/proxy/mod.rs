@@ -30,10 +30,12 @@
 //! - `unanswered`: an event stream that ends without its request's answer (a server shutting
 //!   down).
 //! - [`body`]: streaming response bodies under idle timeouts.
+//! - [`request_id`]: each request's id, passed on or made; `access`: the access log.
 //!
 //! [`classify`]: crate::classify
 //! [`Verdict`]: crate::classify::Verdict
 
+mod access;
 mod answer;
 mod attempt;
 pub mod body;
@@ -51,6 +53,7 @@ mod life;
 #[cfg(test)]
 mod props;
 mod request;
+pub mod request_id;
 mod resume;
 mod sessions;
 mod unanswered;
@@ -103,6 +106,8 @@ pub struct Proxy {
     /// The peers a terminating holdfast hands to what never reached a server.
     peers: Arc<handoff::Peers>,
     access_log: bool,
+    /// Where request ids travel (`request_id.header`).
+    request_ids: request_id::RequestIds,
     metrics: Arc<Metrics>,
 }
 
@@ -178,24 +183,36 @@ struct Unfinished<'a> {
     proxy: &'a Proxy,
     start: Instant,
     method: http::Method,
-    path: Option<String>,
+    /// What the access log needs of the request (only with the log on).
+    access: Option<Box<access::Entry>>,
     done: bool,
 }
 
 impl Unfinished<'_> {
-    /// Counts and logs the request, answered with `status`.
-    fn finish(&mut self, status: u16, note: &Note) {
+    /// Counts and logs the request, answered with `resp`, which goes on (its body counted for
+    /// the access log). `described`: what the exchange found in the request.
+    fn finish(
+        &mut self,
+        resp: Response<ProxyBody>,
+        note: &Note,
+        described: Option<Box<access::Described>>,
+    ) -> Response<ProxyBody> {
         self.done = true;
         // A client that went away while held got no answer at all: counted as nginx logs it,
         // 499 "client closed request", not as the 400 its closed connection was handed.
         let status = if note.action == CANCELLED {
             CLIENT_CLOSED_REQUEST
         } else {
-            status
+            resp.status().as_u16()
         };
-        let path = self.path.as_deref();
-        self.proxy
-            .record(self.start, &self.method, path, status, note);
+        let took = self.proxy.record(self.start, &self.method, status);
+        match self.access.take() {
+            Some(entry) => {
+                let (method, ending) = (&self.method, &self.proxy.ending);
+                entry.answered(method, status, note, took, described, resp, ending)
+            }
+            None => resp,
+        }
     }
 }
 
@@ -213,9 +230,10 @@ impl Drop for Unfinished<'_> {
                 upstream_status: None,
                 action,
             };
-            let path = self.path.as_deref();
-            self.proxy
-                .record(self.start, &self.method, path, status, &note);
+            let took = self.proxy.record(self.start, &self.method, status);
+            if let Some(entry) = &self.access {
+                entry.unanswered(&self.method, status, &note, took);
+            }
         }
     }
 }
@@ -250,19 +268,31 @@ impl Proxy {
     /// is in it (this future lives as long as the request, for a held one as long as the hold).
     pub fn handle(
         &self,
-        req: Request<ClientBody>,
+        mut req: Request<ClientBody>,
         peer: SocketAddr,
     ) -> impl std::future::Future<Output = Response<ProxyBody>> + Send + '_ {
+        // First: every copy of the request's headers (each attempt's, a re-established
+        // session's own requests') carries the id from here on.
+        let id = self.request_ids.take(req.headers_mut());
+        // The request's span: every line logged while it is served names its id.
+        let span = tracing::info_span!(
+            target: "holdfast::request",
+            "request",
+            request_id = request_id::as_str(&id)
+        );
         let mut unfinished = Unfinished {
             proxy: self,
             start: Instant::now(),
             method: req.method().clone(),
-            // Copied only for the access log: the hot path needs no second copy of the path.
-            path: self.access_log.then(|| req.uri().path().to_owned()),
+            // Only for the access log: the hot path needs no copy of the path.
+            access: self.access_log.then(|| {
+                let trusted = &self.dest.trusted_proxies;
+                access::Entry::new(id.clone(), req.uri(), req.headers(), peer.ip(), trusted)
+            }),
             done: false,
         };
         let mut begun = self.begin(req, peer);
-        async move {
+        let answer = async move {
             // The exchange is used where it lies (moved into a local it would take room twice).
             let (resp, note) = match &mut begun {
                 Ok(ex) => self.forward(ex).await,
@@ -282,36 +312,21 @@ impl Proxy {
                     },
                 ),
             };
-            unfinished.finish(resp.status().as_u16(), &note);
-            resp
-        }
+            let mut resp = resp;
+            crate::respond::stamp(&mut resp, self.request_ids.header(), &id);
+            let described = begun.as_mut().ok().and_then(|ex| ex.described.take());
+            unfinished.finish(resp, &note, described)
+        };
+        tracing::Instrument::instrument(answer, span)
     }
 
-    /// Counts and logs one request: answered with `status`, or (499) given up by its client.
-    fn record(
-        &self,
-        start: Instant,
-        method: &http::Method,
-        path: Option<&str>,
-        status: u16,
-        note: &Note,
-    ) {
+    /// Counts one request: answered with `status`, or (499) given up by its client. Returns how
+    /// long it took to its answer's head.
+    fn record(&self, start: Instant, method: &http::Method, status: u16) -> Duration {
         let elapsed = start.elapsed();
         self.metrics.requests.inc(method.into(), status);
         self.metrics.request_duration.observe(elapsed.as_secs_f64());
-        if self.access_log {
-            // Path only: a query may carry tokens. Never headers or bodies.
-            tracing::info!(
-                target: "holdfast::access",
-                method = %method,
-                path = path.unwrap_or_default(),
-                status,
-                upstream_status = note.upstream_status.map(|s| s.as_u16()),
-                action = note.action,
-                // Microsecond resolution is all a log reader needs: 1.009, not 1.0088169999.
-                duration_ms = (elapsed.as_secs_f64() * 1e6).round() / 1e3,
-            );
-        }
+        elapsed
     }
 
     /// Starts shutting down: standalone event streams end; held requests go to a peer now
