@@ -154,6 +154,7 @@ fn client(cfg: &Config, metrics: &Metrics) -> Arc<Client> {
             max_headers: cfg.max_headers,
             max_head_bytes: cfg.max_header_bytes,
         },
+        metrics.upstream_connections.clone(),
     ))
 }
 

@@ -33,6 +33,9 @@ use rustls::pki_types::ServerName;
 use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
 
+use prometheus_client::metrics::gauge::Gauge;
+
+use super::open::Open;
 use crate::http1::socket::Socket;
 
 /// Why a connection to the upstream could not be made.
@@ -166,6 +169,8 @@ pub struct UpstreamConnector {
     /// Present for an `https://` upstream.
     tls: Option<tokio_rustls::TlsConnector>,
     resolver: Resolver,
+    /// Counts the connections made while they are open (`holdfast_upstream_connections`).
+    open: Option<Gauge>,
 }
 
 impl UpstreamConnector {
@@ -179,7 +184,21 @@ impl UpstreamConnector {
             connect_timeout,
             tls: tls.map(tokio_rustls::TlsConnector::from),
             resolver: Resolver::System,
+            open: None,
         }
+    }
+
+    /// The same connector, counting each connection it makes in `open` while it lives.
+    pub fn counting(self, open: Gauge) -> Self {
+        Self {
+            open: Some(open),
+            ..self
+        }
+    }
+
+    /// The count of one connection just made.
+    pub fn opened(&self) -> Open {
+        Open::new(self.open.as_ref())
     }
 
     /// The same connector, resolving through `resolver`.
@@ -202,13 +221,15 @@ impl tower_service::Service<Uri> for UpstreamConnector {
         let timeout = self.connect_timeout;
         let tls = self.tls.clone();
         let resolver = self.resolver.clone();
+        let open = self.open.clone();
         Box::pin(async move {
             let (host, port) = host_and_port(&uri)?;
             within(timeout, async move {
                 // Written through `Socket`, as every socket holdfast writes to is.
                 let socket = Socket::new(connect(&resolver, &host, port).await?);
+                let open = Open::new(open.as_ref());
                 let Some(tls) = tls else {
-                    return Ok(UpstreamIo::Plain(TokioIo::new(socket)));
+                    return Ok(UpstreamIo::Plain(TokioIo::new(socket), open));
                 };
                 // SNI and certificate verification use the upstream URL's host, never anything a
                 // client sent (the Host header is the client's to choose).
@@ -222,7 +243,7 @@ impl tower_service::Service<Uri> for UpstreamConnector {
                     .connect(name, socket)
                     .await
                     .map_err(ConnectError::from_handshake)?;
-                Ok(UpstreamIo::Tls(Box::new(TokioIo::new(stream))))
+                Ok(UpstreamIo::Tls(Box::new(TokioIo::new(stream)), open))
             })
             .await
         })
@@ -269,16 +290,16 @@ impl ConnectError {
 #[derive(Debug)]
 pub enum UpstreamIo {
     /// `http://`.
-    Plain(TokioIo<Socket>),
+    Plain(TokioIo<Socket>, Open),
     /// `https://` (boxed: a TLS session is large and the plain variant is common).
-    Tls(Box<TokioIo<TlsStream<Socket>>>),
+    Tls(Box<TokioIo<TlsStream<Socket>>>, Open),
 }
 
 impl Connection for UpstreamIo {
     fn connected(&self) -> Connected {
         match self {
-            UpstreamIo::Plain(_) => Connected::new(),
-            UpstreamIo::Tls(tls) => {
+            UpstreamIo::Plain(..) => Connected::new(),
+            UpstreamIo::Tls(tls, _) => {
                 // hyper-util's client switches this connection (and its pool slot) to HTTP/2
                 // when the server picked `h2` by ALPN.
                 if tls.inner().get_ref().1.alpn_protocol() == Some(b"h2") {
@@ -298,8 +319,8 @@ impl hyper::rt::Read for UpstreamIo {
         buf: hyper::rt::ReadBufCursor<'_>,
     ) -> Poll<io::Result<()>> {
         match self.get_mut() {
-            UpstreamIo::Plain(io) => Pin::new(io).poll_read(cx, buf),
-            UpstreamIo::Tls(io) => Pin::new(io.as_mut()).poll_read(cx, buf),
+            UpstreamIo::Plain(io, _) => Pin::new(io).poll_read(cx, buf),
+            UpstreamIo::Tls(io, _) => Pin::new(io.as_mut()).poll_read(cx, buf),
         }
     }
 }
@@ -311,29 +332,29 @@ impl hyper::rt::Write for UpstreamIo {
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         match self.get_mut() {
-            UpstreamIo::Plain(io) => Pin::new(io).poll_write(cx, buf),
-            UpstreamIo::Tls(io) => Pin::new(io.as_mut()).poll_write(cx, buf),
+            UpstreamIo::Plain(io, _) => Pin::new(io).poll_write(cx, buf),
+            UpstreamIo::Tls(io, _) => Pin::new(io.as_mut()).poll_write(cx, buf),
         }
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
-            UpstreamIo::Plain(io) => Pin::new(io).poll_flush(cx),
-            UpstreamIo::Tls(io) => Pin::new(io.as_mut()).poll_flush(cx),
+            UpstreamIo::Plain(io, _) => Pin::new(io).poll_flush(cx),
+            UpstreamIo::Tls(io, _) => Pin::new(io.as_mut()).poll_flush(cx),
         }
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
-            UpstreamIo::Plain(io) => Pin::new(io).poll_shutdown(cx),
-            UpstreamIo::Tls(io) => Pin::new(io.as_mut()).poll_shutdown(cx),
+            UpstreamIo::Plain(io, _) => Pin::new(io).poll_shutdown(cx),
+            UpstreamIo::Tls(io, _) => Pin::new(io.as_mut()).poll_shutdown(cx),
         }
     }
 
     fn is_write_vectored(&self) -> bool {
         match self {
-            UpstreamIo::Plain(io) => io.is_write_vectored(),
-            UpstreamIo::Tls(io) => io.is_write_vectored(),
+            UpstreamIo::Plain(io, _) => io.is_write_vectored(),
+            UpstreamIo::Tls(io, _) => io.is_write_vectored(),
         }
     }
 
@@ -343,8 +364,8 @@ impl hyper::rt::Write for UpstreamIo {
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         match self.get_mut() {
-            UpstreamIo::Plain(io) => Pin::new(io).poll_write_vectored(cx, bufs),
-            UpstreamIo::Tls(io) => Pin::new(io.as_mut()).poll_write_vectored(cx, bufs),
+            UpstreamIo::Plain(io, _) => Pin::new(io).poll_write_vectored(cx, bufs),
+            UpstreamIo::Tls(io, _) => Pin::new(io.as_mut()).poll_write_vectored(cx, bufs),
         }
     }
 }
