@@ -50,6 +50,7 @@ mod probe;
 mod probe_command;
 mod probe_results;
 mod reload;
+mod request_ids;
 mod retry;
 mod rmcp_smoke;
 mod rollout;
