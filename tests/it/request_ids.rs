@@ -169,3 +169,27 @@ async fn a_re_established_sessions_own_requests_carry_the_id_of_the_request_they
     );
     hf.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_reload_changes_the_header_for_new_requests() {
+    let up = Upstream::start(echo).await;
+    let hf = Holdfast::start(&up.url()).await;
+    let url = hf.url("/mcp");
+    request("POST", &url, &[JSON], &call_body(1)).await;
+    let mut raw = raw_config(&up.url());
+    raw.request_id.header = "x-trace-id".into();
+    hf.reload(raw).await;
+    request(
+        "POST",
+        &url,
+        &[JSON, ("x-trace-id", "after")],
+        &call_body(2),
+    )
+    .await;
+    let seen = up.seen();
+    assert!(is_made(seen[0].header("x-request-id").unwrap()));
+    assert_eq!(seen[1].header("x-trace-id"), Some("after"));
+    assert_eq!(seen[1].header("x-request-id"), None);
+    hf.shutdown().await;
+    up.stop().await;
+}
