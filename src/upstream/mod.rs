@@ -3,6 +3,7 @@
 //! - [`connector`]: TCP (and TLS), resolving the name afresh for every connection, with typed
 //!   failures that prove a request never left.
 //! - [`pool`]: idle HTTP/1 connections of our own.
+//! - [`open`]: open connections, counted while they live (`holdfast_upstream_connections`).
 //! - here, [`Client`]: sends one request and hands back the response.
 //!
 //! A plain `http://` upstream (the sidecar's usual case) goes through our own HTTP/1 path
