@@ -274,8 +274,10 @@ impl Proxy {
         // First: every copy of the request's headers (each attempt's, a re-established
         // session's own requests') carries the id from here on.
         let id = self.request_ids.take(req.headers_mut());
-        // The request's span: every line logged while it is served names its id.
-        let span = tracing::info_span!(
+        // The request's span: every line logged while it is served names its id. At the error
+        // level, so that it exists whenever any line about the request may be written (a
+        // `log_level = "warn"` keeps the ids on the warnings); its cost is the same at any level.
+        let span = tracing::error_span!(
             target: "holdfast::request",
             "request",
             request_id = request_id::as_str(&id)
