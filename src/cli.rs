@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::config::{RawFlags, RawTlsFlags};
+use crate::config::{RawFlags, RawRequestIdFlags, RawTlsFlags};
 
 /// holdfast: keeps MCP clients connected while their server's container is recreated.
 ///
@@ -77,6 +77,11 @@ pub struct ProxyArgs {
     /// PEM private key of --tls-cert [env: HOLDFAST_TLS__KEY].
     #[arg(long, value_name = "FILE")]
     pub tls_key: Option<String>,
+
+    /// The header each request's id is read from, sent upstream in and answered with
+    /// [default: x-request-id] [env: HOLDFAST_REQUEST_ID__HEADER].
+    #[arg(long, value_name = "NAME")]
+    pub request_id_header: Option<String>,
 }
 
 /// The flags of the commands that talk to a running holdfast's admin listener.
@@ -326,6 +331,9 @@ impl ProxyArgs {
             tls: RawTlsFlags {
                 cert: self.tls_cert.clone(),
                 key: self.tls_key.clone(),
+            },
+            request_id: RawRequestIdFlags {
+                header: self.request_id_header.clone(),
             },
         }
     }

@@ -236,6 +236,17 @@ impl Idempotency {
         announced
     }
 
+    /// Whether `name` is a tool holdfast knows by name: configured (`retry.idempotent_tools`,
+    /// `retry.never_tools`) or learned from the `tools/list` of the server behind `host`. A
+    /// bounded set (at most 4096 learned), so a name from it may be logged as it is.
+    pub fn knows_tool(&self, host: Option<&HeaderValue>, name: &str) -> bool {
+        if self.configured.contains(name) || self.never.contains(name) {
+            return true;
+        }
+        let learned = self.learned.read().expect("learned tools lock");
+        learned.contains_key(&(host.cloned(), name.to_owned()))
+    }
+
     /// Tools learned so far (for tests).
     pub fn learned(&self) -> usize {
         self.learned.read().expect("learned tools lock").len()

@@ -161,6 +161,8 @@ struct SharedBody {
     failed: bool,
     /// Incremented by every attempt; bodies of older attempts stop.
     generation: u64,
+    /// Every byte read from the client so far, kept or not (the access log's `bytes_in`).
+    read: u64,
 }
 
 impl SharedBody {
@@ -178,11 +180,13 @@ impl SharedBody {
             trailers: None,
             failed: false,
             generation: 0,
+            read: 0,
         }
     }
 
     /// Records bytes just read from the client; `delivered` when an attempt is sending them now.
     fn record(&mut self, data: &Bytes, delivered: bool) {
+        self.read += data.len() as u64;
         let fits = self.replayable
             && self.buffered + data.len() <= self.cap
             && self.budget.try_take(data.len());
@@ -402,6 +406,11 @@ impl BodyHandle {
             out.extend_from_slice(c);
         }
         Some(out.freeze())
+    }
+
+    /// Bytes of the body read from the client so far.
+    pub fn bytes_read(&self) -> u64 {
+        self.lock().read
     }
 
     /// Runs `read` on the complete body, if it has been read to its end and kept whole, without

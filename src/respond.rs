@@ -6,6 +6,7 @@
 //! single JSON-RPC request with an id, the body is a JSON-RPC error with that id, so SDKs that
 //! surface error bodies show a useful message.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -40,12 +41,23 @@ pub fn unavailable(
     let mut resp = match request_body.and_then(crate::jsonrpc::request_id) {
         Some(id) => {
             let data = serde_json::json!({ "reason": reason.as_str(), "retryAfterSeconds": secs });
-            let body = crate::jsonrpc::error_reply(&id, JSONRPC_UNAVAILABLE, &message, data);
-            build(
+            let body =
+                crate::jsonrpc::error_reply(&id, JSONRPC_UNAVAILABLE, &message, data.clone());
+            let mut resp = build(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "application/json",
                 body.into(),
-            )
+            );
+            // Kept for `stamp`, which writes the request's id into `data`.
+            resp.extensions_mut().insert(Synthetic {
+                rpc: Some(Arc::new(RpcError {
+                    id,
+                    code: JSONRPC_UNAVAILABLE,
+                    message,
+                    data,
+                })),
+            });
+            resp
         }
         None => build(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -199,16 +211,56 @@ pub fn admin_json(status: StatusCode, body: &serde_json::Value) -> Response<Prox
 }
 
 fn build(status: StatusCode, content_type: &'static str, body: Bytes) -> Response<ProxyBody> {
-    let mut resp = Response::new(
-        Full::new(body)
-            .map_err(|never| match never {})
-            .boxed_unsync(),
-    );
+    let mut resp = Response::new(full(body));
     *resp.status_mut() = status;
     let h = resp.headers_mut();
     h.insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
     h.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    resp.extensions_mut().insert(Synthetic::default());
     resp
+}
+
+fn full(body: Bytes) -> ProxyBody {
+    Full::new(body)
+        .map_err(|never| match never {})
+        .boxed_unsync()
+}
+
+/// Marks a response as holdfast's own (every one [`build`] makes; an answer passed through from
+/// the server has none), with the parts of its JSON-RPC error body when it has one.
+#[derive(Clone, Default)]
+struct Synthetic {
+    rpc: Option<Arc<RpcError>>,
+}
+
+/// What a JSON-RPC error body was written from, to write it again with the request's id.
+struct RpcError {
+    id: crate::jsonrpc::Id,
+    code: i64,
+    message: String,
+    data: serde_json::Value,
+}
+
+/// Gives holdfast's own answer to a request its id, so that a user can quote it: in `header`,
+/// and in a JSON-RPC error body as `error.data.requestId`. An answer passed through from the
+/// server is left exactly as the server sent it: only responses made here carry the mark this
+/// looks for.
+pub fn stamp(resp: &mut Response<ProxyBody>, header: &http::HeaderName, id: &HeaderValue) {
+    let Some(synthetic) = resp.extensions_mut().remove::<Synthetic>() else {
+        return;
+    };
+    resp.headers_mut().insert(header.clone(), id.clone());
+    let Some(rpc) = synthetic.rpc else {
+        return;
+    };
+    let mut data = rpc.data.clone();
+    if let Some(fields) = data.as_object_mut() {
+        let id = crate::proxy::request_id::as_str(id);
+        fields.insert("requestId".into(), id.into());
+    }
+    let body = crate::jsonrpc::error_reply(&rpc.id, rpc.code, &rpc.message, data);
+    resp.headers_mut().remove(http::header::CONTENT_LENGTH);
+    *resp.body_mut() = full(body.into());
 }
 
 /// On HTTP/1.x the connection's state is unknown after a failure mid-request (the request body
@@ -290,6 +342,34 @@ mod tests {
             "1",
             "Retry-After is at least 1 s"
         );
+    }
+
+    #[tokio::test]
+    async fn stamp_names_the_request_in_holdfasts_answers_only() {
+        let header = http::HeaderName::from_static("x-request-id");
+        let id = HeaderValue::from_static("req-7");
+        let req = br#"{"jsonrpc":"2.0","id":"a","method":"tools/call","params":{"name":"x"}}"#;
+        let mut resp = unavailable(RewriteReason::Dns, Duration::from_secs(2), Some(req));
+        stamp(&mut resp, &header, &id);
+        assert_eq!(resp.headers()["x-request-id"], "req-7");
+        let v: serde_json::Value = serde_json::from_slice(&body_of(resp).await).unwrap();
+        assert_eq!(v["id"], "a");
+        assert_eq!(v["error"]["data"]["requestId"], "req-7");
+        assert_eq!(v["error"]["data"]["reason"], "dns");
+        assert_eq!(v["error"]["data"]["retryAfterSeconds"], 2);
+
+        let mut resp = bad_gateway(FailReason::UpstreamReset, Version::HTTP_11);
+        stamp(&mut resp, &header, &id);
+        assert_eq!(resp.headers()["x-request-id"], "req-7");
+        assert!(String::from_utf8(body_of(resp).await.to_vec())
+            .unwrap()
+            .contains("upstream failed"));
+
+        // An answer passed through (made anywhere but here) is not touched.
+        let mut passed = Response::new(full(Bytes::from_static(b"{}")));
+        stamp(&mut passed, &header, &id);
+        assert!(passed.headers().get("x-request-id").is_none());
+        assert_eq!(body_of(passed).await, "{}");
     }
 
     #[test]

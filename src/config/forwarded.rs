@@ -100,6 +100,14 @@ impl Validator<'_> {
     }
 }
 
+impl TrustedProxies {
+    /// The list `list` names, for tests elsewhere in the crate; panics on a bad entry.
+    #[cfg(test)]
+    pub(crate) fn for_tests(list: &[&str]) -> TrustedProxies {
+        TrustedProxies(list.iter().map(|t| Net::parse(t).unwrap()).collect())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

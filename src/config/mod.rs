@@ -39,6 +39,7 @@ mod messages;
 mod pause;
 mod peers;
 mod raw;
+mod request_id;
 mod retry;
 mod routes;
 mod sessions;
@@ -112,10 +113,13 @@ pub struct Config {
     pub admin_token: Option<AdminToken>,
     /// `forwarded.trusted_proxies`: whose `X-Forwarded-*` are kept.
     pub trusted_proxies: TrustedProxies,
+    /// `[request_id]`: the header each request's id travels in.
+    pub request_id: RequestId,
 }
 
 pub use forwarded::{RawForwarded, TrustedProxies};
 pub use pause::{AdminToken, Pause};
+pub use request_id::{RawRequestId, RawRequestIdFlags, RequestId};
 pub use sessions::{
     parse_session_keys, redact_store_url, store_is_tls, RawSessions, SessionKey, SessionKeys,
     Sessions, StoreTls,

@@ -181,6 +181,8 @@ pub struct RawConfig {
     pub peers: super::RawPeers,
     /// `[forwarded]`.
     pub forwarded: super::RawForwarded,
+    /// `[request_id]`.
+    pub request_id: super::RawRequestId,
     /// A file holding the bearer token that the admin endpoints which change state (`POST
     /// /pause`, `POST /resume`) require; unset: only loopback peers may call them.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -433,6 +435,7 @@ impl Default for RawConfig {
             pause: RawPause::default(),
             peers: super::RawPeers::default(),
             forwarded: super::RawForwarded::default(),
+            request_id: super::RawRequestId::default(),
             admin_token_file: None,
         }
     }
@@ -524,6 +527,9 @@ pub struct RawFlags {
     /// `--tls-cert`, `--tls-key`.
     #[serde(skip_serializing_if = "RawTlsFlags::is_empty")]
     pub tls: RawTlsFlags,
+    /// `--request-id-header`.
+    #[serde(skip_serializing_if = "super::RawRequestIdFlags::is_empty")]
+    pub request_id: super::RawRequestIdFlags,
 }
 
 /// Flags of the `[tls]` section.

@@ -138,6 +138,7 @@ impl Config {
         let peers = v.peers(&raw.peers);
         let trusted_proxies = v.forwarded(&raw.forwarded);
         let admin_token = v.admin_token(raw.admin_token_file.as_deref());
+        let request_id = v.request_id(&raw.request_id);
         if !v.problems.is_empty() {
             return Err(ConfigError {
                 problems: v.problems,
@@ -177,6 +178,7 @@ impl Config {
             peers: peers.expect(ok),
             admin_token: admin_token.expect(ok),
             trusted_proxies: trusted_proxies.expect(ok),
+            request_id: request_id.expect(ok),
         })
     }
 }

@@ -24,7 +24,9 @@ mod server;
 pub mod text;
 pub use atomic::{AtomicHistogram, McpRequestCounters, RequestCounters};
 pub use labels::*;
-pub use server::{AtCap, ReloadResult, ServerMetrics};
+pub use server::{
+    AtCap, ClientConnections, OpenConnection, Protocol, ReloadResult, ServerMetrics, Transport,
+};
 
 /// Buckets of `holdfast_request_duration_seconds`, in seconds: from 1 ms (a proxied answer on
 /// loopback) to 5 min (a long tool call answered as JSON). Measured to the response *head*: a
@@ -59,6 +61,9 @@ pub struct Metrics {
     pub request_duration: AtomicHistogram,
     /// `holdfast_upstream_up`: 1 unless an outage is open.
     pub upstream_up: Gauge,
+    /// `holdfast_upstream_connections`: connections to the upstream open now, idle in the pool
+    /// or carrying a request.
+    pub upstream_connections: Gauge,
     /// `holdfast_sse_streams_active`: SSE responses being streamed now.
     pub sse_streams_active: Gauge,
     /// `holdfast_passthrough_404_total`: the application's own 404s, passed through.
@@ -139,6 +144,7 @@ impl Metrics {
             mcp_requests: McpRequestCounters::default(),
             request_duration: AtomicHistogram::new(DURATION_BUCKETS),
             upstream_up: Gauge::default(),
+            upstream_connections: Gauge::default(),
             sse_streams_active: Gauge::default(),
             passthrough_404: Counter::default(),
             router_passthrough: Family::default(),
@@ -293,6 +299,11 @@ impl Metrics {
             "upstream_up",
             "1 while the upstream answers, 0 while an outage is open",
             self.upstream_up.clone(),
+        );
+        r.register(
+            "upstream_connections",
+            "Connections to the upstream open now, idle in the pool or carrying a request",
+            self.upstream_connections.clone(),
         );
         r.register(
             "upstream_failures",

@@ -72,6 +72,8 @@ pin_project_lite::pin_project! {
         is_sse: bool,
         // The store's write, and the frame waiting for it.
         saving: Option<(Saving, Option<Result<Frame<Bytes>, BoxError>>)>,
+        // The request's span: what is logged here, after its future ended, names it.
+        span: tracing::Span,
     }
 }
 
@@ -83,6 +85,7 @@ impl Confirm {
             copy: BytesMut::new(),
             is_sse,
             saving: None,
+            span: tracing::Span::current(),
         }
     }
 }
@@ -96,6 +99,7 @@ impl Body for Confirm {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = self.project();
+        let _in_span = this.span.enter();
         if let Some((saving, _)) = this.saving.as_mut() {
             ready!(saving.as_mut().poll(cx));
             let (_, frame) = this.saving.take().expect("just polled");

@@ -52,6 +52,11 @@ impl Ending {
         });
     }
 
+    /// Where holdfast stands now.
+    pub fn phase(&self) -> Phase {
+        *self.phase.borrow()
+    }
+
     /// Whether the drain is over.
     pub fn is_over(&self) -> bool {
         *self.phase.borrow() == Phase::Over

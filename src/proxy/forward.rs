@@ -64,6 +64,8 @@ pub struct Proxy {
     /// The peers a terminating holdfast hands to what never reached a server.
     peers: Arc<handoff::Peers>,
     access_log: bool,
+    /// Where request ids travel (`request_id.header`).
+    request_ids: super::request_id::RequestIds,
     metrics: Arc<Metrics>,
 }
 
@@ -94,6 +96,8 @@ pub(super) struct Exchange {
     flight: Option<Flight>,
     /// Its MCP method, found once ([`Proxy::mcp_method`]).
     mcp: std::sync::OnceLock<McpMethod>,
+    /// What the access log tells of it, found once it is answered (with the log on).
+    pub(super) described: Option<Box<super::access::Described>>,
 }
 
 /// What the executor does after carrying out a step.
@@ -170,6 +174,7 @@ impl Proxy {
             life: Life::new(self.hold.enabled(), handed),
             flight: None,
             mcp: std::sync::OnceLock::new(),
+            described: None,
         })
     }
 
@@ -177,8 +182,14 @@ impl Proxy {
     /// through a missing backend and a forgotten session.
     pub(super) async fn forward(&self, ex: &mut Exchange) -> (Response<ProxyBody>, Note) {
         let answer = self.exchange(ex).await;
-        if ex.target.method == Method::POST {
-            self.metrics.mcp_requests.inc(self.mcp_method(ex));
+        let mcp = (ex.target.method == Method::POST).then(|| self.mcp_method(ex));
+        if let Some(method) = mcp {
+            self.metrics.mcp_requests.inc(method);
+        }
+        if self.access_log {
+            let (handle, headers) = (&ex.handle, &ex.target.headers);
+            let described = super::access::Described::of(mcp, handle, headers, &self.idempotency);
+            ex.described = Some(described);
         }
         // Answered: the request's header map goes back for the next head on this thread.
         crate::http1::maps::recycle(std::mem::take(&mut ex.target.headers));

@@ -99,6 +99,8 @@ impl Peers {
                         max_headers: 128,
                         max_head_bytes: 64 * 1024,
                     },
+                    // A peer is not the upstream: its connections are not counted as those.
+                    prometheus_client::metrics::gauge::Gauge::default(),
                 ))
             })
             .clone()

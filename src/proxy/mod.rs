@@ -33,10 +33,12 @@
 //! - `unanswered`: an event stream that ends without its request's answer (a server shutting
 //!   down).
 //! - [`body`]: streaming response bodies under idle timeouts.
+//! - [`request_id`]: each request's id, passed on or made; `access`: the access log.
 //!
 //! [`classify`]: crate::classify
 //! [`Verdict`]: crate::classify::Verdict
 
+mod access;
 mod answer;
 mod attempt;
 pub mod body;
@@ -53,6 +55,7 @@ mod life;
 #[cfg(test)]
 mod props;
 mod request;
+pub mod request_id;
 mod resume;
 mod sessions;
 mod unanswered;

@@ -307,16 +307,21 @@ impl super::answer::Answers {
         let (mut parts, body) = resp.into_parts();
         parts.headers.remove(http::header::CONTENT_LENGTH);
         let (metrics, upstream) = (self.metrics.clone(), self.hold.upstream().clone());
+        // The stream ends after the request's future did: its span (its id) is taken along.
+        let span = tracing::Span::current();
         let noticed: Noticed = Box::new(move || {
             metrics
                 .upstream_failures
                 .get_or_create(&FailReason::Unanswered.into())
                 .inc();
-            tracing::warn!(
-                reason = FailReason::Unanswered.as_str(),
-                "the upstream ended an event stream without answering its request (shutting \
-                 down?); the client gets a JSON-RPC error instead of waiting for its timeout"
-            );
+            span.in_scope(|| {
+                tracing::warn!(
+                    reason = FailReason::Unanswered.as_str(),
+                    "the upstream ended an event stream without answering its request \
+                     (shutting down?); the client gets a JSON-RPC error instead of waiting for \
+                     its timeout"
+                )
+            });
             upstream.missing(RewriteReason::Unanswered);
         });
         let body = Watched::new(body, reader, id, noticed).boxed_unsync();

@@ -24,6 +24,7 @@ use super::h1::{self, Limits};
 use super::idle::{Registered, Tracked};
 use crate::http1::conn::Io;
 use crate::http1::socket::Socket;
+use crate::metrics::{ClientConnections, Protocol, Transport};
 use crate::proxy::current::Current;
 use crate::replay::ClientBody;
 
@@ -38,6 +39,8 @@ pub struct Served {
     pub limits: Limits,
     /// True once a drain began.
     pub drain: watch::Receiver<bool>,
+    /// Counts the connections open now, by protocol and transport.
+    pub connections: ClientConnections,
 }
 
 impl Served {
@@ -60,7 +63,8 @@ impl Served {
         let alpn = stream.get_ref().1.alpn_protocol();
         let (h2, may_be_http2) = (alpn == Some(b"h2"), alpn.is_none());
         if h2 {
-            Box::pin(self.h2(TokioIo::new(stream), peer, registered)).await
+            let io = TokioIo::new(stream);
+            Box::pin(self.h2(io, Transport::tls, peer, registered)).await
         } else {
             let io = Io::Right(Box::new(stream));
             self.h1_or_h2(io, may_be_http2, peer, registered).await
@@ -77,6 +81,12 @@ impl Served {
         peer: SocketAddr,
         registered: Arc<Registered>,
     ) {
+        let transport = match io {
+            Io::Left(_) => Transport::plain,
+            Io::Right(_) => Transport::tls,
+        };
+        // HTTP/1 until it shows HTTP/2's preface (then counted as that instead).
+        let open = self.connections.open(Protocol::http1, transport);
         let connection = h1::Connection::new(
             io,
             self.current.clone(),
@@ -87,19 +97,26 @@ impl Served {
             may_be_http2,
         );
         if let Some((io, read)) = connection.serve().await {
+            drop(open);
             let io = Prefixed { read, io };
             // Boxed: an HTTP/2 connection's state is large, and every HTTP/1 connection's task
             // (most MCP clients speak HTTP/1.1) would otherwise be as large.
-            Box::pin(self.h2(TokioIo::new(io), peer, registered)).await
+            Box::pin(self.h2(TokioIo::new(io), transport, peer, registered)).await
         }
     }
 
     /// hyper's HTTP/2: each stream's request goes to the proxy; the connection closes
     /// gracefully (GOAWAY) on a drain, and goes at once when closed to make room while idle.
-    async fn h2<I>(mut self, io: TokioIo<I>, peer: SocketAddr, registered: Arc<Registered>)
-    where
+    async fn h2<I>(
+        mut self,
+        io: TokioIo<I>,
+        transport: Transport,
+        peer: SocketAddr,
+        registered: Arc<Registered>,
+    ) where
         I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
+        let _open = self.connections.open(Protocol::http2, transport);
         let (current, in_service) = (self.current.clone(), registered.clone());
         let service = service_fn(move |req: http::Request<Incoming>| {
             // Each stream's request goes to the proxy of the moment it began.

@@ -311,7 +311,12 @@ async fn serve_proxy(
     let mut connections = JoinSet::new();
     let idle = Idle::new();
     let mut spawner = Spawner {
-        served: served(&live.config, live.current.clone(), draining),
+        served: served(
+            &live.config,
+            live.current.clone(),
+            draining,
+            live.metrics.connections.clone(),
+        ),
         tls: live.tls.as_ref().map(|(t, _)| t.clone()),
         idle: idle.clone(),
     };
@@ -479,6 +484,7 @@ fn served(
     config: &Config,
     current: Arc<Current>,
     drain: tokio::sync::watch::Receiver<bool>,
+    connections: crate::metrics::ClientConnections,
 ) -> Served {
     let mut h2 = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
     h2.timer(TokioTimer::new())
@@ -496,6 +502,7 @@ fn served(
             header_read_timeout: config.header_read_timeout,
         },
         drain,
+        connections,
     }
 }
 

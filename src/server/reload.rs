@@ -98,7 +98,13 @@ impl Live {
             spawner.tls = Some(tls.0.clone());
             self.tls = Some(tls);
         }
-        spawner.served = served(&next, self.current.clone(), spawner.served.drain.clone());
+        let (drain, connections) = (&spawner.served.drain, &spawner.served.connections);
+        spawner.served = served(
+            &next,
+            self.current.clone(),
+            drain.clone(),
+            connections.clone(),
+        );
         if !fixed.is_empty() {
             tracing::warn!(
                 unchanged = fixed.join(", "),

@@ -34,6 +34,9 @@ use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
 use tokio_util::either::Either;
 
+use prometheus_client::metrics::gauge::Gauge;
+
+use super::open::Open;
 use crate::http1::socket::Socket;
 
 /// Why a connection to the upstream could not be made.
@@ -167,6 +170,8 @@ pub struct UpstreamConnector {
     /// Present for an `https://` upstream.
     tls: Option<tokio_rustls::TlsConnector>,
     resolver: Resolver,
+    /// Counts the connections made while they are open (`holdfast_upstream_connections`).
+    open: Option<Gauge>,
 }
 
 impl UpstreamConnector {
@@ -180,7 +185,21 @@ impl UpstreamConnector {
             connect_timeout,
             tls: tls.map(tokio_rustls::TlsConnector::from),
             resolver: Resolver::System,
+            open: None,
         }
+    }
+
+    /// The same connector, counting each connection it makes in `open` while it lives.
+    pub fn counting(self, open: Gauge) -> Self {
+        Self {
+            open: Some(open),
+            ..self
+        }
+    }
+
+    /// The count of one connection just made.
+    pub fn opened(&self) -> Open {
+        Open::new(self.open.as_ref())
     }
 
     /// The same connector, resolving through `resolver`.
@@ -203,13 +222,18 @@ impl tower_service::Service<Uri> for UpstreamConnector {
         let timeout = self.connect_timeout;
         let tls = self.tls.clone();
         let resolver = self.resolver.clone();
+        let open = self.open.clone();
         Box::pin(async move {
             let (host, port) = host_and_port(&uri)?;
             within(timeout, async move {
                 // Written through `Socket`, as every socket holdfast writes to is.
                 let socket = Socket::new(connect(&resolver, &host, port).await?);
+                let open = Open::new(open.as_ref());
                 let Some(tls) = tls else {
-                    return Ok(UpstreamIo(TokioIo::new(Either::Left(socket))));
+                    return Ok(UpstreamIo {
+                        io: TokioIo::new(Either::Left(socket)),
+                        _open: open,
+                    });
                 };
                 // SNI and certificate verification use the upstream URL's host, never anything a
                 // client sent (the Host header is the client's to choose).
@@ -223,7 +247,10 @@ impl tower_service::Service<Uri> for UpstreamConnector {
                     .connect(name, socket)
                     .await
                     .map_err(ConnectError::from_handshake)?;
-                Ok(UpstreamIo(TokioIo::new(Either::Right(Box::new(stream)))))
+                Ok(UpstreamIo {
+                    io: TokioIo::new(Either::Right(Box::new(stream))),
+                    _open: open,
+                })
             })
             .await
         })
@@ -271,11 +298,15 @@ impl ConnectError {
 /// reads and writes to the one it holds; a type of holdfast's own only because hyper-util asks
 /// it what the connection negotiated ([`Connection`]).
 #[derive(Debug)]
-pub struct UpstreamIo(TokioIo<Either<Socket, Box<TlsStream<Socket>>>>);
+pub struct UpstreamIo {
+    io: TokioIo<Either<Socket, Box<TlsStream<Socket>>>>,
+    /// Counts it in `holdfast_upstream_connections` while it is open.
+    _open: Open,
+}
 
 impl Connection for UpstreamIo {
     fn connected(&self) -> Connected {
-        match self.0.inner() {
+        match self.io.inner() {
             Either::Left(_) => Connected::new(),
             Either::Right(tls) => {
                 // hyper-util's client switches this connection (and its pool slot) to HTTP/2
@@ -296,7 +327,7 @@ impl hyper::rt::Read for UpstreamIo {
         cx: &mut Context<'_>,
         buf: hyper::rt::ReadBufCursor<'_>,
     ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.0).poll_read(cx, buf)
+        Pin::new(&mut self.io).poll_read(cx, buf)
     }
 }
 
@@ -306,19 +337,19 @@ impl hyper::rt::Write for UpstreamIo {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.0).poll_write(cx, buf)
+        Pin::new(&mut self.io).poll_write(cx, buf)
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.0).poll_flush(cx)
+        Pin::new(&mut self.io).poll_flush(cx)
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.0).poll_shutdown(cx)
+        Pin::new(&mut self.io).poll_shutdown(cx)
     }
 
     fn is_write_vectored(&self) -> bool {
-        self.0.is_write_vectored()
+        self.io.is_write_vectored()
     }
 
     fn poll_write_vectored(
@@ -326,7 +357,7 @@ impl hyper::rt::Write for UpstreamIo {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.0).poll_write_vectored(cx, bufs)
+        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
     }
 }
 

@@ -50,16 +50,19 @@ pub struct Conn {
     written: u64,
     /// `tcpi_bytes_acked` right after connecting: the handshake's SYN counts there too.
     acked_at_connect: u64,
+    /// Counted open while it lives (`holdfast_upstream_connections`).
+    _open: super::open::Open,
 }
 
 impl Conn {
-    /// A connected stream.
-    pub fn new(tcp: TcpStream) -> Self {
+    /// A connected stream, counted as `open`.
+    pub fn new(tcp: TcpStream, open: super::open::Open) -> Self {
         let acked_at_connect = tcp::bytes_acked(&tcp).unwrap_or(0);
         Conn {
             socket: Socket::new(tcp),
             written: 0,
             acked_at_connect,
+            _open: open,
         }
     }
 

@@ -3,6 +3,7 @@
 //! - [`connector`]: TCP (and TLS), resolving the name afresh for every connection, with typed
 //!   failures that prove a request never left.
 //! - [`pool`]: idle HTTP/1 connections of our own.
+//! - [`open`]: open connections, counted while they live (`holdfast_upstream_connections`).
 //! - here, [`Client`]: sends one request and hands back the response.
 //!
 //! A plain `http://` upstream (the sidecar's usual case) goes through our own HTTP/1 path
@@ -23,6 +24,7 @@
 pub mod connector;
 mod failed;
 pub mod h1;
+pub mod open;
 pub mod pool;
 pub mod tcp;
 
@@ -153,6 +155,7 @@ impl Client {
         tls: Option<Arc<rustls::ClientConfig>>,
         closed: ClosedCounters,
         limits: ResponseLimits,
+        open: prometheus_client::metrics::gauge::Gauge,
     ) -> Client {
         let inner = match tls {
             None => Inner::Http1(Box::new(Http1 {
@@ -161,7 +164,7 @@ impl Client {
                     .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
                     .unwrap_or_else(|| HeaderValue::from_static("localhost")),
                 base,
-                connector: UpstreamConnector::new(connect_timeout, None),
+                connector: UpstreamConnector::new(connect_timeout, None).counting(open),
                 pool: Pool::new(pool_idle, closed.idle.clone()),
                 closed,
                 limits,
@@ -176,7 +179,7 @@ impl Client {
                     // A request on a pooled connection that the upstream closed before anything
                     // was written is handed back by hyper and sent on a new connection.
                     .retry_canceled_requests(true)
-                    .build(UpstreamConnector::new(connect_timeout, Some(tls)))
+                    .build(UpstreamConnector::new(connect_timeout, Some(tls)).counting(open))
             })),
         };
         Client { inner }
@@ -330,7 +333,7 @@ impl Http1 {
             .connect_tcp(&self.base)
             .await
             .map_err(SendError::Connect)?;
-        Ok(Conn::new(tcp))
+        Ok(Conn::new(tcp, self.connector.opened()))
     }
 }
 

@@ -57,6 +57,7 @@ fn client(base: &Uri, closed: &ClosedCounters) -> Client {
             max_headers: 100,
             max_head_bytes: 64 * 1024,
         },
+        prometheus_client::metrics::gauge::Gauge::default(),
     )
 }
 

@@ -67,6 +67,9 @@ fn every_flag_reaches_the_config() {
             access_log: Some(true),
             // --tls-cert and --tls-key need certificate files: tests/it/tls_config.rs.
             tls: RawTlsFlags::default(),
+            request_id: config::RawRequestIdFlags {
+                header: Some("X-Flag-Id".into()),
+            },
         };
         let c = loaded(None, &flags);
         assert_eq!(c.listen, "127.0.0.1:2001".parse().unwrap());
@@ -76,6 +79,7 @@ fn every_flag_reaches_the_config() {
         assert_eq!(c.log_level, "warn,holdfast::access=info");
         assert_eq!(c.log_format, LogFormat::Json);
         assert!(c.access_log);
+        assert_eq!(c.request_id.header, "x-flag-id");
         Ok(())
     });
 }
@@ -211,6 +215,47 @@ fn presets_can_be_emptied_or_chosen_from_file_and_env() {
         jail.set_env("HOLDFAST_ROUTES__PRESETS", "[]");
         let c = loaded(None, &upstream_flag("http://b:1"));
         assert!(c.routes.signatures.is_empty(), "{:?}", c.routes.signatures);
+        Ok(())
+    });
+}
+
+#[test]
+fn the_request_id_header_comes_from_file_env_or_flag_and_must_be_a_usable_name() {
+    jailed(|jail| {
+        jail.set_env("HOLDFAST_UPSTREAM", "http://mcp:8000");
+        let c = loaded(None, &RawFlags::default());
+        assert_eq!(c.request_id.header, "x-request-id", "the default");
+        jail.create_file("holdfast.toml", "[request_id]\nheader = \"X-Trace-Id\"\n")?;
+        let file = Some("holdfast.toml");
+        assert_eq!(
+            loaded(file, &RawFlags::default()).request_id.header,
+            "x-trace-id"
+        );
+        jail.set_env("HOLDFAST_REQUEST_ID__HEADER", "x-env-id");
+        assert_eq!(
+            loaded(file, &RawFlags::default()).request_id.header,
+            "x-env-id"
+        );
+        let flags = RawFlags {
+            request_id: config::RawRequestIdFlags {
+                header: Some("x-flag-id".into()),
+            },
+            ..RawFlags::default()
+        };
+        assert_eq!(loaded(file, &flags).request_id.header, "x-flag-id");
+
+        jail.set_env("HOLDFAST_REQUEST_ID__HEADER", "not a header");
+        let err = load_err(file, &RawFlags::default());
+        let env = "HOLDFAST_REQUEST_ID__HEADER";
+        assert_problem(
+            &err,
+            "request_id.header",
+            env,
+            "expected an HTTP header name",
+        );
+        jail.set_env("HOLDFAST_REQUEST_ID__HEADER", "Mcp-Session-Id");
+        let err = load_err(file, &RawFlags::default());
+        assert_problem(&err, "request_id.header", env, "cannot carry request ids");
         Ok(())
     });
 }

@@ -1,6 +1,7 @@
 //! holdfast's integration tests: one binary (link time matters on small machines), one module per
 //! concern, every server in process on 127.0.0.1:0.
 
+mod access_log;
 mod admin_endpoints;
 mod cli;
 mod cli_config;
@@ -12,6 +13,7 @@ mod config_problems;
 mod config_sample;
 mod config_validation;
 mod config_values;
+mod connection_gauges;
 mod demo;
 mod deploy_alerts;
 mod deploy_compose;
@@ -50,6 +52,7 @@ mod probe;
 mod probe_command;
 mod probe_results;
 mod reload;
+mod request_ids;
 mod retry;
 mod rmcp_smoke;
 mod rollout;

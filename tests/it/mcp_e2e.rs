@@ -65,8 +65,13 @@ fn masked(response: &RawResponse) -> String {
 /// A `tools/list` request body.
 const TOOLS_LIST: &str = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#;
 
-/// Headers holdfast adds to every forwarded request.
-const FORWARDED: [&str; 3] = ["x-forwarded-for", "x-forwarded-proto", "x-forwarded-host"];
+/// Headers holdfast adds to every forwarded request (the request id when the client sent none).
+const FORWARDED: [&str; 4] = [
+    "x-forwarded-for",
+    "x-forwarded-proto",
+    "x-forwarded-host",
+    "x-request-id",
+];
 
 #[tokio::test]
 async fn initialize_list_and_call_tools_through_holdfast() {

@@ -211,6 +211,7 @@ async fn h1_and_h2_over_tls_are_chosen_by_alpn() {
         (resp.status(), resp.version()),
         (StatusCode::OK, Version::HTTP_11)
     );
+    drop((resp, conn));
     // ... or HTTP/2 when it starts with the HTTP/2 preface.
     let mut conn = within(TlsConn::open_as(
         holdfast.addr,
@@ -225,6 +226,14 @@ async fn h1_and_h2_over_tls_are_chosen_by_alpn() {
         (resp.status(), resp.version()),
         (StatusCode::OK, Version::HTTP_2)
     );
+    // Open connections count by protocol and transport; earlier ones may not have closed yet.
+    let tls = |protocol: &str| {
+        format!(r#"holdfast_client_connections{{protocol="{protocol}",transport="tls"}}"#)
+    };
+    holdfast.metric_until(&tls("http2"), |v| v >= 1.0).await;
+    drop((resp, conn));
+    holdfast.metric_until(&tls("http1"), |v| v == 0.0).await;
+    holdfast.metric_until(&tls("http2"), |v| v == 0.0).await;
 
     // The admin listener stays plain HTTP.
     assert!(holdfast.metrics().await.contains(HANDSHAKE_FAILURES));

@@ -139,6 +139,7 @@ impl Proxy {
                 copy_budget: c.copy_budget,
             },
             access_log: cfg.access_log,
+            request_ids: crate::proxy::request_id::RequestIds::new(cfg.request_id.header.clone()),
             hold: c.hold,
             keeper: Keeper {
                 sessions: c.sessions,
@@ -166,6 +167,7 @@ fn client(cfg: &Config, metrics: &Metrics) -> Arc<Client> {
             max_headers: cfg.max_headers,
             max_head_bytes: cfg.max_header_bytes,
         },
+        metrics.upstream_connections.clone(),
     ))
 }
 

@@ -1,12 +1,14 @@
 //! The proxy as a service: one client request in, its answer out, counted and logged once.
 
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use http::{Request, Response};
 use tokio::time::Instant;
 
 use super::Proxy;
 use crate::proxy::body::ProxyBody;
+use crate::proxy::{access, request_id};
 use crate::proxy::{
     Note, CANCELLED, CLIENT_CLOSED_REQUEST, CLIENT_GONE, SHUTDOWN, SHUTDOWN_STATUS,
 };
@@ -19,24 +21,36 @@ struct Unfinished<'a> {
     proxy: &'a Proxy,
     start: Instant,
     method: http::Method,
-    path: Option<String>,
+    /// What the access log needs of the request (only with the log on).
+    access: Option<Box<access::Entry>>,
     done: bool,
 }
 
 impl Unfinished<'_> {
-    /// Counts and logs the request, answered with `status`.
-    fn finish(&mut self, status: u16, note: &Note) {
+    /// Counts and logs the request, answered with `resp`, which goes on (its body counted for
+    /// the access log). `described`: what the exchange found in the request.
+    fn finish(
+        &mut self,
+        resp: Response<ProxyBody>,
+        note: &Note,
+        described: Option<Box<access::Described>>,
+    ) -> Response<ProxyBody> {
         self.done = true;
         // A client that went away while held got no answer at all: counted as nginx logs it,
         // 499 "client closed request", not as the 400 its closed connection was handed.
         let status = if note.action == CANCELLED {
             CLIENT_CLOSED_REQUEST
         } else {
-            status
+            resp.status().as_u16()
         };
-        let path = self.path.as_deref();
-        self.proxy
-            .record(self.start, &self.method, path, status, note);
+        let took = self.proxy.record(self.start, &self.method, status);
+        match self.access.take() {
+            Some(entry) => {
+                let (method, ending) = (&self.method, &self.proxy.ending);
+                entry.answered(method, status, note, took, described, resp, ending)
+            }
+            None => resp,
+        }
     }
 }
 
@@ -54,9 +68,10 @@ impl Drop for Unfinished<'_> {
                 upstream_status: None,
                 action,
             };
-            let path = self.path.as_deref();
-            self.proxy
-                .record(self.start, &self.method, path, status, &note);
+            let took = self.proxy.record(self.start, &self.method, status);
+            if let Some(entry) = &self.access {
+                entry.unanswered(&self.method, status, &note, took);
+            }
         }
     }
 }
@@ -67,19 +82,33 @@ impl Proxy {
     /// is in it (this future lives as long as the request, for a held one as long as the hold).
     pub fn handle(
         &self,
-        req: Request<ClientBody>,
+        mut req: Request<ClientBody>,
         peer: SocketAddr,
     ) -> impl std::future::Future<Output = Response<ProxyBody>> + Send + '_ {
+        // First: every copy of the request's headers (each attempt's, a re-established
+        // session's own requests') carries the id from here on.
+        let id = self.request_ids.take(req.headers_mut());
+        // The request's span: every line logged while it is served names its id. At the error
+        // level, so that it exists whenever any line about the request may be written (a
+        // `log_level = "warn"` keeps the ids on the warnings); its cost is the same at any level.
+        let span = tracing::error_span!(
+            target: "holdfast::request",
+            "request",
+            request_id = request_id::as_str(&id)
+        );
         let mut unfinished = Unfinished {
             proxy: self,
             start: Instant::now(),
             method: req.method().clone(),
-            // Copied only for the access log: the hot path needs no second copy of the path.
-            path: self.access_log.then(|| req.uri().path().to_owned()),
+            // Only for the access log: the hot path needs no copy of the path.
+            access: self.access_log.then(|| {
+                let trusted = &self.dest.trusted_proxies;
+                access::Entry::new(id.clone(), req.uri(), req.headers(), peer.ip(), trusted)
+            }),
             done: false,
         };
         let mut begun = self.begin(req, peer);
-        async move {
+        let answer = async move {
             // The exchange is used where it lies (moved into a local it would take room twice).
             let (resp, note) = match &mut begun {
                 Ok(ex) => self.forward(ex).await,
@@ -99,35 +128,20 @@ impl Proxy {
                     },
                 ),
             };
-            unfinished.finish(resp.status().as_u16(), &note);
-            resp
-        }
+            let mut resp = resp;
+            crate::respond::stamp(&mut resp, self.request_ids.header(), &id);
+            let described = begun.as_mut().ok().and_then(|ex| ex.described.take());
+            unfinished.finish(resp, &note, described)
+        };
+        tracing::Instrument::instrument(answer, span)
     }
 
-    /// Counts and logs one request: answered with `status`, or (499) given up by its client.
-    fn record(
-        &self,
-        start: Instant,
-        method: &http::Method,
-        path: Option<&str>,
-        status: u16,
-        note: &Note,
-    ) {
+    /// Counts one request: answered with `status`, or (499) given up by its client. Returns how
+    /// long it took to its answer's head.
+    fn record(&self, start: Instant, method: &http::Method, status: u16) -> Duration {
         let elapsed = start.elapsed();
         self.metrics.requests.inc(method.into(), status);
         self.metrics.request_duration.observe(elapsed.as_secs_f64());
-        if self.access_log {
-            // Path only: a query may carry tokens. Never headers or bodies.
-            tracing::info!(
-                target: "holdfast::access",
-                method = %method,
-                path = path.unwrap_or_default(),
-                status,
-                upstream_status = note.upstream_status.map(|s| s.as_u16()),
-                action = note.action,
-                // Microsecond resolution is all a log reader needs: 1.009, not 1.0088169999.
-                duration_ms = (elapsed.as_secs_f64() * 1e6).round() / 1e3,
-            );
-        }
+        elapsed
     }
 }

@@ -1,0 +1,481 @@
+//! The access log (`access_log = true`, target `holdfast::access`): one line per request, and
+//! one more when an event stream ends.
+//!
+//! A request's line is written once its answer is known whole: for an ordinary answer when its
+//! body has been sent (or the client went away during it), so that it can say how many bytes
+//! went out; for an event stream at once, with its head, because a stream may last for hours,
+//! and its end gets a line of its own (how long it lived, how many events, why it ended). A
+//! request answered by nothing (its client went away, holdfast's drain cut it) is written when
+//! its future is dropped. Every line carries the request's id, by which the server's, the
+//! router's and holdfast's lines about one request are joined.
+//!
+//! Nothing here reads more than the proxy read anyway: the client's address comes from the
+//! peer and the `X-Forwarded-For` a trusted proxy wrote, the MCP method from what the metrics
+//! read, the tool's name only when the tool is one holdfast knows by name (a bounded set).
+//! Never a query, a header's value or a body.
+
+use std::net::IpAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue, Response};
+use http_body::{Body, Frame, SizeHint};
+use http_body_util::BodyExt;
+use tokio::time::Instant;
+
+use super::body::{IdleTimeout, ProxyBody};
+use super::ending::{Ending, Phase};
+use super::{request_id, Note};
+use crate::config::TrustedProxies;
+use crate::errors::BoxError;
+use crate::idempotent::Idempotency;
+use crate::mcp_method::McpMethod;
+use crate::replay::BodyHandle;
+
+/// What the access log knows of a request as it arrives.
+pub(super) struct Entry {
+    /// Its id (src/proxy/request_id.rs).
+    id: HeaderValue,
+    /// Its path, never its query (a query may carry tokens).
+    path: String,
+    /// The client, after the trusted proxies in front ([`client_addr`]).
+    client: IpAddr,
+}
+
+/// What the request's body and headers told, found by the exchange once it was answered.
+#[derive(Debug, Default)]
+pub struct Described {
+    /// The MCP method of a POST.
+    pub mcp: Option<McpMethod>,
+    /// The tool a `tools/call` called: its name when holdfast knows the tool by name
+    /// ([`Idempotency::knows_tool`]), `other` otherwise.
+    pub tool: Option<Box<str>>,
+    /// Request body bytes read from the client by the time the answer's head was ready.
+    pub bytes_in: u64,
+}
+
+/// The tool name logged for a tool holdfast does not know by name: a client's string never
+/// reaches the log unbounded.
+const OTHER_TOOL: &str = "other";
+
+impl Described {
+    /// What the exchange tells of a request: its MCP method (`mcp`, a POST's), and for a
+    /// `tools/call` its tool, from the 2026-07-28 `Mcp-Name` header or the kept body.
+    pub(super) fn of(
+        mcp: Option<McpMethod>,
+        handle: &BodyHandle,
+        headers: &HeaderMap,
+        idempotency: &Idempotency,
+    ) -> Box<Described> {
+        let tool = (mcp == Some(McpMethod::ToolsCall)).then(|| {
+            let named = match headers.get(crate::idempotent::MCP_NAME) {
+                Some(name) => name.to_str().ok().map(str::to_owned),
+                None => handle
+                    .with_complete_body(|body| crate::jsonrpc::one(body)?.param_str("name"))
+                    .flatten(),
+            };
+            let host = headers.get(http::header::HOST);
+            match named {
+                Some(name) if idempotency.knows_tool(host, &name) => name.into_boxed_str(),
+                _ => OTHER_TOOL.into(),
+            }
+        });
+        Box::new(Described {
+            mcp,
+            tool,
+            bytes_in: handle.bytes_read(),
+        })
+    }
+}
+
+impl Entry {
+    /// The entry of a request from `peer` with `headers` (as the client sent them).
+    pub(super) fn new(
+        id: HeaderValue,
+        uri: &http::Uri,
+        headers: &HeaderMap,
+        peer: IpAddr,
+        trusted: &TrustedProxies,
+    ) -> Box<Entry> {
+        Box::new(Entry {
+            id,
+            path: uri.path().to_owned(),
+            client: client_addr(peer, headers, trusted),
+        })
+    }
+
+    /// Writes the line of a request that got no answer (its client went away, or holdfast's
+    /// drain cut it).
+    pub(super) fn unanswered(
+        &self,
+        method: &http::Method,
+        status: u16,
+        note: &Note,
+        took: Duration,
+    ) {
+        self.write(method, status, note, took, None, None);
+    }
+
+    /// Writes the line of an answered request, now (an event stream's, whose end is written
+    /// when it comes) or once its body was sent: the answer goes on with its body counted.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn answered(
+        self: Box<Self>,
+        method: &http::Method,
+        status: u16,
+        note: &Note,
+        took: Duration,
+        described: Option<Box<Described>>,
+        resp: Response<ProxyBody>,
+        ending: &Arc<Ending>,
+    ) -> Response<ProxyBody> {
+        let is_sse = super::headers::is_event_stream(resp.headers());
+        let line = Line {
+            method: method.clone(),
+            status,
+            upstream_status: note.upstream_status.map(|s| s.as_u16()),
+            action: note.action,
+            took,
+            described,
+        };
+        let tail = if is_sse {
+            self.write(method, status, note, took, line.described.as_deref(), None);
+            Tail::Stream(Box::new(Stream {
+                entry: self,
+                opened: Instant::now(),
+                events: crate::sse::Parser::new(EVENT_LINE_CAP),
+                count: 0,
+                ending: ending.clone(),
+            }))
+        } else {
+            Tail::Line(Box::new((self, line)))
+        };
+        resp.map(|inner| {
+            Logged {
+                inner,
+                bytes_out: 0,
+                tail: Some(tail),
+            }
+            .boxed_unsync()
+        })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn write(
+        &self,
+        method: &http::Method,
+        status: u16,
+        note: &Note,
+        took: Duration,
+        described: Option<&Described>,
+        bytes_out: Option<u64>,
+    ) {
+        tracing::info!(
+            target: "holdfast::access",
+            request_id = request_id::as_str(&self.id),
+            client = %self.client,
+            method = %method,
+            path = self.path,
+            status,
+            upstream_status = note.upstream_status.map(|s| s.as_u16()),
+            action = note.action,
+            mcp_method = described.and_then(|d| d.mcp).map(McpMethod::as_str),
+            tool = described.and_then(|d| d.tool.as_deref()),
+            bytes_in = described.map_or(0, |d| d.bytes_in),
+            bytes_out,
+            duration_ms = millis(took),
+        );
+    }
+}
+
+/// Microsecond resolution is all a log reader needs: 1.009, not 1.0088169999.
+fn millis(d: Duration) -> f64 {
+    (d.as_secs_f64() * 1e6).round() / 1e3
+}
+
+/// The client of a request from `peer`: the peer itself, unless it is a trusted proxy
+/// (`forwarded.trusted_proxies`); then the `X-Forwarded-For` entries it sent are walked from the
+/// right (the nearest hop first), past every trusted proxy, to the first address that is not
+/// one: the one a proxy of the operator's own saw connect. An entry that is not an address
+/// stops the walk at the last hop known (nothing left of it can be believed).
+pub fn client_addr(peer: IpAddr, headers: &HeaderMap, trusted: &TrustedProxies) -> IpAddr {
+    let mut client = peer.to_canonical();
+    if !trusted.trusts(client) {
+        return client;
+    }
+    let entries: Vec<&str> = headers
+        .get_all(http::header::HeaderName::from_static("x-forwarded-for"))
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+        .collect();
+    for entry in entries.iter().rev() {
+        let Some(hop) = parse_hop(entry) else {
+            return client;
+        };
+        client = hop;
+        if !trusted.trusts(hop) {
+            return hop;
+        }
+    }
+    client
+}
+
+/// An `X-Forwarded-For` entry's address: `a.b.c.d`, an IPv6 address, either with a port
+/// (`a.b.c.d:p`, `[v6]:p`) as some proxies write it.
+fn parse_hop(entry: &str) -> Option<IpAddr> {
+    let ip = entry
+        .parse::<IpAddr>()
+        .ok()
+        .or_else(|| entry.parse::<std::net::SocketAddr>().ok().map(|s| s.ip()))
+        .or_else(|| {
+            let bare = entry.strip_prefix('[')?.strip_suffix(']')?;
+            bare.parse().ok()
+        })?;
+    Some(ip.to_canonical())
+}
+
+/// Room kept per line while counting a stream's events: the count needs no field's value.
+const EVENT_LINE_CAP: usize = 16;
+
+/// A request's line, written when its body ends.
+struct Line {
+    method: http::Method,
+    status: u16,
+    upstream_status: Option<u16>,
+    action: &'static str,
+    took: Duration,
+    described: Option<Box<Described>>,
+}
+
+/// An event stream whose end is still to be written.
+struct Stream {
+    entry: Box<Entry>,
+    opened: Instant,
+    events: crate::sse::Parser,
+    count: u64,
+    ending: Arc<Ending>,
+}
+
+/// What is written when the body ends.
+enum Tail {
+    Line(Box<(Box<Entry>, Line)>),
+    Stream(Box<Stream>),
+}
+
+/// Why an event stream ended, as its line says. A bounded set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreamEnd {
+    /// The server ended it.
+    UpstreamEnded,
+    /// holdfast's shutdown ended it (cleanly: the client may resume it elsewhere).
+    Shutdown,
+    /// No event arrived within `streams.idle_timeout_secs`.
+    IdleTimeout,
+    /// Reading it from the server failed.
+    UpstreamError,
+    /// The client went away.
+    ClientGone,
+}
+
+impl StreamEnd {
+    /// The `reason` field's value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StreamEnd::UpstreamEnded => "upstream_ended",
+            StreamEnd::Shutdown => "shutdown",
+            StreamEnd::IdleTimeout => "idle_timeout",
+            StreamEnd::UpstreamError => "upstream_error",
+            StreamEnd::ClientGone => "client_gone",
+        }
+    }
+
+    /// Why a stream that failed with `error` ended.
+    fn of_error(error: &BoxError) -> StreamEnd {
+        if error.is::<IdleTimeout>() {
+            StreamEnd::IdleTimeout
+        } else {
+            StreamEnd::UpstreamError
+        }
+    }
+}
+
+impl Tail {
+    /// Writes the line: `bytes_out` went to the client, and, for a stream, it ended for `end`.
+    fn write(self, bytes_out: u64, end: StreamEnd) {
+        match self {
+            Tail::Line(line) => {
+                let (entry, line) = *line;
+                let note = Note {
+                    upstream_status: line
+                        .upstream_status
+                        .and_then(|s| http::StatusCode::from_u16(s).ok()),
+                    action: line.action,
+                };
+                let described = line.described.as_deref();
+                let (method, status) = (&line.method, line.status);
+                entry.write(method, status, &note, line.took, described, Some(bytes_out));
+            }
+            Tail::Stream(stream) => {
+                // A clean end while holdfast shuts down is holdfast's doing.
+                let end = match end {
+                    StreamEnd::UpstreamEnded if stream.ending.phase() > Phase::Serving => {
+                        StreamEnd::Shutdown
+                    }
+                    end => end,
+                };
+                tracing::info!(
+                    target: "holdfast::access",
+                    request_id = request_id::as_str(&stream.entry.id),
+                    client = %stream.entry.client,
+                    path = stream.entry.path,
+                    reason = end.as_str(),
+                    events = stream.count,
+                    bytes_out,
+                    duration_ms = millis(stream.opened.elapsed()),
+                    "event stream ended"
+                );
+            }
+        }
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// An answer's body on its way to the client, counted for the access log; its line (or,
+    /// for an event stream, its end's) is written when it ends or is dropped.
+    struct Logged {
+        #[pin]
+        inner: ProxyBody,
+        bytes_out: u64,
+        tail: Option<Tail>,
+    }
+
+    impl PinnedDrop for Logged {
+        fn drop(this: Pin<&mut Self>) {
+            let this = this.project();
+            // Dropped before its end: the client went away (or its connection did).
+            if let Some(tail) = this.tail.take() {
+                tail.write(*this.bytes_out, StreamEnd::ClientGone);
+            }
+        }
+    }
+}
+
+impl Body for Logged {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let mut this = self.project();
+        let frame = std::task::ready!(this.inner.as_mut().poll_frame(cx));
+        let end = match &frame {
+            Some(Ok(frame)) => {
+                if let Some(data) = frame.data_ref() {
+                    *this.bytes_out += data.len() as u64;
+                    if let Some(Tail::Stream(stream)) = this.tail.as_mut() {
+                        let count = &mut stream.count;
+                        stream.events.feed(data, |_| *count += 1);
+                    }
+                }
+                // The connection may never poll again once the body says it has ended.
+                this.inner
+                    .is_end_stream()
+                    .then_some(StreamEnd::UpstreamEnded)
+            }
+            Some(Err(e)) => Some(StreamEnd::of_error(e)),
+            None => Some(StreamEnd::UpstreamEnded),
+        };
+        if let Some(end) = end {
+            if let Some(tail) = this.tail.take() {
+                tail.write(*this.bytes_out, end);
+            }
+        }
+        Poll::Ready(frame)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn trusted(list: &[&str]) -> TrustedProxies {
+        TrustedProxies::for_tests(list)
+    }
+
+    fn xff(values: &[&str]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for v in values {
+            h.append("x-forwarded-for", HeaderValue::from_str(v).unwrap());
+        }
+        h
+    }
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn an_untrusted_peer_is_the_client_whatever_it_claims() {
+        let t = trusted(&["10.0.0.0/8"]);
+        let h = xff(&["1.2.3.4"]);
+        assert_eq!(client_addr(ip("192.0.2.9"), &h, &t), ip("192.0.2.9"));
+        assert_eq!(
+            client_addr(ip("192.0.2.9"), &h, &trusted(&[])),
+            ip("192.0.2.9")
+        );
+    }
+
+    #[test]
+    fn behind_trusted_proxies_the_first_untrusted_hop_from_the_right_is_the_client() {
+        let t = trusted(&["10.0.0.0/8", "fd00::/8"]);
+        // A client's own claim (6.6.6.6) sits left of the address the proxy saw: not believed.
+        let h = xff(&["6.6.6.6, 203.0.113.5", "10.1.1.1"]);
+        assert_eq!(client_addr(ip("10.0.0.2"), &h, &t), ip("203.0.113.5"));
+        // Ports and brackets as some proxies write them; an IPv4 peer on an IPv6 socket.
+        let h = xff(&["[2001:db8::1]:4711", "10.2.2.2:80"]);
+        assert_eq!(
+            client_addr(ip("::ffff:10.0.0.2"), &h, &t),
+            ip("2001:db8::1")
+        );
+        let h = xff(&["203.0.113.7:5555"]);
+        assert_eq!(client_addr(ip("fd00::1"), &h, &t), ip("203.0.113.7"));
+    }
+
+    #[test]
+    fn every_hop_trusted_or_a_bad_entry_stops_at_the_last_known_hop() {
+        let t = trusted(&["10.0.0.0/8"]);
+        assert_eq!(
+            client_addr(ip("10.0.0.2"), &xff(&["10.9.9.9"]), &t),
+            ip("10.9.9.9")
+        );
+        assert_eq!(
+            client_addr(ip("10.0.0.2"), &HeaderMap::new(), &t),
+            ip("10.0.0.2")
+        );
+        let h = xff(&["1.2.3.4, unknown, 10.3.3.3"]);
+        assert_eq!(client_addr(ip("10.0.0.2"), &h, &t), ip("10.3.3.3"));
+    }
+
+    #[test]
+    fn stream_ends_are_named() {
+        let idle: BoxError = Box::new(IdleTimeout(Duration::from_secs(1)));
+        assert_eq!(StreamEnd::of_error(&idle), StreamEnd::IdleTimeout);
+        let other: BoxError = "reset".into();
+        assert_eq!(StreamEnd::of_error(&other).as_str(), "upstream_error");
+    }
+}
