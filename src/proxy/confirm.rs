@@ -45,6 +45,8 @@ impl Pending {
             return None;
         };
         let (sessions, session, errors) = (self.sessions, self.session, self.store_errors);
+        // Written after the request's future ended: its id is taken along for the log.
+        let request = crate::telemetry::request_id();
         Some(Box::pin(async move {
             let Some(store) = sessions.shared() else {
                 return;
@@ -52,10 +54,12 @@ impl Pending {
             let keys = sessions.keys().current();
             if let Err(e) = store.save(&nonce, &session.shared_state(), &keys).await {
                 errors.inc();
-                tracing::warn!(
-                    error = %e,
-                    "sessions.store failed; this holdfast's own record of the session is used"
-                );
+                crate::telemetry::in_request(request, || {
+                    tracing::warn!(
+                        error = %e,
+                        "sessions.store failed; this holdfast's own record of the session is used"
+                    )
+                });
             }
         }))
     }
@@ -72,8 +76,8 @@ pin_project_lite::pin_project! {
         is_sse: bool,
         // The store's write, and the frame waiting for it.
         saving: Option<(Saving, Option<Result<Frame<Bytes>, BoxError>>)>,
-        // The request's span: what is logged here, after its future ended, names it.
-        span: tracing::Span,
+        // The request's id: what is logged here, after its future ended, names it.
+        request: Option<http::HeaderValue>,
     }
 }
 
@@ -85,7 +89,7 @@ impl Confirm {
             copy: BytesMut::new(),
             is_sse,
             saving: None,
-            span: tracing::Span::current(),
+            request: crate::telemetry::request_id(),
         }
     }
 }
@@ -99,7 +103,6 @@ impl Body for Confirm {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = self.project();
-        let _in_span = this.span.enter();
         if let Some((saving, _)) = this.saving.as_mut() {
             ready!(saving.as_mut().poll(cx));
             let (_, frame) = this.saving.take().expect("just polled");
@@ -115,7 +118,9 @@ impl Body for Confirm {
                 }
                 (Some(_), Some(data)) => {
                     this.copy.extend_from_slice(data);
-                    judge(this.pending, this.copy, *this.is_sse, false)
+                    let (pending, copy, is_sse) = (this.pending, this.copy, *this.is_sse);
+                    let request = this.request.clone();
+                    crate::telemetry::in_request(request, || judge(pending, copy, is_sse, false))
                 }
                 _ => None,
             },
@@ -124,7 +129,11 @@ impl Body for Confirm {
                 *this.pending = None;
                 None
             }
-            None => judge(this.pending, this.copy, *this.is_sse, true),
+            None => {
+                let (pending, copy, is_sse) = (this.pending, this.copy, *this.is_sse);
+                let request = this.request.clone();
+                crate::telemetry::in_request(request, || judge(pending, copy, is_sse, true))
+            }
         };
         match saving {
             Some(mut saving) => match saving.as_mut().poll(cx) {

@@ -5,9 +5,9 @@
 //! writes it into the request before anything else reads the request's headers. So every
 //! request holdfast sends for it carries the same id: its first attempt, a replay after a hold,
 //! a resend after an ambiguous failure, the `initialize` of a session re-established for it, a
-//! hand-off to a peer (all are built from the same header map). The id also names the
-//! request's span (`holdfast::request`), its access-log lines, and holdfast's own answers to
-//! it ([`crate::respond::stamp`]).
+//! hand-off to a peer (all are built from the same header map). The id also names every line
+//! logged while the request is served ([`crate::telemetry::with_request_id`]), its access-log
+//! lines, and holdfast's own answers to it ([`crate::respond::stamp`]).
 
 use http::{HeaderMap, HeaderName, HeaderValue};
 

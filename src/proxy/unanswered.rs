@@ -307,14 +307,14 @@ impl super::answer::Answers {
         let (mut parts, body) = resp.into_parts();
         parts.headers.remove(http::header::CONTENT_LENGTH);
         let (metrics, upstream) = (self.metrics.clone(), self.hold.upstream().clone());
-        // The stream ends after the request's future did: its span (its id) is taken along.
-        let span = tracing::Span::current();
+        // The stream ends after the request's future did: its id is taken along for the log.
+        let request = crate::telemetry::request_id();
         let noticed: Noticed = Box::new(move || {
             metrics
                 .upstream_failures
                 .get_or_create(&FailReason::Unanswered.into())
                 .inc();
-            span.in_scope(|| {
+            crate::telemetry::in_request(request, || {
                 tracing::warn!(
                     reason = FailReason::Unanswered.as_str(),
                     "the upstream ended an event stream without answering its request \

@@ -1,7 +1,7 @@
 //! The access log's fuller lines: the request id, the client after the trusted proxies, bytes
 //! in and out, the MCP method and a bounded tool name; an event stream's end with its events,
-//! bytes, lifetime and reason; and the request's id on every other line logged about it (its
-//! span, `holdfast::request`).
+//! bytes, lifetime and reason; and the request's id on every other line logged about it (a
+//! `request_id` key, src/telemetry.rs).
 
 use std::sync::{Arc, Mutex};
 
@@ -48,8 +48,8 @@ async fn an_access_line_names_the_request_its_client_bytes_method_and_a_known_to
     })
     .await;
     // Warnings, the access log and the start's lines only (the test reads the addresses from
-    // them), as an operator who finds info too chatty sets it: the request's span (and with it
-    // the id on a warning) exists all the same.
+    // them), as an operator who finds info too chatty sets it: the id is on a warning all the
+    // same.
     let filter = "warn,holdfast::access=info,holdfast::server=info";
     let quiet = ["--access-log", "--log-level", filter];
     let mut proxy = Running::start(
@@ -134,7 +134,7 @@ async fn an_access_line_names_the_request_its_client_bytes_method_and_a_known_to
         .iter()
         .find(|l| l["level"] == "WARN" && l["reason"] == "response_timeout")
         .unwrap_or_else(|| panic!("no warning about the timeout:\n{all}"));
-    assert_eq!(warned["span"]["request_id"], "broken", "{warned}");
+    assert_eq!(warned["request_id"], "broken", "{warned}");
 }
 
 /// The senders of the streams an upstream keeps open.

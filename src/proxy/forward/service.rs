@@ -7,8 +7,8 @@ use http::{Request, Response};
 use tokio::time::Instant;
 
 use super::Proxy;
+use crate::proxy::access;
 use crate::proxy::body::ProxyBody;
-use crate::proxy::{access, request_id};
 use crate::proxy::{
     Note, CANCELLED, CLIENT_CLOSED_REQUEST, CLIENT_GONE, SHUTDOWN, SHUTDOWN_STATUS,
 };
@@ -88,14 +88,8 @@ impl Proxy {
         // First: every copy of the request's headers (each attempt's, a re-established
         // session's own requests') carries the id from here on.
         let id = self.request_ids.take(req.headers_mut());
-        // The request's span: every line logged while it is served names its id. At the error
-        // level, so that it exists whenever any line about the request may be written (a
-        // `log_level = "warn"` keeps the ids on the warnings); its cost is the same at any level.
-        let span = tracing::error_span!(
-            target: "holdfast::request",
-            "request",
-            request_id = request_id::as_str(&id)
-        );
+        // Every line logged while it is served names its id (crate::telemetry), at any level.
+        let logged_as = id.clone();
         let mut unfinished = Unfinished {
             proxy: self,
             start: Instant::now(),
@@ -133,7 +127,7 @@ impl Proxy {
             let described = begun.as_mut().ok().and_then(|ex| ex.described.take());
             unfinished.finish(resp, &note, described)
         };
-        tracing::Instrument::instrument(answer, span)
+        crate::telemetry::with_request_id(logged_as, answer)
     }
 
     /// Counts one request: answered with `status`, or (499) given up by its client. Returns how
