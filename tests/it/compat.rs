@@ -55,6 +55,8 @@ struct Run {
     outcomes: Vec<Result<String, String>>,
     /// The revision the client settled on, where it says: a 2026-07-28 client has no session.
     era: Option<String>,
+    /// Sessions the client opened before the server was recreated (initializes it answered).
+    opened: usize,
 }
 
 /// Calls the stack's tool `BEFORE` times, once more while the server is recreated behind the
@@ -74,6 +76,14 @@ async fn recreate_under(
         outcomes.push(client.call(tool, args).await);
     }
     // The route goes, the container is recreated, and a call arrives in the gap.
+    let opened = router
+        .log()
+        .iter()
+        .filter(|r| {
+            r.rpc_method().as_deref() == Some("initialize")
+                && r.status.is_some_and(|s| s.is_success())
+        })
+        .count();
     router.missing.store(true, Ordering::SeqCst);
     let (tool, args, _) = stack.call(BEFORE);
     let mut command = serde_json::json!({ "op": "call", "tool": tool, "args": args });
@@ -95,7 +105,11 @@ async fn recreate_under(
     if outcomes.iter().any(Result::is_err) {
         eprintln!("{} trace:\n{trace}", peer.name());
     }
-    Run { outcomes, era }
+    Run {
+        outcomes,
+        era,
+        opened,
+    }
 }
 
 /// One pairing through holdfast: every call succeeds with its own answer and ran exactly once.
@@ -122,19 +136,24 @@ async fn no_call_lost(stack: Stack, peer: Peer) {
         );
     }
     // A 2026-07-28 client (the Python SDK's default against a server of both eras) has no
-    // session to lose.
-    let sessions = if run.era.as_deref() == Some(MODERN) {
-        0.0
+    // session to lose. A 2025 client's session is re-established once; a client that opened
+    // more than one (mcp-remote opens two, and keeps the first's event stream) may have each
+    // re-established, as the abandoned one's stream reconnects: whether that one is counted yet
+    // when this reads depends on the client's reconnect delay, not on holdfast.
+    let resumed = holdfast
+        .metric("holdfast_session_resumes_total{outcome=\"resumed\"}")
+        .await;
+    let expected = if run.era.as_deref() == Some(MODERN) {
+        0.0..=0.0
     } else {
-        1.0
+        1.0..=run.opened as f64
     };
-    assert_eq!(
-        holdfast
-            .metric("holdfast_session_resumes_total{outcome=\"resumed\"}")
-            .await,
-        sessions,
-        "{} forgot the session once, and holdfast re-established it once (client era {:?})",
+    assert!(
+        expected.contains(&resumed),
+        "{} forgot the sessions, and holdfast re-established {resumed} of the {} the client \
+         opened (client era {:?})",
         stack.name(),
+        run.opened,
         run.era
     );
 }
