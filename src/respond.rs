@@ -278,9 +278,13 @@ pub const JSONRPC_UNANSWERED: i64 = -32000;
 
 /// The event that ends an event stream which the server closed without answering the request it
 /// carried (`id`): a JSON-RPC error with that id, so the client's call fails now instead of
-/// waiting out its own timeout. The request reached the server and may have run.
-pub fn unanswered_event(id: &crate::jsonrpc::Id) -> Bytes {
-    let data = serde_json::json!({ "reason": FailReason::Unanswered.as_str() });
+/// waiting out its own timeout. The request reached the server and may have run. `request_id`:
+/// the request's id (`request_id.header`), quoted in the data as [`stamp`] quotes it.
+pub fn unanswered_event(id: &crate::jsonrpc::Id, request_id: Option<&HeaderValue>) -> Bytes {
+    let mut data = serde_json::json!({ "reason": FailReason::Unanswered.as_str() });
+    if let Some(request_id) = request_id {
+        data["requestId"] = crate::proxy::request_id::as_str(request_id).into();
+    }
     let error = crate::jsonrpc::error_reply(id, JSONRPC_UNANSWERED, &unanswered_text(), data);
     Bytes::from(format!("event: message\ndata: {error}\n\n"))
 }

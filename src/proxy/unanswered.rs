@@ -189,17 +189,26 @@ pin_project_lite::pin_project! {
         reader: Option<Reader>,
         // The request's id, and what to do, for the event added at an unanswered end.
         tail: Option<(crate::jsonrpc::Id, Noticed)>,
+        // The request id holdfast passed on or made, quoted in that event's data.
+        request: Option<http::HeaderValue>,
         // The inner body ended (and the event, if any, was added).
         finished: bool,
     }
 }
 
 impl<B> Watched<B> {
-    pub(super) fn new(inner: B, reader: Reader, id: crate::jsonrpc::Id, noticed: Noticed) -> Self {
+    pub(super) fn new(
+        inner: B,
+        reader: Reader,
+        id: crate::jsonrpc::Id,
+        request: Option<http::HeaderValue>,
+        noticed: Noticed,
+    ) -> Self {
         Watched {
             inner,
             reader: Some(reader),
             tail: Some((id, noticed)),
+            request,
             finished: false,
         }
     }
@@ -240,7 +249,7 @@ where
                     // event, and an event added after it would be read as its end.
                     (Some(reader), Some((id, noticed))) if reader.parser.at_boundary() => {
                         noticed();
-                        let event = crate::respond::unanswered_event(&id);
+                        let event = crate::respond::unanswered_event(&id, this.request.as_ref());
                         Poll::Ready(Some(Ok(Frame::data(event))))
                     }
                     _ => Poll::Ready(None),
@@ -309,6 +318,7 @@ impl super::answer::Answers {
         let (metrics, upstream) = (self.metrics.clone(), self.hold.upstream().clone());
         // The stream ends after the request's future did: its id is taken along for the log.
         let request = crate::telemetry::request_id();
+        let quoted = request.clone();
         let noticed: Noticed = Box::new(move || {
             metrics
                 .upstream_failures
@@ -324,7 +334,7 @@ impl super::answer::Answers {
             });
             upstream.missing(RewriteReason::Unanswered);
         });
-        let body = Watched::new(body, reader, id, noticed).boxed_unsync();
+        let body = Watched::new(body, reader, id, quoted, noticed).boxed_unsync();
         http::Response::from_parts(parts, body)
     }
 }
@@ -488,6 +498,7 @@ mod tests {
             body,
             Reader::new(),
             crate::jsonrpc::request_id(br#"{"jsonrpc":"2.0","id":7,"method":"ping"}"#).unwrap(),
+            Some(http::HeaderValue::from_static("req-7")),
             noticed,
         );
         assert!(!watched.is_end_stream());
@@ -512,6 +523,8 @@ mod tests {
         assert_eq!(error["id"], 7);
         assert_eq!(error["error"]["code"], crate::respond::JSONRPC_UNANSWERED);
         assert_eq!(error["error"]["data"]["reason"], "unanswered");
+        // The request id, quoted as holdfast's own 503 and 502 quote it.
+        assert_eq!(error["error"]["data"]["requestId"], "req-7");
     }
 
     #[tokio::test]
