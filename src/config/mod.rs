@@ -43,6 +43,7 @@ mod request_id;
 mod retry;
 mod routes;
 mod sessions;
+mod traces;
 mod validate;
 
 pub use layers::origins;
@@ -115,6 +116,8 @@ pub struct Config {
     pub trusted_proxies: TrustedProxies,
     /// `[request_id]`: the header each request's id travels in.
     pub request_id: RequestId,
+    /// `[tracing]`: OpenTelemetry traces.
+    pub tracing: Tracing,
 }
 
 pub use forwarded::{RawForwarded, TrustedProxies};
@@ -124,6 +127,7 @@ pub use sessions::{
     parse_session_keys, redact_store_url, store_is_tls, RawSessions, SessionKey, SessionKeys,
     Sessions, StoreTls,
 };
+pub use traces::{parse_endpoint as parse_tracing_endpoint, RawTracing, Tracing};
 
 /// Validated `[retry]` (what `crate::idempotent` is built from).
 #[derive(Debug, Clone, Default)]

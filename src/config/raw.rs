@@ -183,6 +183,8 @@ pub struct RawConfig {
     pub forwarded: super::RawForwarded,
     /// `[request_id]`.
     pub request_id: super::RawRequestId,
+    /// `[tracing]`.
+    pub tracing: super::RawTracing,
     /// A file holding the bearer token that the admin endpoints which change state (`POST
     /// /pause`, `POST /resume`) require; unset: only loopback peers may call them.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -436,6 +438,7 @@ impl Default for RawConfig {
             peers: super::RawPeers::default(),
             forwarded: super::RawForwarded::default(),
             request_id: super::RawRequestId::default(),
+            tracing: super::RawTracing::default(),
             admin_token_file: None,
         }
     }

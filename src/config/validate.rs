@@ -139,6 +139,7 @@ impl Config {
         let trusted_proxies = v.forwarded(&raw.forwarded);
         let admin_token = v.admin_token(raw.admin_token_file.as_deref());
         let request_id = v.request_id(&raw.request_id);
+        let tracing = v.tracing(&raw.tracing);
         if !v.problems.is_empty() {
             return Err(ConfigError {
                 problems: v.problems,
@@ -179,6 +180,7 @@ impl Config {
             admin_token: admin_token.expect(ok),
             trusted_proxies: trusted_proxies.expect(ok),
             request_id: request_id.expect(ok),
+            tracing: tracing.expect(ok),
         })
     }
 }

@@ -22,11 +22,13 @@ mod labels;
 pub mod process;
 mod server;
 pub mod text;
+mod trace;
 pub use atomic::{AtomicHistogram, McpRequestCounters, RequestCounters};
 pub use labels::*;
 pub use server::{
     AtCap, ClientConnections, OpenConnection, Protocol, ReloadResult, ServerMetrics, Transport,
 };
+pub use trace::{SpanCounts, SpanOutcome};
 
 /// Buckets of `holdfast_request_duration_seconds`, in seconds: from 1 ms (a proxied answer on
 /// loopback) to 5 min (a long tool call answered as JSON). Measured to the response *head*: a
@@ -119,18 +121,21 @@ pub struct Metrics {
     /// `holdfast_shutdown_cut_requests_total`: requests still waiting for their answer when
     /// holdfast's drain ended (cut by holdfast, not by their clients).
     pub shutdown_cut: Counter,
+    /// `holdfast_trace_spans_total{outcome}`: spans finished with tracing on, by outcome.
+    pub trace_spans: SpanCounts,
 }
 
 impl Metrics {
     /// Creates every metric and registers it under the `holdfast_` prefix.
     pub fn register(registry: &mut Registry) -> Self {
-        let (m, closed) = Metrics::new();
+        let (mut m, closed) = Metrics::new();
         m.precreate();
         let r = registry.sub_registry_with_prefix("holdfast");
         m.register_traffic(r);
         m.register_upstream(r, closed);
         m.register_hold(r);
         m.register_sessions(r);
+        m.trace_spans = SpanCounts::register(r);
         m
     }
 
@@ -172,6 +177,7 @@ impl Metrics {
             pauses: Family::default(),
             shutdown_cut: Counter::default(),
             handoffs: Family::default(),
+            trace_spans: SpanCounts::default(),
         };
         (m, closed)
     }

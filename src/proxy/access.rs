@@ -15,22 +15,13 @@
 //! Never a query, a header's value or a body.
 
 use std::net::IpAddr;
-use std::pin::Pin;
-use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
-use bytes::Bytes;
-use http::{HeaderMap, HeaderValue, Response};
-use http_body::{Body, Frame, SizeHint};
-use http_body_util::BodyExt;
-use tokio::time::Instant;
+use http::{HeaderMap, HeaderValue};
 
-use super::body::{IdleTimeout, ProxyBody};
-use super::ending::{Ending, Phase};
+use super::sent::StreamEnded;
 use super::{request_id, Note};
 use crate::config::TrustedProxies;
-use crate::errors::BoxError;
 use crate::idempotent::Idempotency;
 use crate::mcp_method::McpMethod;
 use crate::replay::BodyHandle;
@@ -92,18 +83,12 @@ impl Described {
 }
 
 impl Entry {
-    /// The entry of a request from `peer` with `headers` (as the client sent them).
-    pub(super) fn new(
-        id: HeaderValue,
-        uri: &http::Uri,
-        headers: &HeaderMap,
-        peer: IpAddr,
-        trusted: &TrustedProxies,
-    ) -> Box<Entry> {
+    /// The entry of a request from `client` (after the trusted proxies, [`client_addr`]).
+    pub(super) fn new(id: HeaderValue, uri: &http::Uri, client: IpAddr) -> Box<Entry> {
         Box::new(Entry {
             id,
             path: uri.path().to_owned(),
-            client: client_addr(peer, headers, trusted),
+            client,
         })
     }
 
@@ -119,9 +104,8 @@ impl Entry {
         self.write(method, status, note, took, None, None);
     }
 
-    /// Writes the line of an answered request, now (an event stream's, whose end is written
-    /// when it comes) or once its body was sent: the answer goes on with its body counted.
-    #[allow(clippy::too_many_arguments)]
+    /// The line of an answered request: written now for an event stream (whose end gets a
+    /// line of its own, [`Tail::write`]), else when its body has been sent.
     pub(super) fn answered(
         self: Box<Self>,
         method: &http::Method,
@@ -129,38 +113,23 @@ impl Entry {
         note: &Note,
         took: Duration,
         described: Option<Box<Described>>,
-        resp: Response<ProxyBody>,
-        ending: &Arc<Ending>,
-    ) -> Response<ProxyBody> {
-        let is_sse = super::headers::is_event_stream(resp.headers());
-        let line = Line {
-            method: method.clone(),
-            status,
-            upstream_status: note.upstream_status.map(|s| s.as_u16()),
-            action: note.action,
-            took,
-            described,
-        };
-        let tail = if is_sse {
-            self.write(method, status, note, took, line.described.as_deref(), None);
-            Tail::Stream(Box::new(Stream {
-                entry: self,
-                opened: Instant::now(),
-                events: crate::sse::Parser::new(EVENT_LINE_CAP),
-                count: 0,
-                ending: ending.clone(),
-            }))
-        } else {
-            Tail::Line(Box::new((self, line)))
-        };
-        resp.map(|inner| {
-            Logged {
-                inner,
-                bytes_out: 0,
-                tail: Some(tail),
-            }
-            .boxed_unsync()
-        })
+        is_sse: bool,
+    ) -> Tail {
+        if is_sse {
+            self.write(method, status, note, took, described.as_deref(), None);
+            return Tail::Stream(self);
+        }
+        Tail::Line(Box::new((
+            self,
+            Line {
+                method: method.clone(),
+                status,
+                upstream_status: note.upstream_status.map(|s| s.as_u16()),
+                action: note.action,
+                took,
+                described,
+            },
+        )))
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -239,11 +208,8 @@ fn parse_hop(entry: &str) -> Option<IpAddr> {
     Some(ip.to_canonical())
 }
 
-/// Room kept per line while counting a stream's events: the count needs no field's value.
-const EVENT_LINE_CAP: usize = 16;
-
 /// A request's line, written when its body ends.
-struct Line {
+pub(super) struct Line {
     method: http::Method,
     status: u16,
     upstream_status: Option<u16>,
@@ -252,61 +218,16 @@ struct Line {
     described: Option<Box<Described>>,
 }
 
-/// An event stream whose end is still to be written.
-struct Stream {
-    entry: Box<Entry>,
-    opened: Instant,
-    events: crate::sse::Parser,
-    count: u64,
-    ending: Arc<Ending>,
-}
-
-/// What is written when the body ends.
-enum Tail {
+/// What is written when the answer's body ends.
+pub(super) enum Tail {
     Line(Box<(Box<Entry>, Line)>),
-    Stream(Box<Stream>),
-}
-
-/// Why an event stream ended, as its line says. A bounded set.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StreamEnd {
-    /// The server ended it.
-    UpstreamEnded,
-    /// holdfast's shutdown ended it (cleanly: the client may resume it elsewhere).
-    Shutdown,
-    /// No event arrived within `streams.idle_timeout_secs`.
-    IdleTimeout,
-    /// Reading it from the server failed.
-    UpstreamError,
-    /// The client went away.
-    ClientGone,
-}
-
-impl StreamEnd {
-    /// The `reason` field's value.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            StreamEnd::UpstreamEnded => "upstream_ended",
-            StreamEnd::Shutdown => "shutdown",
-            StreamEnd::IdleTimeout => "idle_timeout",
-            StreamEnd::UpstreamError => "upstream_error",
-            StreamEnd::ClientGone => "client_gone",
-        }
-    }
-
-    /// Why a stream that failed with `error` ended.
-    fn of_error(error: &BoxError) -> StreamEnd {
-        if error.is::<IdleTimeout>() {
-            StreamEnd::IdleTimeout
-        } else {
-            StreamEnd::UpstreamError
-        }
-    }
+    /// An event stream's end.
+    Stream(Box<Entry>),
 }
 
 impl Tail {
-    /// Writes the line: `bytes_out` went to the client, and, for a stream, it ended for `end`.
-    fn write(self, bytes_out: u64, end: StreamEnd) {
+    /// Writes the line: `bytes_out` went to the client; `stream`: how the event stream ended.
+    pub(super) fn write(self, bytes_out: u64, stream: Option<&StreamEnded>) {
         match self {
             Tail::Line(line) => {
                 let (entry, line) = *line;
@@ -320,92 +241,21 @@ impl Tail {
                 let (method, status) = (&line.method, line.status);
                 entry.write(method, status, &note, line.took, described, Some(bytes_out));
             }
-            Tail::Stream(stream) => {
-                // A clean end while holdfast shuts down is holdfast's doing.
-                let end = match end {
-                    StreamEnd::UpstreamEnded if stream.ending.phase() > Phase::Serving => {
-                        StreamEnd::Shutdown
-                    }
-                    end => end,
-                };
+            Tail::Stream(entry) => {
+                let Some(stream) = stream else { return };
                 tracing::info!(
                     target: "holdfast::access",
-                    request_id = request_id::as_str(&stream.entry.id),
-                    client = %stream.entry.client,
-                    path = stream.entry.path,
-                    reason = end.as_str(),
-                    events = stream.count,
+                    request_id = request_id::as_str(&entry.id),
+                    client = %entry.client,
+                    path = entry.path,
+                    reason = stream.reason.as_str(),
+                    events = stream.events,
                     bytes_out,
-                    duration_ms = millis(stream.opened.elapsed()),
+                    duration_ms = millis(stream.lived),
                     "event stream ended"
                 );
             }
         }
-    }
-}
-
-pin_project_lite::pin_project! {
-    /// An answer's body on its way to the client, counted for the access log; its line (or,
-    /// for an event stream, its end's) is written when it ends or is dropped.
-    struct Logged {
-        #[pin]
-        inner: ProxyBody,
-        bytes_out: u64,
-        tail: Option<Tail>,
-    }
-
-    impl PinnedDrop for Logged {
-        fn drop(this: Pin<&mut Self>) {
-            let this = this.project();
-            // Dropped before its end: the client went away (or its connection did).
-            if let Some(tail) = this.tail.take() {
-                tail.write(*this.bytes_out, StreamEnd::ClientGone);
-            }
-        }
-    }
-}
-
-impl Body for Logged {
-    type Data = Bytes;
-    type Error = BoxError;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        let mut this = self.project();
-        let frame = std::task::ready!(this.inner.as_mut().poll_frame(cx));
-        let end = match &frame {
-            Some(Ok(frame)) => {
-                if let Some(data) = frame.data_ref() {
-                    *this.bytes_out += data.len() as u64;
-                    if let Some(Tail::Stream(stream)) = this.tail.as_mut() {
-                        let count = &mut stream.count;
-                        stream.events.feed(data, |_| *count += 1);
-                    }
-                }
-                // The connection may never poll again once the body says it has ended.
-                this.inner
-                    .is_end_stream()
-                    .then_some(StreamEnd::UpstreamEnded)
-            }
-            Some(Err(e)) => Some(StreamEnd::of_error(e)),
-            None => Some(StreamEnd::UpstreamEnded),
-        };
-        if let Some(end) = end {
-            if let Some(tail) = this.tail.take() {
-                tail.write(*this.bytes_out, end);
-            }
-        }
-        Poll::Ready(frame)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
     }
 }
 
@@ -469,13 +319,5 @@ mod tests {
         );
         let h = xff(&["1.2.3.4, unknown, 10.3.3.3"]);
         assert_eq!(client_addr(ip("10.0.0.2"), &h, &t), ip("10.3.3.3"));
-    }
-
-    #[test]
-    fn stream_ends_are_named() {
-        let idle: BoxError = Box::new(IdleTimeout(Duration::from_secs(1)));
-        assert_eq!(StreamEnd::of_error(&idle), StreamEnd::IdleTimeout);
-        let other: BoxError = "reset".into();
-        assert_eq!(StreamEnd::of_error(&other).as_str(), "upstream_error");
     }
 }

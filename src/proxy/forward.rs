@@ -66,6 +66,8 @@ pub struct Proxy {
     access_log: bool,
     /// Where request ids travel (`request_id.header`).
     request_ids: super::request_id::RequestIds,
+    /// OpenTelemetry traces, when on (`[tracing]`).
+    tracing: Option<Arc<crate::telemetry::trace::Tracing>>,
     metrics: Arc<Metrics>,
 }
 
@@ -96,8 +98,11 @@ pub(super) struct Exchange {
     flight: Option<Flight>,
     /// Its MCP method, found once ([`Proxy::mcp_method`]).
     mcp: std::sync::OnceLock<McpMethod>,
-    /// What the access log tells of it, found once it is answered (with the log on).
+    /// What the access log and the trace tell of it, found once it is answered (with either
+    /// on).
     pub(super) described: Option<Box<super::access::Described>>,
+    /// Its spans, with tracing on: given by the service, taken back once it is answered.
+    pub(super) trace: Option<Box<crate::telemetry::trace::RequestSpan>>,
 }
 
 /// What the executor does after carrying out a step.
@@ -175,6 +180,7 @@ impl Proxy {
             flight: None,
             mcp: std::sync::OnceLock::new(),
             described: None,
+            trace: None,
         })
     }
 
@@ -186,7 +192,7 @@ impl Proxy {
         if let Some(method) = mcp {
             self.metrics.mcp_requests.inc(method);
         }
-        if self.access_log {
+        if self.access_log || ex.trace.is_some() {
             let (handle, headers) = (&ex.handle, &ex.target.headers);
             let described = super::access::Described::of(mcp, handle, headers, &self.idempotency);
             ex.described = Some(described);
@@ -244,7 +250,11 @@ impl Proxy {
             handle: &ex.handle,
             target: &ex.target,
         };
-        ex.life.on(event, &mut facts)
+        let step = ex.life.on(event, &mut facts);
+        if let Some(span) = ex.trace.as_deref() {
+            super::traced::record(span, &event, &step);
+        }
+        step
     }
 
     /// Sends one attempt and acts on its verdict (or on its body being gone).
@@ -272,6 +282,10 @@ impl Proxy {
         if ex.flight.is_none() {
             ex.flight = Some(self.in_flight.enter(&ex.target.method));
         }
+        if let (Some(tracing), Some(span)) = (&self.tracing, ex.trace.as_deref_mut()) {
+            let target = &mut ex.target;
+            span.attempt(tracing, &target.method, &target.uri, &mut target.headers);
+        }
         let route = self.hold.routes_out().then(|| self.route(ex).as_ref());
         // Boxed: the attempt (the upstream exchange's state) is the largest part of the
         // request's future, and a held request, waiting before it, should not carry it.
@@ -296,6 +310,10 @@ impl Proxy {
             && !response
                 .as_ref()
                 .is_some_and(|(head, _)| self.unprovable_head(&ex.target, head.status));
+        if let Some(span) = ex.trace.as_deref_mut() {
+            let status = response.as_ref().map(|(head, _)| head.status);
+            span.attempt_ended(super::traced::attempt_end(&verdict, status));
+        }
         // A probe that met the gap again reports from the hold, once it is queued again.
         if !matches!(verdict, Verdict::Missing(_)) {
             ex.ticket.report_probe(proves);

@@ -57,7 +57,9 @@ mod props;
 mod request;
 pub mod request_id;
 mod resume;
+mod sent;
 mod sessions;
+mod traced;
 mod unanswered;
 
 use std::sync::Arc;

@@ -140,7 +140,8 @@ pub async fn run(
     if let Some(warning) = &config.sessions.key_file_warning {
         tracing::warn!("sessions.key_file: {warning}");
     }
-    let proxy = Arc::new(Proxy::new(&config, metrics));
+    let traces = start_tracing(&config.tracing, &metrics)?;
+    let proxy = Arc::new(Proxy::new(&config, metrics).traced(traces.clone()));
     let current = Current::new(proxy.clone());
     // The session keys' reloader, stopped with `run` like the certificate's.
     let key_reloader = key_reloader(&proxy);
@@ -183,8 +184,42 @@ pub async fn run(
     drop(key_reloader);
     let _ = admin_stop_tx.send(());
     let _ = admin_task.await;
+    if let Some(traces) = traces {
+        // The spans of the last requests, which would otherwise wait for a batch that never
+        // goes.
+        if !traces.flush(TRACE_FLUSH).await {
+            tracing::warn!(
+                within_secs = TRACE_FLUSH.as_secs_f64(),
+                "the last spans were not exported in time; they are dropped"
+            );
+        }
+    }
     tracing::info!("holdfast stopped");
     Ok(())
+}
+
+/// How long a stopping holdfast waits for its last spans' export.
+const TRACE_FLUSH: Duration = Duration::from_secs(5);
+
+/// Tracing, started when `[tracing] enabled`; a configuration that cannot start it stops
+/// holdfast's start with the reason.
+fn start_tracing(
+    cfg: &crate::config::Tracing,
+    metrics: &Metrics,
+) -> std::io::Result<Option<Arc<crate::telemetry::trace::Tracing>>> {
+    if !cfg.enabled {
+        return Ok(None);
+    }
+    let counts = metrics.trace_spans.clone();
+    let traces = crate::telemetry::trace::Tracing::start(cfg, counts).map_err(|e| {
+        std::io::Error::other(format!("tracing: {}", crate::errors::ErrorChain(&e)))
+    })?;
+    tracing::info!(
+        endpoint = %traces.endpoint(),
+        sample_ratio = cfg.sample_ratio,
+        "tracing: exporting spans over OTLP/HTTP"
+    );
+    Ok(Some(Arc::new(traces)))
 }
 
 /// The listener's TLS: the certificate store that new handshakes read, and the task that swaps

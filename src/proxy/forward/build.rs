@@ -20,6 +20,7 @@ use crate::proxy::{
 };
 use crate::replay::CopyBudget;
 use crate::session::Table;
+use crate::telemetry::trace::Tracing;
 use crate::upstream::{self, Client};
 
 /// What a proxy holds that outlives a reload.
@@ -33,6 +34,8 @@ struct Carried {
     ending: Arc<ending::Ending>,
     /// This process's id among its peers.
     me: http::HeaderValue,
+    /// Tracing, when on: started once, with holdfast.
+    tracing: Option<Arc<Tracing>>,
 }
 
 impl Proxy {
@@ -64,6 +67,7 @@ impl Proxy {
             in_flight: Arc::default(),
             ending: Arc::default(),
             me: handoff::Peers::new_id(),
+            tracing: None,
         };
         Proxy::assemble(cfg, metrics, client, carried)
     }
@@ -78,7 +82,11 @@ impl Proxy {
             template(cfg, &client, &self.metrics),
             cfg.routes.behind_router,
         );
-        let fixed = self.keeper.sessions.reconfigure(&cfg.sessions);
+        let mut fixed = self.keeper.sessions.reconfigure(&cfg.sessions);
+        let traced = self.tracing.as_ref().map(|t| t.settings());
+        if traced.map_or(cfg.tracing.enabled, |t| *t != cfg.tracing) {
+            fixed.push("tracing");
+        }
         self.bodies.copy_budget.set_max(cfg.hold.max_buffered_bytes);
         let carried = Carried {
             hold: self.hold.clone(),
@@ -98,6 +106,7 @@ impl Proxy {
             in_flight: self.in_flight.clone(),
             ending: self.ending.clone(),
             me: self.peers.me().clone(),
+            tracing: self.tracing.clone(),
         };
         let proxy = Proxy::assemble(cfg, self.metrics.clone(), client, carried);
         (proxy, fixed)
@@ -150,8 +159,15 @@ impl Proxy {
             in_flight: c.in_flight,
             ending: c.ending,
             peers: Arc::new(handoff::Peers::new(cfg, c.me, metrics.clone())),
+            tracing: c.tracing,
             metrics,
         }
+    }
+
+    /// The same proxy, tracing its requests with `tracing` (started by the caller, which
+    /// flushes it at the end).
+    pub fn traced(self, tracing: Option<Arc<Tracing>>) -> Proxy {
+        Proxy { tracing, ..self }
     }
 }
 

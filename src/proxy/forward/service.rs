@@ -7,12 +7,14 @@ use http::{Request, Response};
 use tokio::time::Instant;
 
 use super::Proxy;
+use crate::mcp_method::McpMethod;
 use crate::proxy::access;
 use crate::proxy::body::ProxyBody;
 use crate::proxy::{
     Note, CANCELLED, CLIENT_CLOSED_REQUEST, CLIENT_GONE, SHUTDOWN, SHUTDOWN_STATUS,
 };
 use crate::replay::ClientBody;
+use crate::telemetry::trace::{Answered, Incoming, RequestSpan};
 
 /// A request not yet counted and logged. Every request is, exactly once: when its answer is
 /// ready ([`Unfinished::finish`]), or, if its client goes away first and its future is dropped,
@@ -23,12 +25,14 @@ struct Unfinished<'a> {
     method: http::Method,
     /// What the access log needs of the request (only with the log on).
     access: Option<Box<access::Entry>>,
+    /// Its spans (only with tracing on), lent to the exchange while it is forwarded.
+    span: Option<Box<RequestSpan>>,
     done: bool,
 }
 
 impl Unfinished<'_> {
-    /// Counts and logs the request, answered with `resp`, which goes on (its body counted for
-    /// the access log). `described`: what the exchange found in the request.
+    /// Counts and logs the request, answered with `resp`, which goes on (watched to its end for
+    /// the access log and the trace). `described`: what the exchange found in the request.
     fn finish(
         &mut self,
         resp: Response<ProxyBody>,
@@ -44,13 +48,28 @@ impl Unfinished<'_> {
             resp.status().as_u16()
         };
         let took = self.proxy.record(self.start, &self.method, status);
-        match self.access.take() {
-            Some(entry) => {
-                let (method, ending) = (&self.method, &self.proxy.ending);
-                entry.answered(method, status, note, took, described, resp, ending)
-            }
-            None => resp,
+        if let Some(span) = self.span.as_deref_mut() {
+            span.answered(&answered(status, note, described.as_deref()));
         }
+        let is_sse = crate::proxy::headers::is_event_stream(resp.headers());
+        let method = &self.method;
+        let tail = (self.access.take())
+            .map(|entry| entry.answered(method, status, note, took, described, is_sse));
+        crate::proxy::sent::watched(resp, tail, self.span.take(), is_sse, &self.proxy.ending)
+    }
+}
+
+/// What the server span is told of a request answered with `status`.
+fn answered<'a>(
+    status: u16,
+    note: &Note,
+    described: Option<&'a access::Described>,
+) -> Answered<'a> {
+    Answered {
+        status,
+        action: note.action,
+        mcp_method: described.and_then(|d| d.mcp).map(McpMethod::as_str),
+        tool: described.and_then(|d| d.tool.as_deref()),
     }
 }
 
@@ -72,6 +91,10 @@ impl Drop for Unfinished<'_> {
             if let Some(entry) = &self.access {
                 entry.unanswered(&self.method, status, &note, took);
             }
+            if let Some(mut span) = self.span.take() {
+                span.answered(&answered(status, &note, None));
+                span.end(None);
+            }
         }
     }
 }
@@ -90,14 +113,25 @@ impl Proxy {
         let id = self.request_ids.take(req.headers_mut());
         // Every line logged while it is served names its id (crate::telemetry), at any level.
         let logged_as = id.clone();
+        // The client after the trusted proxies in front, for the access log and the trace.
+        let client = (self.access_log || self.tracing.is_some())
+            .then(|| access::client_addr(peer.ip(), req.headers(), &self.dest.trusted_proxies));
         let mut unfinished = Unfinished {
             proxy: self,
             start: Instant::now(),
             method: req.method().clone(),
             // Only for the access log: the hot path needs no copy of the path.
-            access: self.access_log.then(|| {
-                let trusted = &self.dest.trusted_proxies;
-                access::Entry::new(id.clone(), req.uri(), req.headers(), peer.ip(), trusted)
+            access: (self.access_log)
+                .then(|| access::Entry::new(id.clone(), req.uri(), client.expect("computed"))),
+            span: self.tracing.as_ref().map(|tracing| {
+                tracing.serve(&Incoming {
+                    method: req.method(),
+                    path: req.uri().path(),
+                    version: req.version(),
+                    client: client.expect("computed"),
+                    headers: req.headers(),
+                    request_id: &id,
+                })
             }),
             done: false,
         };
@@ -105,7 +139,12 @@ impl Proxy {
         let answer = async move {
             // The exchange is used where it lies (moved into a local it would take room twice).
             let (resp, note) = match &mut begun {
-                Ok(ex) => self.forward(ex).await,
+                Ok(ex) => {
+                    ex.trace = unfinished.span.take();
+                    let answer = self.forward(ex).await;
+                    unfinished.span = ex.trace.take();
+                    answer
+                }
                 Err((Some(why), version)) => (
                     crate::respond::bad_request(why, *version),
                     Note {

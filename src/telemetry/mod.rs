@@ -10,6 +10,9 @@
 //! is logged; a task-local costs a swap at each poll, and the formatting happens only for a
 //! line that is written.
 
+mod export;
+pub mod trace;
+
 use std::future::Future;
 use std::sync::OnceLock;
 
