@@ -77,4 +77,5 @@ mod support;
 mod tls_config;
 mod tls_listener;
 mod tls_upstream;
+mod tracing;
 mod upstream_pool;
