@@ -8,7 +8,7 @@
 //! resumption, read again from the files), the HTTP limits of new connections and
 //! `limits.max_connections`, and the drain and accept grace of a later shutdown. What a running
 //! holdfast cannot change ([`fixed_changes`]: its listeners, its upstream, TLS on or off, the log
-//! format, the admin token, the sessions' key file path and store) keeps its running value and is
+//! format, the admin token, the sessions' key file path and store, `[tracing]`) keeps its running value and is
 //! named in one warning. An invalid configuration is refused whole, every problem logged.
 
 use std::sync::Arc;
@@ -46,6 +46,8 @@ pub fn fixed_changes(was: &Config, now: &Config) -> Vec<&'static str> {
     check(was.log_format != now.log_format, "log_format");
     check(was.tls.is_some() != now.tls.is_some(), "tls (on or off)");
     check(was.admin_token != now.admin_token, "admin_token_file");
+    // Started once with holdfast: its exporter, sampler and queue.
+    check(was.tracing != now.tracing, "tracing");
     changed
 }
 
@@ -173,6 +175,7 @@ fn keep_fixed(was: &Config, next: &mut Config) {
     next.upstream = was.upstream.clone();
     next.log_format = was.log_format;
     next.admin_token = was.admin_token.clone();
+    next.tracing = was.tracing.clone();
     if was.tls.is_none() {
         next.tls = None;
     } else if next.tls.is_none() {

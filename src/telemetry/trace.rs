@@ -64,8 +64,7 @@ pub struct Tracing {
     flush: Flush,
     /// Where spans go, for the start's log line.
     endpoint: http::Uri,
-    /// What it was started with (a reload cannot change it).
-    settings: config::Tracing,
+
     _exporter: AbortOnDropHandle<()>,
 }
 
@@ -115,14 +114,9 @@ impl Tracing {
             propagator: TraceContextPropagator::new(),
             flush,
             endpoint,
-            settings: cfg.clone(),
+
             _exporter: AbortOnDropHandle::new(tokio::spawn(task.run())),
         })
-    }
-
-    /// What it was started with.
-    pub fn settings(&self) -> &config::Tracing {
-        &self.settings
     }
 
     /// Where spans go.

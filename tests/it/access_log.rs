@@ -226,3 +226,49 @@ async fn an_event_streams_end_is_logged_with_its_events_bytes_lifetime_and_reaso
     assert_eq!(left[1]["events"], 1);
     assert_eq!(left[1]["bytes_out"], "data: first\n\n".len());
 }
+
+/// Opens `path` as an event stream on `listen` with request id `id` and reads until its first
+/// event: the stream is open, and holdfast has written its request's line.
+async fn open_stream(listen: std::net::SocketAddr, path: &str, id: &str) -> tokio::net::TcpStream {
+    let mut client = tokio::net::TcpStream::connect(listen).await.unwrap();
+    let get = format!("GET {path} HTTP/1.1\r\nhost: {listen}\r\nx-request-id: {id}\r\n\r\n");
+    client.write_all(get.as_bytes()).await.unwrap();
+    let mut seen = Vec::new();
+    while !String::from_utf8_lossy(&seen).contains("data: first") {
+        let mut buf = [0u8; 1024];
+        let n = client.read(&mut buf).await.unwrap();
+        assert!(n > 0, "the stream ended early");
+        seen.extend_from_slice(&buf[..n]);
+    }
+    client
+}
+
+#[tokio::test]
+async fn a_stream_ended_by_its_idle_timeout_or_by_holdfasts_shutdown_says_so() {
+    let open = Arc::new(Mutex::new(Vec::new()));
+    let up = streaming(open.clone()).await;
+    // Real time: the idle timeout is the subject, and a fraction of a second of it.
+    let mut proxy = Running::start(
+        serving(&up.url(), &["--access-log"]).env("HOLDFAST_STREAMS__IDLE_TIMEOUT_SECS", "0.3"),
+    );
+    let (listen, _) = proxy.addresses();
+    let _idle = open_stream(listen, "/open", "idle").await;
+    let line = proxy.wait_for_line(r#""reason":"idle_timeout""#);
+    assert!(line.contains(r#""request_id":"idle""#), "{line}");
+
+    drop(proxy);
+
+    // Open when holdfast is told to stop: a standalone stream ends as the drain begins.
+    let mut proxy = Running::start(&mut serving(&up.url(), &["--access-log"]));
+    let (listen, _) = proxy.addresses();
+    let _kept = open_stream(listen, "/open", "kept").await;
+    let (_, stderr) = tokio::task::spawn_blocking(move || proxy.terminate())
+        .await
+        .unwrap();
+    let lines = json_lines(&stderr);
+    let kept = about(&lines, "kept");
+    assert_eq!(kept.len(), 2, "{stderr:?}");
+    assert_eq!(kept[1]["reason"], "shutdown", "{}", kept[1]);
+    drop(open);
+    up.stop().await;
+}

@@ -140,14 +140,15 @@ async fn sighup_reloads_the_file_refuses_a_broken_one_and_names_what_cannot_chan
     let first = within(post_json(&url, PING)).await;
     assert_eq!(first.header("retry-after"), Some("2"));
 
-    // A good edit, with a listen address that cannot change while running.
+    // A good edit, with a listen address and tracing, which cannot change while running.
     dir.write(
         "holdfast.toml",
-        &config("listen = \"127.0.0.1:1\"\nretry_after_secs = 9"),
+        &config("listen = \"127.0.0.1:1\"\nretry_after_secs = 9\n[tracing]\nenabled = true"),
     );
     signal(proxy.pid(), "HUP");
     let warning = proxy.wait_for_line("cannot change while holdfast runs");
     assert!(warning.contains("listen"), "{warning}");
+    assert!(warning.contains("tracing"), "{warning}");
     proxy.wait_for_line("configuration reloaded");
     let second = within(post_json(&url, PING)).await;
     assert_eq!(second.header("retry-after"), Some("9"), "still on {listen}");

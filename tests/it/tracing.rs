@@ -49,7 +49,10 @@ fn traced(upstream: &str, endpoint: &str) -> std::process::Command {
 }
 
 fn event<'a>(span: &'a Value, name: &str) -> Option<&'a Value> {
-    span["events"].as_array()?.iter().find(|e| e["name"] == name)
+    span["events"]
+        .as_array()?
+        .iter()
+        .find(|e| e["name"] == name)
 }
 
 #[tokio::test]
@@ -85,7 +88,10 @@ async fn a_held_then_replayed_call_is_one_trace_under_the_clients_traceparent() 
         unreachable!()
     };
     for span in &got {
-        assert_eq!(span["trace_id"], TRACE_ID, "one trace, the client's: {span}");
+        assert_eq!(
+            span["trace_id"], TRACE_ID,
+            "one trace, the client's: {span}"
+        );
         assert_eq!(span["resource"]["service.name"], "holdfast", "{span}");
         assert_eq!(span["content_type"], "application/x-protobuf");
     }
@@ -171,7 +177,10 @@ async fn an_event_streams_span_ends_with_the_stream_and_a_new_trace_starts_witho
     assert!(headers.get("tracestate").is_none(), "{headers:?}");
     let trace_id = server["trace_id"].as_str().unwrap();
     let traceparent = headers["traceparent"].to_str().unwrap();
-    assert!(traceparent.starts_with(&format!("00-{trace_id}-")), "{traceparent}");
+    assert!(
+        traceparent.starts_with(&format!("00-{trace_id}-")),
+        "{traceparent}"
+    );
     tokio::task::spawn_blocking(move || proxy.terminate())
         .await
         .unwrap();
@@ -181,10 +190,8 @@ async fn an_event_streams_span_ends_with_the_stream_and_a_new_trace_starts_witho
 #[tokio::test]
 async fn a_collector_that_refuses_costs_no_request_and_is_counted() {
     let (_otlp, endpoint) = receiver(Some("503")).await;
-    let up = Upstream::start(|seen: http::Seen| async move {
-        response(200, &[JSON], seen.body)
-    })
-    .await;
+    let up =
+        Upstream::start(|seen: http::Seen| async move { response(200, &[JSON], seen.body) }).await;
     let mut proxy = Running::start(&mut traced(&up.url(), &endpoint));
     let (listen, admin) = proxy.addresses();
     for id in 0..3 {
@@ -205,10 +212,8 @@ async fn a_collector_that_refuses_costs_no_request_and_is_counted() {
 
 #[tokio::test]
 async fn with_tracing_off_the_clients_trace_headers_pass_untouched() {
-    let up = Upstream::start(|seen: http::Seen| async move {
-        response(200, &[JSON], seen.body)
-    })
-    .await;
+    let up =
+        Upstream::start(|seen: http::Seen| async move { response(200, &[JSON], seen.body) }).await;
     let mut proxy = Running::start(&mut serving(&up.url(), &[]));
     let (listen, _) = proxy.addresses();
     let traceparent = format!("00-{TRACE_ID}-{CLIENT_SPAN}-01");

@@ -82,11 +82,7 @@ impl Proxy {
             template(cfg, &client, &self.metrics),
             cfg.routes.behind_router,
         );
-        let mut fixed = self.keeper.sessions.reconfigure(&cfg.sessions);
-        let traced = self.tracing.as_ref().map(|t| t.settings());
-        if traced.map_or(cfg.tracing.enabled, |t| *t != cfg.tracing) {
-            fixed.push("tracing");
-        }
+        let fixed = self.keeper.sessions.reconfigure(&cfg.sessions);
         self.bodies.copy_budget.set_max(cfg.hold.max_buffered_bytes);
         let carried = Carried {
             hold: self.hold.clone(),
