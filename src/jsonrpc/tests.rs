@@ -184,3 +184,35 @@ proptest::proptest! {
         }
     }
 }
+
+#[test]
+fn a_param_is_read_alone_escaped_or_not_the_last_when_twice() {
+    let msg = |params: &str| {
+        format!(r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{params}}}"#)
+    };
+    let body = msg(r#"{"arguments":{"text":"a \"big\" one","n":[1,2,{"x":null}]},"name":"echo"}"#);
+    assert_eq!(
+        one(body.as_bytes()).unwrap().param_str("name").as_deref(),
+        Some("echo")
+    );
+    // Names and values escaped; a member given twice keeps its last value, as a map would.
+    let body = msg(r#"{"n\u0061me":"first","name":"l\u00e9\"st"}"#);
+    assert_eq!(
+        one(body.as_bytes()).unwrap().param_str("name").as_deref(),
+        Some("lé\"st")
+    );
+    for params in [
+        r#"{"name":7}"#,
+        r#"{"other":"x"}"#,
+        r#"["name"]"#,
+        "null",
+        r#"{"name":null}"#,
+    ] {
+        let body = msg(params);
+        assert_eq!(
+            one(body.as_bytes()).unwrap().param_str("name"),
+            None,
+            "{params}"
+        );
+    }
+}
