@@ -18,11 +18,11 @@ use http_body_util::{BodyExt, Full, Limited};
 use hyper_util::client::legacy::Client as Legacy;
 use hyper_util::rt::TokioExecutor;
 use opentelemetry::Context;
-use opentelemetry_http::{HttpClient, HttpError, Request, Response};
 use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::trace::{Span, SpanData, SpanExporter, SpanProcessor};
 use tokio::sync::{mpsc, oneshot};
 
+use crate::errors::BoxError;
 use crate::metrics::SpanCounts;
 use crate::upstream::UpstreamConnector;
 
@@ -165,8 +165,8 @@ impl<E: SpanExporter> Exporter<E> {
     }
 }
 
-/// holdfast's HTTP client for the OTLP exporter: the upstream connector (the same resolution,
-/// TCP and TLS), a fresh pool of its own, a time limit on the whole exchange.
+/// holdfast's HTTP client for the exporter: the upstream connector (the same resolution, TCP
+/// and TLS), a pool of its own, a time limit on the whole exchange.
 pub(super) struct Sender {
     client: Legacy<UpstreamConnector, Full<Bytes>>,
     timeout: Duration,
@@ -185,24 +185,26 @@ impl Sender {
             .build(connector);
         Sender { client, timeout }
     }
-}
 
-impl std::fmt::Debug for Sender {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Sender")
-            .field("timeout", &self.timeout)
-            .finish()
-    }
-}
-
-#[async_trait::async_trait]
-impl HttpClient for Sender {
-    async fn send_bytes(&self, request: Request<Bytes>) -> Result<Response<Bytes>, HttpError> {
+    /// POSTs `body` (an encoded ExportTraceServiceRequest) to `uri` with `headers`: the status
+    /// the collector answered, its body read (at most [`MAX_ANSWER`]) and let go.
+    pub(super) async fn post(
+        &self,
+        uri: &http::Uri,
+        headers: &http::HeaderMap,
+        body: Bytes,
+    ) -> Result<http::StatusCode, BoxError> {
+        let mut request = http::Request::post(uri.clone())
+            .header(http::header::CONTENT_TYPE, "application/x-protobuf")
+            .body(Full::new(body))?;
+        request.headers_mut().extend(headers.clone());
         let exchange = async {
-            let answer = self.client.request(request.map(Full::new)).await?;
-            let (head, body) = answer.into_parts();
-            let body = Limited::new(body, MAX_ANSWER).collect().await?.to_bytes();
-            Ok::<_, HttpError>(Response::from_parts(head, body))
+            let answer = self.client.request(request).await?;
+            let status = answer.status();
+            Limited::new(answer.into_body(), MAX_ANSWER)
+                .collect()
+                .await?;
+            Ok::<_, BoxError>(status)
         };
         match tokio::time::timeout(self.timeout, exchange).await {
             Ok(answer) => answer,

@@ -11,6 +11,7 @@
 //! line that is written.
 
 mod export;
+mod otlp;
 pub mod trace;
 
 use std::future::Future;

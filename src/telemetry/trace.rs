@@ -26,11 +26,12 @@ use opentelemetry::trace::{
 };
 use opentelemetry::{Context, KeyValue};
 use opentelemetry_sdk::propagation::TraceContextPropagator;
-use opentelemetry_sdk::trace::{Sampler, SdkTracer, SdkTracerProvider, Span, SpanExporter};
+use opentelemetry_sdk::trace::{Sampler, SdkTracer, SdkTracerProvider, Span};
 use opentelemetry_sdk::Resource;
 use tokio_util::task::AbortOnDropHandle;
 
 use super::export::{self, Flush};
+use super::otlp;
 use crate::config;
 use crate::metrics::SpanCounts;
 
@@ -51,8 +52,8 @@ pub enum TraceError {
     },
     #[error("the system's CA certificates for the https:// OTLP endpoint")]
     Roots(#[source] crate::tls::TlsError),
-    #[error("building the OTLP exporter")]
-    Exporter(#[source] opentelemetry_otlp::ExporterBuildError),
+    #[error("{0}")]
+    Headers(String),
 }
 
 /// Tracing, on: the tracer, and the task exporting its spans (stopped when this is dropped).
@@ -89,18 +90,11 @@ impl Tracing {
             }
             _ => None,
         };
-        let mut exporter = {
-            use opentelemetry_otlp::{WithExportConfig, WithHttpConfig};
-            opentelemetry_otlp::SpanExporter::builder()
-                .with_http()
-                .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
-                .with_endpoint(endpoint.to_string())
-                .with_http_client(export::Sender::new(tls, cfg.export_timeout))
-                .build()
-                .map_err(TraceError::Exporter)?
-        };
+        let headers =
+            otlp::env_headers(|name| std::env::var(name).ok()).map_err(TraceError::Headers)?;
         let resource = resource(cfg.service_name.as_deref());
-        exporter.set_resource(&resource);
+        let sender = export::Sender::new(tls, cfg.export_timeout);
+        let exporter = otlp::Otlp::new(endpoint.clone(), headers, sender, &resource);
         let (queue, task, flush) = export::queue(cfg.queue_size, exporter, counts);
         let sampler = Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(cfg.sample_ratio)));
         let provider = SdkTracerProvider::builder()
@@ -133,9 +127,7 @@ impl Tracing {
     /// The server span of a request, begun now: a child of the client's `traceparent` in
     /// `headers`, if it sent one.
     pub fn serve(&self, req: &Incoming<'_>) -> Box<RequestSpan> {
-        let parent = self
-            .propagator
-            .extract(&opentelemetry_http::HeaderExtractor(req.headers));
+        let parent = self.propagator.extract(&Extracting(req.headers));
         let mut attributes = vec![
             KeyValue::new("http.request.method", req.method.as_str().to_owned()),
             KeyValue::new("url.path", req.path.to_owned()),
@@ -307,6 +299,19 @@ impl RequestSpan {
             span.set_attribute(KeyValue::new("http.response.body.size", bytes));
         }
         span.end();
+    }
+}
+
+/// The client's trace headers, read from its request.
+struct Extracting<'a>(&'a HeaderMap);
+
+impl opentelemetry::propagation::Extractor for Extracting<'_> {
+    fn get(&self, key: &str) -> Option<&str> {
+        self.0.get(key).and_then(|v| v.to_str().ok())
+    }
+
+    fn keys(&self) -> Vec<&str> {
+        self.0.keys().map(HeaderName::as_str).collect()
     }
 }
 

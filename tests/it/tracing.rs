@@ -59,7 +59,12 @@ fn event<'a>(span: &'a Value, name: &str) -> Option<&'a Value> {
 async fn a_held_then_replayed_call_is_one_trace_under_the_clients_traceparent() {
     let (mut otlp, endpoint) = receiver(None).await;
     let upstream = Reserved::new();
-    let mut proxy = Running::start(&mut traced(&upstream.url(), &endpoint));
+    let mut proxy = Running::start(
+        traced(&upstream.url(), &endpoint)
+            // The standard variables: the exporter's headers, the resource's attributes.
+            .env("OTEL_EXPORTER_OTLP_HEADERS", "api-key=s3cret%21")
+            .env("OTEL_RESOURCE_ATTRIBUTES", "k8s.pod.name=pod-1"),
+    );
     let (listen, admin) = proxy.addresses();
     let traceparent = format!("00-{TRACE_ID}-{CLIENT_SPAN}-01");
     let call = tokio::spawn(async move {
@@ -93,11 +98,16 @@ async fn a_held_then_replayed_call_is_one_trace_under_the_clients_traceparent() 
             "one trace, the client's: {span}"
         );
         assert_eq!(span["resource"]["service.name"], "holdfast", "{span}");
+        assert_eq!(span["resource"]["k8s.pod.name"], "pod-1", "{span}");
+        assert_eq!(span["scope"], "holdfast");
         assert_eq!(span["content_type"], "application/x-protobuf");
+        assert_eq!(span["api_key"], "s3cret!");
     }
 
     assert_eq!(server["kind"], "server", "{server}");
     assert_eq!(server["parent_span_id"], CLIENT_SPAN, "{server}");
+    // Sampled (the client said so), and its parent known to be remote.
+    assert_eq!(server["flags"], 0x301, "{server}");
     assert_eq!(server["name"], "tools/call count", "{server}");
     let attrs = &server["attributes"];
     assert_eq!(attrs["http.request.method"], "POST");
@@ -127,6 +137,7 @@ async fn a_held_then_replayed_call_is_one_trace_under_the_clients_traceparent() 
         assert_eq!(attempt["name"], "POST");
         assert_eq!(attempt["attributes"]["server.address"], "127.0.0.1");
     }
+    assert_eq!(refused["flags"], 0x101, "a local parent: {refused}");
     assert_eq!(refused["attributes"]["error.type"], "connect_refused");
     assert_eq!(refused["status"], "error");
     assert_eq!(replayed["attributes"]["http.response.status_code"], 200);

@@ -5,7 +5,8 @@ Usage: python otlp_receiver.py [--status N]
 
 Prints one JSON object per line on stdout: first {"listening": PORT}, then one per span received,
 flattened: ids in hex, attributes and event attributes as plain values, the resource's
-attributes under "resource". Answers every POST to /v1/traces with an empty
+attributes under "resource", the scope's name, the span's flags and the export's `api-key`
+header. Answers every POST to /v1/traces with an empty
 ExportTraceServiceResponse, or with status N (and no body) when --status says so, to show what
 holdfast does when its collector refuses.
 """
@@ -73,6 +74,9 @@ class Handler(BaseHTTPRequestHandler):
                             "start": span.start_time_unix_nano,
                             "end": span.end_time_unix_nano,
                             "resource": resource,
+                            "scope": ss.scope.name,
+                            "flags": span.flags,
+                            "api_key": self.headers.get("api-key"),
                             "content_type": self.headers.get("content-type"),
                         }
                     )
