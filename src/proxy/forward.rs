@@ -192,7 +192,8 @@ impl Proxy {
         if let Some(method) = mcp {
             self.metrics.mcp_requests.inc(method);
         }
-        if self.access_log || ex.trace.is_some() {
+        let traced = ex.trace.as_ref().is_some_and(|span| span.is_recording());
+        if self.access_log || traced {
             let (handle, headers) = (&ex.handle, &ex.target.headers);
             let described = super::access::Described::of(mcp, handle, headers, &self.idempotency);
             ex.described = Some(described);

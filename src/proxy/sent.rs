@@ -101,7 +101,7 @@ impl Ends {
             lived: s.opened.elapsed(),
         });
         if let Some(span) = self.span {
-            if let Some(s) = &stream {
+            if let (Some(s), true) = (&stream, span.is_recording()) {
                 let attributes = vec![
                     KeyValue::new("holdfast.reason", s.reason.as_str()),
                     KeyValue::new(

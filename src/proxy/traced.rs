@@ -81,6 +81,9 @@ pub(super) fn noted(event: &Event, step: &Step) -> [Option<Noted>; 2] {
 
 /// Adds the events of a transition to `span`.
 pub(super) fn record(span: &RequestSpan, event: &Event, step: &Step) {
+    if !span.is_recording() {
+        return;
+    }
     for noted in noted(event, step).into_iter().flatten() {
         let (name, attributes) = noted.event();
         span.event(name, attributes);

@@ -93,10 +93,20 @@ impl Writer {
         self.key(field, LEN);
         let start = self.buf.len();
         f(self);
-        let len = (self.buf.len() - start) as u64;
-        let mut head = Writer::default();
-        head.varint(len);
-        self.buf.splice(start..start, head.buf);
+        let mut len = (self.buf.len() - start) as u64;
+        let mut head = [0u8; 10];
+        let mut n = 0;
+        while len >= 0x80 {
+            head[n] = (len as u8) | 0x80;
+            len >>= 7;
+            n += 1;
+        }
+        head[n] = len as u8;
+        n += 1;
+        let end = self.buf.len();
+        self.buf.resize(end + n, 0);
+        self.buf.copy_within(start..end, start + n);
+        self.buf[start..start + n].copy_from_slice(&head[..n]);
     }
 
     fn key_value(&mut self, field: u32, kv: &KeyValue) {

@@ -128,25 +128,30 @@ impl Tracing {
     /// `headers`, if it sent one.
     pub fn serve(&self, req: &Incoming<'_>) -> Box<RequestSpan> {
         let parent = self.propagator.extract(&Extracting(req.headers));
-        let mut attributes = vec![
-            KeyValue::new("http.request.method", req.method.as_str().to_owned()),
-            KeyValue::new("url.path", req.path.to_owned()),
-            KeyValue::new("network.protocol.version", protocol_version(req.version)),
-            KeyValue::new("client.address", req.client.to_string()),
-        ];
-        if let Ok(id) = req.request_id.to_str() {
-            attributes.push(KeyValue::new("holdfast.request_id", id.to_owned()));
-        }
-        let span = self
+        let mut span = self
             .tracer
             .span_builder(http_method_name(req.method))
             .with_kind(SpanKind::Server)
-            .with_attributes(attributes)
             .start_with_context(&self.tracer, &parent);
+        // A span sampled out is not recorded: nothing is made for it (its attributes, the
+        // request's tool name) but the context its attempts pass on.
+        let recording = span.is_recording();
+        if recording {
+            span.set_attributes([
+                KeyValue::new("http.request.method", method_value(req.method)),
+                KeyValue::new("url.path", req.path.to_owned()),
+                KeyValue::new("network.protocol.version", protocol_version(req.version)),
+                KeyValue::new("client.address", req.client.to_string()),
+            ]);
+            if let Ok(id) = req.request_id.to_str() {
+                span.set_attribute(KeyValue::new("holdfast.request_id", id.to_owned()));
+            }
+        }
         Box::new(RequestSpan {
             cx: parent.with_span(span),
             attempt: None,
             attempts: 0,
+            recording,
         })
     }
 }
@@ -170,6 +175,8 @@ pub struct RequestSpan {
     attempt: Option<Span>,
     /// Attempts begun so far.
     attempts: u32,
+    /// The trace is recorded (sampled in).
+    recording: bool,
 }
 
 /// What an attempt's span tells of its end.
@@ -198,6 +205,12 @@ impl RequestSpan {
         self.cx.span().add_event(name, attributes);
     }
 
+    /// Whether the trace is recorded: what is told only to a recorded span need not be made
+    /// otherwise.
+    pub fn is_recording(&self) -> bool {
+        self.recording
+    }
+
     /// Begins an attempt's client span (ending the one before, if it is still open) and writes
     /// its `traceparent` (and the trace's `tracestate`) into `headers`, the attempt's request.
     pub fn attempt(
@@ -210,27 +223,28 @@ impl RequestSpan {
         if let Some(mut open) = self.attempt.take() {
             open.end();
         }
-        let mut attributes = vec![
-            KeyValue::new("http.request.method", method.as_str().to_owned()),
-            KeyValue::new("url.path", uri.path().to_owned()),
-        ];
-        if let Some(host) = uri.host() {
-            attributes.push(KeyValue::new("server.address", host.to_owned()));
-        }
-        if let Some(port) = uri.port_u16() {
-            attributes.push(KeyValue::new("server.port", i64::from(port)));
-        }
-        if self.attempts > 0 {
-            let resends = i64::from(self.attempts);
-            attributes.push(KeyValue::new("http.request.resend_count", resends));
-        }
-        self.attempts += 1;
-        let span = tracing
+        let mut span = tracing
             .tracer
             .span_builder(http_method_name(method))
             .with_kind(SpanKind::Client)
-            .with_attributes(attributes)
             .start_with_context(&tracing.tracer, &self.cx);
+        if self.recording {
+            span.set_attributes([
+                KeyValue::new("http.request.method", method_value(method)),
+                KeyValue::new("url.path", uri.path().to_owned()),
+            ]);
+            if let Some(host) = uri.host() {
+                span.set_attribute(KeyValue::new("server.address", host.to_owned()));
+            }
+            if let Some(port) = uri.port_u16() {
+                span.set_attribute(KeyValue::new("server.port", i64::from(port)));
+            }
+            if self.attempts > 0 {
+                let resends = i64::from(self.attempts);
+                span.set_attribute(KeyValue::new("http.request.resend_count", resends));
+            }
+        }
+        self.attempts += 1;
         let cx = Context::new().with_remote_span_context(span.span_context().clone());
         tracing
             .propagator
@@ -243,6 +257,9 @@ impl RequestSpan {
         let Some(mut span) = self.attempt.take() else {
             return;
         };
+        if !self.recording {
+            return span.end();
+        }
         match end {
             AttemptEnd::Answered(status) => {
                 span.set_attribute(KeyValue::new(
@@ -265,6 +282,9 @@ impl RequestSpan {
 
     /// Tells the server span how the request was answered.
     pub fn answered(&mut self, a: &Answered<'_>) {
+        if !self.recording {
+            return;
+        }
         let span = self.cx.span();
         let status = i64::from(a.status);
         span.set_attribute(KeyValue::new("http.response.status_code", status));
@@ -294,7 +314,7 @@ impl RequestSpan {
             open.end();
         }
         let span = self.cx.span();
-        if let Some(bytes) = bytes_out {
+        if let (Some(bytes), true) = (bytes_out, self.recording) {
             let bytes = i64::try_from(bytes).unwrap_or(i64::MAX);
             span.set_attribute(KeyValue::new("http.response.body.size", bytes));
         }
@@ -347,6 +367,15 @@ fn http_method_name(method: &Method) -> &'static str {
         Method::OPTIONS => "OPTIONS",
         Method::PATCH => "PATCH",
         _ => "HTTP",
+    }
+}
+
+/// `http.request.method`: the method, or `_OTHER` for one HTTP does not define (the HTTP
+/// conventions: a client's made-up method must not make the attribute unbounded).
+fn method_value(method: &Method) -> &'static str {
+    match http_method_name(method) {
+        "HTTP" => "_OTHER",
+        known => known,
     }
 }
 

@@ -244,3 +244,39 @@ async fn with_tracing_off_the_clients_trace_headers_pass_untouched() {
         .unwrap();
     up.stop().await;
 }
+
+#[tokio::test]
+async fn a_trace_begun_here_is_sampled_at_the_ratio_and_a_clients_sampled_one_always() {
+    let (mut otlp, endpoint) = receiver(None).await;
+    let up =
+        Upstream::start(|seen: http::Seen| async move { response(200, &[JSON], seen.body) }).await;
+    let mut proxy =
+        Running::start(traced(&up.url(), &endpoint).env("HOLDFAST_TRACING__SAMPLE_RATIO", "0"));
+    let (listen, admin) = proxy.addresses();
+    let url = format!("http://{listen}/mcp");
+    let ping = r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
+    assert_eq!(request("POST", &url, &[JSON], ping).await.status, 200);
+    let sampled = format!("00-{TRACE_ID}-{CLIENT_SPAN}-01");
+    let said = [JSON, ("traceparent", sampled.as_str())];
+    assert_eq!(request("POST", &url, &said, ping).await.status, 200);
+
+    let seen = up.seen();
+    // Not recorded, but its context still goes on, marked not sampled, so the server's own
+    // spans follow the decision.
+    let unsampled = seen[0].headers["traceparent"].to_str().unwrap();
+    assert!(unsampled.ends_with("-00"), "{unsampled}");
+    let followed = seen[1].headers["traceparent"].to_str().unwrap();
+    assert!(followed.starts_with(&format!("00-{TRACE_ID}-")) && followed.ends_with("-01"));
+
+    // Both requests' spans would go in one batch: only the client's trace was recorded.
+    let series = r#"holdfast_trace_spans_total{outcome="exported"}"#;
+    let exported = metric_until_at(&admin.to_string(), series, |v| v >= 2.0).await;
+    assert_eq!(exported, 2.0);
+    for span in spans(&mut otlp, 2).await {
+        assert_eq!(span["trace_id"], TRACE_ID, "{span}");
+    }
+    tokio::task::spawn_blocking(move || proxy.terminate())
+        .await
+        .unwrap();
+    up.stop().await;
+}
