@@ -19,7 +19,6 @@ use std::time::Duration;
 
 use http::{HeaderMap, HeaderValue};
 
-use super::sent::StreamEnded;
 use super::{request_id, Note};
 use crate::config::TrustedProxies;
 use crate::idempotent::Idempotency;
@@ -218,6 +217,14 @@ pub(super) struct Line {
     described: Option<Box<Described>>,
 }
 
+/// How an event stream ended, as its line says.
+pub(super) struct StreamEnded {
+    /// Why (src/proxy/sent.rs names the reasons).
+    pub reason: &'static str,
+    pub events: u64,
+    pub lived: Duration,
+}
+
 /// What is written when the answer's body ends.
 pub(super) enum Tail {
     Line(Box<(Box<Entry>, Line)>),
@@ -248,7 +255,7 @@ impl Tail {
                     request_id = request_id::as_str(&entry.id),
                     client = %entry.client,
                     path = entry.path,
-                    reason = stream.reason.as_str(),
+                    reason = stream.reason,
                     events = stream.events,
                     bytes_out,
                     duration_ms = millis(stream.lived),

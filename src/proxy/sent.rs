@@ -7,7 +7,6 @@
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Duration;
 
 use bytes::Bytes;
 use http::Response;
@@ -16,7 +15,7 @@ use http_body_util::BodyExt;
 use opentelemetry::KeyValue;
 use tokio::time::Instant;
 
-use super::access::Tail;
+use super::access::{StreamEnded, Tail};
 use super::body::{IdleTimeout, ProxyBody};
 use super::ending::{Ending, Phase};
 use crate::errors::BoxError;
@@ -59,13 +58,6 @@ impl StreamEnd {
     }
 }
 
-/// How an event stream ended.
-pub(super) struct StreamEnded {
-    pub reason: StreamEnd,
-    pub events: u64,
-    pub lived: Duration,
-}
-
 /// Room kept per line while counting a stream's events: the count needs no field's value.
 const EVENT_LINE_CAP: usize = 16;
 
@@ -96,14 +88,15 @@ impl Ends {
                     StreamEnd::Shutdown
                 }
                 end => end,
-            },
+            }
+            .as_str(),
             events: s.count,
             lived: s.opened.elapsed(),
         });
         if let Some(span) = self.span {
             if let (Some(s), true) = (&stream, span.is_recording()) {
                 let attributes = vec![
-                    KeyValue::new("holdfast.reason", s.reason.as_str()),
+                    KeyValue::new("holdfast.reason", s.reason),
                     KeyValue::new(
                         "holdfast.events",
                         i64::try_from(s.events).unwrap_or(i64::MAX),
@@ -223,6 +216,7 @@ impl Body for Sent {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     #[test]
     fn stream_ends_are_named() {
