@@ -33,11 +33,13 @@
 //! - [`rlimit`]: raising the open-file limit at start.
 //! - [`metrics`]: Prometheus metrics, registered explicitly.
 //! - [`admin`]: `/metrics`, `/healthz`, `/readyz`, and the readiness flag the server sets.
-//! - [`telemetry`]: logging setup.
+//! - [`telemetry`]: logging setup, request ids on log lines, OpenTelemetry traces.
+//! - [`bridge`]: the era bridge's translations (issue 48; not yet reached by requests).
 //! - [`probe`]: `holdfast probe`, diagnosing an MCP endpoint.
 //! - [`demo`]: `holdfast demo`, a self-contained demonstration.
 
 pub mod admin;
+pub mod bridge;
 pub mod classify;
 pub mod cli;
 pub mod config;

@@ -1,0 +1,151 @@
+use serde_json::json;
+
+use super::*;
+
+/// A `tools/call` as the Python SDK's client pinned to 2026-07-28 sent it (design 1.1), with
+/// a progress token and a foreign `_meta` key beside the envelope.
+fn modern_call() -> Vec<u8> {
+    serde_json::to_vec(&json!({
+        "jsonrpc": "2.0", "id": 3, "method": "tools/call",
+        "params": {"name": "echo", "arguments": {"text": "hi"}, "_meta": {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientInfo": {"name": "mcp", "version": "0.1.0"},
+            "io.modelcontextprotocol/clientCapabilities": {"elicitation": {"form": {}}, "roots": {"listChanged": true}},
+            "io.modelcontextprotocol/logLevel": "info",
+            "progressToken": "p-1",
+            "com.example/trace": "x"
+        }}
+    }))
+    .unwrap()
+}
+
+fn parse(body: &[u8]) -> Value {
+    serde_json::from_slice(body).unwrap()
+}
+
+#[test]
+fn a_modern_request_loses_its_envelope_and_gets_the_sessions_id() {
+    let legacy = request_to_legacy(&modern_call(), 41).unwrap();
+    assert_eq!(legacy.method, "tools/call");
+    assert_eq!(legacy.client_id, json!(3));
+    assert_eq!(
+        legacy.envelope.client_info,
+        Some(json!({"name": "mcp", "version": "0.1.0"}))
+    );
+    assert_eq!(legacy.envelope.log_level.as_deref(), Some("info"));
+    assert_eq!(
+        parse(&legacy.body),
+        json!({
+            "jsonrpc": "2.0", "id": 41, "method": "tools/call",
+            "params": {"name": "echo", "arguments": {"text": "hi"},
+                       "_meta": {"progressToken": "p-1", "com.example/trace": "x"}}
+        })
+    );
+    // Nothing but the envelope in `_meta`: no `_meta` at all.
+    let list = json!({"jsonrpc": "2.0", "id": "a", "method": "tools/list", "params": {"_meta": {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28"}}});
+    let legacy = request_to_legacy(&serde_json::to_vec(&list).unwrap(), 1).unwrap();
+    assert_eq!(legacy.client_id, json!("a"));
+    assert_eq!(
+        parse(&legacy.body),
+        json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}})
+    );
+}
+
+#[test]
+fn what_is_not_a_request_is_refused_with_the_reason() {
+    for (body, want) in [
+        (&b"not json"[..], "not one JSON-RPC"),
+        (
+            br#"{"jsonrpc":"1.0","id":1,"method":"x"}"#,
+            "not one JSON-RPC",
+        ),
+        (
+            br#"[{"jsonrpc":"2.0","id":1,"method":"x"}]"#,
+            "not one JSON-RPC",
+        ),
+        (
+            br#"{"jsonrpc":"2.0","method":"notifications/x"}"#,
+            "not a request",
+        ),
+        (
+            br#"{"jsonrpc":"2.0","id":null,"method":"x"}"#,
+            "not a request",
+        ),
+    ] {
+        let e = request_to_legacy(body, 1).unwrap_err().to_string();
+        assert!(e.contains(want), "{}: {e}", String::from_utf8_lossy(body));
+    }
+}
+
+#[test]
+fn a_legacy_answer_gets_the_clients_id_and_what_a_modern_client_requires() {
+    let client_id = json!("c-7");
+    let list = br#"{"jsonrpc":"2.0","id":41,"result":{"tools":[{"name":"echo","inputSchema":{"type":"object"}}]}}"#;
+    let got = parse(&answer_to_modern(list, &client_id, "tools/list").unwrap());
+    assert_eq!(got["id"], client_id);
+    assert_eq!(got["result"]["resultType"], "complete");
+    assert_eq!(got["result"]["ttlMs"], 0);
+    assert_eq!(got["result"]["cacheScope"], "private");
+    assert_eq!(got["result"]["tools"][0]["name"], "echo");
+    // A call's result is not cached: no ttlMs; what the server said itself is kept.
+    let call = br#"{"jsonrpc":"2.0","id":42,"result":{"content":[],"isError":true,"resultType":"complete"}}"#;
+    let got = parse(&answer_to_modern(call, &json!(3), "tools/call").unwrap());
+    assert_eq!(got["result"]["isError"], true);
+    assert!(got["result"].get("ttlMs").is_none(), "{got}");
+    // An error passes with the client's id.
+    let err = br#"{"jsonrpc":"2.0","id":43,"error":{"code":-32602,"message":"bad"}}"#;
+    let got = parse(&answer_to_modern(err, &json!(3), "tools/call").unwrap());
+    assert_eq!(
+        got,
+        json!({"jsonrpc": "2.0", "id": 3, "error": {"code": -32602, "message": "bad"}})
+    );
+    // A request from the server is not an answer.
+    let s2c = br#"{"jsonrpc":"2.0","id":1,"method":"elicitation/create","params":{}}"#;
+    assert_eq!(
+        answer_to_modern(s2c, &json!(3), "tools/call"),
+        Err(WireError::NotResponse)
+    );
+}
+
+#[test]
+fn the_bridges_initialize_speaks_for_the_client_at_the_legacy_version() {
+    let envelope = request_to_legacy(&modern_call(), 1).unwrap().envelope;
+    let init = parse(&legacy_initialize(&envelope, 0));
+    assert_eq!(init["method"], "initialize");
+    assert_eq!(init["params"]["protocolVersion"], LEGACY);
+    assert_eq!(init["params"]["clientInfo"]["name"], "mcp");
+    assert_eq!(
+        init["params"]["capabilities"],
+        json!({"elicitation": {"form": {}}, "roots": {}}),
+        "roots.listChanged is a notification a 2026 client never sends"
+    );
+    let bare = parse(&legacy_initialize(&Envelope::default(), 0));
+    assert_eq!(bare["params"]["clientInfo"]["name"], "holdfast");
+    assert_eq!(bare["params"]["capabilities"], json!({}));
+}
+
+#[test]
+fn headers_lose_the_modern_routing_and_carry_the_session() {
+    let mut h = HeaderMap::new();
+    for (k, v) in [
+        ("mcp-protocol-version", MODERN),
+        ("mcp-method", "tools/call"),
+        ("mcp-name", "echo"),
+        ("mcp-param-region", "eu"),
+        ("content-length", "99"),
+        ("authorization", "Bearer t"),
+    ] {
+        h.insert(k, HeaderValue::from_static(v));
+    }
+    assert!(is_modern(&h));
+    headers_to_legacy(&mut h, LEGACY, HeaderValue::from_static("hf1.token"));
+    assert!(!is_modern(&h));
+    let mut names: Vec<&str> = h.keys().map(|k| k.as_str()).collect();
+    names.sort_unstable();
+    assert_eq!(
+        names,
+        ["authorization", "mcp-protocol-version", "mcp-session-id"]
+    );
+    assert_eq!(h["mcp-protocol-version"], LEGACY);
+}
