@@ -180,17 +180,7 @@ async fn an_event_streams_end_is_logged_with_its_events_bytes_lifetime_and_reaso
     let ended_len = got.body.len();
 
     // A stream the client leaves: read its first event, then close the connection.
-    let mut client = tokio::net::TcpStream::connect(listen).await.unwrap();
-    let get = format!("GET /open HTTP/1.1\r\nhost: {listen}\r\nx-request-id: left\r\n\r\n");
-    client.write_all(get.as_bytes()).await.unwrap();
-    let mut seen = Vec::new();
-    while !String::from_utf8_lossy(&seen).contains("data: first") {
-        let mut buf = [0u8; 1024];
-        let n = client.read(&mut buf).await.unwrap();
-        assert!(n > 0, "the stream ended early");
-        seen.extend_from_slice(&buf[..n]);
-    }
-    drop(client);
+    drop(open_stream(listen, "/open", "left").await);
     proxy.wait_for_line(r#""reason":"client_gone""#);
 
     let (_, stderr) = tokio::task::spawn_blocking(move || proxy.terminate())
