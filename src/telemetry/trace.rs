@@ -179,6 +179,32 @@ pub struct RequestSpan {
     recording: bool,
 }
 
+/// See [`RequestSpan::cut_handle`].
+pub struct CutHandle {
+    cx: Context,
+    recording: bool,
+}
+
+impl CutHandle {
+    /// Ends the server span of a request that got no answer: `status` as counted (499, or 503
+    /// for holdfast's drain), `action` as the access log's.
+    pub fn cut(self, status: u16, action: &'static str) {
+        let span = self.cx.span();
+        if self.recording {
+            span.set_attribute(KeyValue::new(
+                "http.response.status_code",
+                i64::from(status),
+            ));
+            span.set_attribute(KeyValue::new("holdfast.action", action));
+            if status >= 500 {
+                span.set_attribute(KeyValue::new("error.type", status.to_string()));
+                span.set_status(Status::error(""));
+            }
+        }
+        span.end();
+    }
+}
+
 /// What an attempt's span tells of its end.
 pub enum AttemptEnd {
     /// An answer with this status came (a router's or the application's).
@@ -203,6 +229,16 @@ impl RequestSpan {
     /// `attributes`.
     pub fn event(&self, name: &'static str, attributes: Vec<KeyValue>) {
         self.cx.span().add_event(name, attributes);
+    }
+
+    /// A second handle on the server span, for whoever must end it if this is dropped with the
+    /// request unanswered (its client gone, holdfast's drain cut it): the span ends once, with
+    /// what the handle says, whichever of the two goes first.
+    pub fn cut_handle(&self) -> CutHandle {
+        CutHandle {
+            cx: self.cx.clone(),
+            recording: self.recording,
+        }
     }
 
     /// Whether the trace is recorded: what is told only to a recorded span need not be made

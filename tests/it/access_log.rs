@@ -1,7 +1,7 @@
 //! The access log's fuller lines: the request id, the client after the trusted proxies, bytes
 //! in and out, the MCP method and a bounded tool name; an event stream's end with its events,
 //! bytes, lifetime and reason; and the request's id on every other line logged about it (a
-//! `request_id` key, src/telemetry.rs).
+//! `request_id` key, src/telemetry/mod.rs).
 
 use std::sync::{Arc, Mutex};
 

@@ -280,3 +280,42 @@ async fn a_trace_begun_here_is_sampled_at_the_ratio_and_a_clients_sampled_one_al
         .unwrap();
     up.stop().await;
 }
+
+#[tokio::test]
+async fn a_client_gone_while_held_ends_its_span_as_counted() {
+    let (mut otlp, endpoint) = receiver(None).await;
+    let upstream = Reserved::new();
+    let mut proxy = Running::start(&mut traced(&upstream.url(), &endpoint));
+    let (listen, admin) = proxy.addresses();
+    let body = r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
+    let mut client = tokio::net::TcpStream::connect(listen).await.unwrap();
+    let post = format!(
+        "POST /mcp HTTP/1.1\r\nhost: {listen}\r\ncontent-type: application/json\r\n\
+         x-request-id: gone\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    tokio::io::AsyncWriteExt::write_all(&mut client, post.as_bytes())
+        .await
+        .unwrap();
+    metric_until_at(&admin.to_string(), "holdfast_held_requests", |v| v >= 1.0).await;
+    drop(client);
+    // The refused attempt's span, then the server span, cut.
+    let got = spans(&mut otlp, 2).await;
+    let server = got
+        .iter()
+        .find(|s| s["kind"] == "server")
+        .unwrap_or_else(|| panic!("{got:?}"));
+    assert_eq!(server["attributes"]["holdfast.request_id"], "gone");
+    assert_eq!(
+        server["attributes"]["http.response.status_code"], 499,
+        "{server}"
+    );
+    assert_eq!(
+        server["attributes"]["holdfast.action"], "client_gone",
+        "{server}"
+    );
+    assert!(event(server, "held").is_some(), "{server}");
+    tokio::task::spawn_blocking(move || proxy.terminate())
+        .await
+        .unwrap();
+}

@@ -14,7 +14,7 @@ use crate::proxy::{
     Note, CANCELLED, CLIENT_CLOSED_REQUEST, CLIENT_GONE, SHUTDOWN, SHUTDOWN_STATUS,
 };
 use crate::replay::ClientBody;
-use crate::telemetry::trace::{Answered, Incoming, RequestSpan};
+use crate::telemetry::trace::{Answered, CutHandle, Incoming, RequestSpan};
 
 /// A request not yet counted and logged. Every request is, exactly once: when its answer is
 /// ready ([`Unfinished::finish`]), or, if its client goes away first and its future is dropped,
@@ -27,6 +27,9 @@ struct Unfinished<'a> {
     access: Option<Box<access::Entry>>,
     /// Its spans (only with tracing on), lent to the exchange while it is forwarded.
     span: Option<Box<RequestSpan>>,
+    /// The server span's other handle, to end it if the request's future is dropped while the
+    /// exchange holds the span.
+    cut: Option<CutHandle>,
     done: bool,
 }
 
@@ -91,9 +94,8 @@ impl Drop for Unfinished<'_> {
             if let Some(entry) = &self.access {
                 entry.unanswered(&self.method, status, &note, took);
             }
-            if let Some(mut span) = self.span.take() {
-                span.answered(&answered(status, &note, None));
-                span.end(None);
+            if let Some(cut) = self.cut.take() {
+                cut.cut(status, action);
             }
         }
     }
@@ -133,8 +135,10 @@ impl Proxy {
                     request_id: &id,
                 })
             }),
+            cut: None,
             done: false,
         };
+        unfinished.cut = unfinished.span.as_ref().map(|span| span.cut_handle());
         let mut begun = self.begin(req, peer);
         let answer = async move {
             // The exchange is used where it lies (moved into a local it would take room twice).
