@@ -216,3 +216,23 @@ fn a_param_is_read_alone_escaped_or_not_the_last_when_twice() {
         );
     }
 }
+
+#[test]
+fn a_calls_tool_is_read_in_one_pass_as_the_reader_reads_it() {
+    for body in [
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"arguments":{"t":"a \"b\""},"name":"echo"}}"#,
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"l\u00e9"}}"#,
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":7}}"#,
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":null}}"#,
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{}}"#,
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools/call"}"#,
+        r#"{"jsonrpc":"1.0","id":1,"method":"tools/call","params":{"name":"x"}}"#,
+        r#"[{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x"}}]"#,
+        "not json",
+    ] {
+        let reader = one(body.as_bytes()).and_then(|m| m.param_str("name"));
+        assert_eq!(call_tool_name(body.as_bytes()), reader, "{body}");
+    }
+    let named = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo"}}"#;
+    assert_eq!(call_tool_name(named.as_bytes()).as_deref(), Some("echo"));
+}

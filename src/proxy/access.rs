@@ -64,7 +64,7 @@ impl Described {
             let named = match headers.get(crate::idempotent::MCP_NAME) {
                 Some(name) => name.to_str().ok().map(str::to_owned),
                 None => handle
-                    .with_complete_body(|body| crate::jsonrpc::one(body)?.param_str("name"))
+                    .with_complete_body(crate::jsonrpc::call_tool_name)
                     .flatten(),
             };
             let host = headers.get(http::header::HOST);
