@@ -163,10 +163,7 @@ fn install(format: LogFormat, filter: EnvFilter) {
             let builder = builder
                 .map_event_format(WithRequestId)
                 .with_filter_reloading();
-            let handle = builder.reload_handle();
-            let _ = REFILTER.set(Box::new(move |f| {
-                handle.reload(f).map_err(|e| e.to_string())
-            }));
+            keep_refilter(builder.reload_handle());
             builder.init()
         }
         LogFormat::Json => {
@@ -175,13 +172,20 @@ fn install(format: LogFormat, filter: EnvFilter) {
                 .flatten_event(true)
                 .map_event_format(WithRequestId)
                 .with_filter_reloading();
-            let handle = builder.reload_handle();
-            let _ = REFILTER.set(Box::new(move |f| {
-                handle.reload(f).map_err(|e| e.to_string())
-            }));
+            keep_refilter(builder.reload_handle());
             builder.init()
         }
     }
+}
+
+/// Keeps `handle` as the installed subscriber's filter handle ([`set_level`]).
+fn keep_refilter<S: 'static>(handle: tracing_subscriber::reload::Handle<EnvFilter, S>)
+where
+    tracing_subscriber::reload::Handle<EnvFilter, S>: Send + Sync,
+{
+    let _ = REFILTER.set(Box::new(move |f| {
+        handle.reload(f).map_err(|e| e.to_string())
+    }));
 }
 
 #[cfg(test)]
