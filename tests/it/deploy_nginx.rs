@@ -521,35 +521,44 @@ async fn the_client_behind_nginx_sees_only_200s_while_the_backend_restarts() {
         "answers other than the application's 200: {failed:?}\n{}",
         nginx.log()
     );
+    let metrics = holdfast.metrics().await;
+    // What a failure below is read against: every answer and every counter.
+    let context = format!("answers: {answers:?}\nmetrics:\n{metrics}");
     // Each request reached the application exactly once: held, not lost, not repeated.
-    assert_eq!(seen_by_first + second.seen().len(), answers.len());
+    assert_eq!(
+        seen_by_first + second.seen().len(),
+        answers.len(),
+        "seen by the first instance {seen_by_first}, by the second {}\n{context}",
+        second.seen().len()
+    );
     let held = answers.iter().map(|a| a.took).max().unwrap();
     eprintln!(
         "deploy_nginx: {} requests through nginx, all 200; the held one took {held:?}",
         answers.len()
     );
 
-    let metrics = holdfast.metrics().await;
     // The one request that met the refused port was held once, released once (as the probe,
     // once something listened again) and replayed once.
-    assert_eq!(
-        metric_value(&metrics, "holdfast_holds_total{outcome=\"released\"}"),
-        1.0
-    );
-    assert_eq!(
-        metric_value(
-            &metrics,
-            "holdfast_rewrites_total{reason=\"connect_refused\",action=\"held\"}"
+    for (counter, expected) in [
+        ("holdfast_holds_total{outcome=\"released\"}", 1.0),
+        (
+            "holdfast_rewrites_total{reason=\"connect_refused\",action=\"held\"}",
+            1.0,
         ),
-        1.0
-    );
-    assert_eq!(metric_value(&metrics, "holdfast_replays_total"), 1.0);
-    assert_eq!(metric_value(&metrics, "holdfast_outages_total"), 1.0);
+        ("holdfast_replays_total", 1.0),
+        ("holdfast_outages_total", 1.0),
+    ] {
+        assert_eq!(
+            metric_value(&metrics, counter),
+            expected,
+            "{counter}\n{context}"
+        );
+    }
     for status in [404, 502, 503] {
         assert_eq!(
             requests_with_status(&metrics, status),
             0.0,
-            "status {status}"
+            "status {status}\n{context}"
         );
     }
 }

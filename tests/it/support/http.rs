@@ -114,6 +114,8 @@ pub struct Upstream {
     pub addr: SocketAddr,
     seen: Arc<Mutex<Vec<Seen>>>,
     tasks: JoinSet<()>,
+    /// Tells the accept loop to stop ([`Upstream::stop`]).
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
 }
 
 impl Upstream {
@@ -138,10 +140,15 @@ impl Upstream {
         let handler = Arc::new(handler);
         let mut tasks = JoinSet::new();
         let seen2 = seen.clone();
+        let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
         tasks.spawn(async move {
             let mut conns = JoinSet::new();
             loop {
-                let Ok((stream, _)) = listener.accept().await else {
+                let accepted = tokio::select! {
+                    _ = &mut stopped => break,
+                    accepted = listener.accept() => accepted,
+                };
+                let Ok((stream, _)) = accepted else {
                     continue;
                 };
                 let handler = handler.clone();
@@ -170,8 +177,19 @@ impl Upstream {
                         .await;
                 });
             }
+            // As a stopped container: the port closes, then every connection, before `stop`
+            // returns. Aborting the connections without waiting would leave them open until
+            // the runtime gets to them, and a request sent meanwhile would be read and then
+            // cut: no missing backend, but a server dying mid-request.
+            drop(listener);
+            conns.shutdown().await;
         });
-        Upstream { addr, seen, tasks }
+        Upstream {
+            addr,
+            seen,
+            tasks,
+            stop: Some(stop),
+        }
     }
 
     /// A router whose route to the application is gone: every request gets [`traefik_404`].
@@ -217,9 +235,13 @@ impl Upstream {
         .await
     }
 
-    /// Stops listening and drops every connection; returns once the port is closed.
+    /// Stops listening and closes every connection; returns once the port and every
+    /// connection are closed.
     pub async fn stop(mut self) {
-        self.tasks.shutdown().await;
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        while self.tasks.join_next().await.is_some() {}
     }
 }
 
