@@ -29,6 +29,16 @@ pub enum ClientBody {
     H1(crate::http1::conn::RequestBody),
     /// From hyper's HTTP/2.
     H2(Incoming),
+    /// Whole in memory: a request holdfast makes itself and sends through its own exchange (the
+    /// era bridge's translated requests). `None` once sent.
+    Memory(Option<Bytes>),
+}
+
+impl ClientBody {
+    /// A body of `bytes`, whole.
+    pub fn memory(bytes: impl Into<Bytes>) -> ClientBody {
+        ClientBody::Memory(Some(bytes.into()))
+    }
 }
 
 /// Why reading the client's request body failed.
@@ -57,6 +67,12 @@ impl Body for ClientBody {
             ClientBody::H2(body) => Pin::new(body)
                 .poll_frame(cx)
                 .map(|f| f.map(|r| r.map_err(ReadError::H2))),
+            ClientBody::Memory(bytes) => Poll::Ready(
+                bytes
+                    .take()
+                    .filter(|b| !b.is_empty())
+                    .map(|b| Ok(Frame::data(b))),
+            ),
         }
     }
 
@@ -64,6 +80,7 @@ impl Body for ClientBody {
         match self {
             ClientBody::H1(body) => body.is_end_stream(),
             ClientBody::H2(body) => body.is_end_stream(),
+            ClientBody::Memory(bytes) => bytes.as_ref().is_none_or(Bytes::is_empty),
         }
     }
 
@@ -71,6 +88,9 @@ impl Body for ClientBody {
         match self {
             ClientBody::H1(body) => body.size_hint(),
             ClientBody::H2(body) => body.size_hint(),
+            ClientBody::Memory(bytes) => {
+                SizeHint::with_exact(bytes.as_ref().map_or(0, |b| b.len() as u64))
+            }
         }
     }
 }

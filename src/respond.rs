@@ -169,6 +169,38 @@ pub fn handoff_to_self() -> Response<ProxyBody> {
     resp
 }
 
+/// 502 from the era bridge: the server's answer to a request of the bridge's own (the
+/// `initialize` opening a session for 2026-07-28 clients) could not be used. `why` says what it
+/// lacked; nothing of the client's request was sent.
+pub fn bridge_failed(why: &str) -> Response<ProxyBody> {
+    let mut resp = build(
+        StatusCode::BAD_GATEWAY,
+        "text/plain; charset=utf-8",
+        format!("the era bridge could not open a session on the server: {why}\n").into(),
+    );
+    resp.headers_mut()
+        .insert(REASON_HEADER, HeaderValue::from_static("bridge"));
+    resp
+}
+
+/// 202 with no body: a notification taken (the era bridge's answer to one a 2026-07-28 client
+/// sends, which has nothing to go to).
+pub fn accepted() -> Response<ProxyBody> {
+    let mut resp = Response::new(full(Bytes::new()));
+    *resp.status_mut() = StatusCode::ACCEPTED;
+    resp
+}
+
+/// `parts` with `body` whole: an upstream answer whose body holdfast rewrote (the era bridge's
+/// translations). Its length is the new body's.
+pub fn rewritten(mut parts: http::response::Parts, body: Bytes) -> Response<ProxyBody> {
+    parts.headers.remove(http::header::TRANSFER_ENCODING);
+    parts
+        .headers
+        .insert(http::header::CONTENT_LENGTH, HeaderValue::from(body.len()));
+    Response::from_parts(parts, full(body))
+}
+
 /// 200 with a text body (admin endpoints).
 pub fn ok_text(content_type: &'static str, body: String) -> Response<ProxyBody> {
     build(StatusCode::OK, content_type, body.into())

@@ -1,9 +1,245 @@
 //! The era bridge (issue 48, docs/design/era-bridge.md): 2026-07-28 clients in front of 2025
 //! servers, and 2025 clients in front of 2026-07-28-only servers.
 //!
-//! Built so far: [`wire`], the pure translations of build order step 1 (a 2026 `tools/list` or
-//! `tools/call` on a 2025 session, and its answer back). Not yet wired into the proxy: nothing
-//! here is reached by a request until the bridge's exchange (step 1's second part) lands behind
-//! a `[bridge] mode` setting that is off by default.
+//! Built so far (build order step 1, `[bridge] mode = "auto"`): a 2026-07-28 client's requests
+//! to a server that speaks only the 2025 revision. [`wire`] translates bodies and headers (pure
+//! functions); [`era`] reads what the server speaks from its answer to `server/discover`; this
+//! module owns the state: the era verdict, and one upstream session per principal (a client's
+//! credentials and capabilities), opened with an `initialize` of holdfast's and carried by the
+//! session table like any client's, so a server's restart re-establishes it. The exchanges
+//! themselves are the proxy's (src/proxy/forward/bridged.rs): the bridge is a client of
+//! holdfast's own core, so holding, exactly-once and re-establishment apply to what it sends.
 
+pub mod era;
 pub mod wire;
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use http::{HeaderMap, HeaderValue};
+use serde_json::Value;
+use tokio::sync::OnceCell;
+
+use crate::config::BridgeMode;
+pub use era::Era;
+
+/// What a principal's upstream session is, once opened.
+#[derive(Debug, Clone)]
+pub struct Opened {
+    /// The `Mcp-Session-Id` the bridge sends: holdfast's sealed token for the session.
+    pub session: HeaderValue,
+    /// The 2025 version the server answered the `initialize` with.
+    pub version: String,
+    /// The server's `initialize` result (capabilities, serverInfo, instructions).
+    pub result: Value,
+}
+
+/// Whose requests may share an upstream session: a digest of the credentials they carry and of
+/// the capabilities their client declared. Two `Authorization` values never share one; the
+/// values themselves are never kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Principal([u8; 32]);
+
+/// The request headers that name a principal.
+const CREDENTIALS: [http::HeaderName; 2] = [http::header::AUTHORIZATION, http::header::COOKIE];
+
+impl Principal {
+    /// The principal of a request with `headers` whose envelope declared `capabilities`.
+    pub fn of(headers: &HeaderMap, capabilities: Option<&Value>) -> Principal {
+        let mut digest = ring::digest::Context::new(&ring::digest::SHA256);
+        for name in CREDENTIALS {
+            for value in headers.get_all(&name) {
+                // Lengths first: no two lists of values digest alike.
+                digest.update(&(value.len() as u64).to_be_bytes());
+                digest.update(value.as_bytes());
+            }
+            digest.update(b"\0");
+        }
+        // serde_json's maps keep their keys sorted: the same capabilities, the same bytes.
+        let capabilities = capabilities.map(Value::to_string).unwrap_or_default();
+        digest.update(capabilities.as_bytes());
+        let mut key = [0u8; 32];
+        key.copy_from_slice(digest.finish().as_ref());
+        Principal(key)
+    }
+}
+
+/// One principal's session: opened once, by the first of its requests that needs it.
+type Slot = Arc<OnceCell<Opened>>;
+
+/// The upstream sessions, one per principal, the oldest forgotten beyond the cap.
+struct Sessions {
+    slots: HashMap<Principal, Slot>,
+    /// Principals in the order their sessions were first asked for.
+    order: VecDeque<Principal>,
+    max: usize,
+}
+
+impl Sessions {
+    fn slot(&mut self, principal: Principal) -> Slot {
+        if let Some(slot) = self.slots.get(&principal) {
+            return slot.clone();
+        }
+        while self.slots.len() >= self.max {
+            let Some(oldest) = self.order.pop_front() else {
+                break;
+            };
+            self.slots.remove(&oldest);
+        }
+        let slot = Slot::default();
+        self.slots.insert(principal, slot.clone());
+        self.order.push_back(principal);
+        slot
+    }
+
+    fn forget(&mut self, principal: &Principal) {
+        if self.slots.remove(principal).is_some() {
+            self.order.retain(|p| p != principal);
+        }
+    }
+}
+
+/// The bridge's state: one per holdfast, carried over a reload.
+pub struct Bridge {
+    mode: Mutex<BridgeMode>,
+    era: Mutex<Era>,
+    sessions: Mutex<Sessions>,
+    /// Ids of the requests the bridge sends: unique on a session shared by several clients.
+    ids: AtomicU64,
+}
+
+impl Bridge {
+    pub fn new(cfg: &crate::config::Bridge) -> Bridge {
+        Bridge {
+            mode: Mutex::new(cfg.mode),
+            era: Mutex::new(Era::Unknown),
+            sessions: Mutex::new(Sessions {
+                slots: HashMap::new(),
+                order: VecDeque::new(),
+                max: cfg.max_sessions,
+            }),
+            ids: AtomicU64::new(1),
+        }
+    }
+
+    /// Takes a reload's settings; the sessions and the verdict stay.
+    pub fn reconfigure(&self, cfg: &crate::config::Bridge) {
+        *lock(&self.mode) = cfg.mode;
+        lock(&self.sessions).max = cfg.max_sessions;
+    }
+
+    /// Whether a request with these headers is the bridge's to look at: the bridge is on and
+    /// the request says it speaks 2026-07-28. (Whether the server does is [`Bridge::era`].)
+    pub fn takes(&self, method: &http::Method, headers: &HeaderMap) -> bool {
+        method == http::Method::POST
+            && wire::is_modern(headers)
+            && *lock(&self.mode) == BridgeMode::Auto
+    }
+
+    /// What the server is known to speak.
+    pub fn era(&self) -> Era {
+        *lock(&self.era)
+    }
+
+    /// Records what the server was found to speak.
+    pub fn found(&self, era: Era) {
+        *lock(&self.era) = era;
+    }
+
+    /// The session slot of `principal`, new if it had none.
+    pub fn slot(&self, principal: Principal) -> Slot {
+        lock(&self.sessions).slot(principal)
+    }
+
+    /// Forgets `principal`'s session (its opening failed, or the server ended it): the next
+    /// request opens another.
+    pub fn forget(&self, principal: &Principal) {
+        lock(&self.sessions).forget(principal);
+    }
+
+    /// Sessions kept now.
+    pub fn sessions(&self) -> usize {
+        lock(&self.sessions).slots.len()
+    }
+
+    /// A fresh id for a request the bridge sends.
+    pub fn next_id(&self) -> u64 {
+        self.ids.fetch_add(1, Ordering::Relaxed)
+    }
+}
+
+/// A lock nobody holds across a panic that could leave its value half-changed.
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.append(
+                http::HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                HeaderValue::from_str(v).unwrap(),
+            );
+        }
+        h
+    }
+
+    #[test]
+    fn two_credentials_never_share_a_principal() {
+        let caps = serde_json::json!({"sampling": {}});
+        let a = Principal::of(&headers(&[("authorization", "Bearer a")]), Some(&caps));
+        let a_again = Principal::of(&headers(&[("authorization", "Bearer a")]), Some(&caps));
+        let b = Principal::of(&headers(&[("authorization", "Bearer b")]), Some(&caps));
+        let anonymous = Principal::of(&headers(&[]), Some(&caps));
+        let by_cookie = Principal::of(&headers(&[("cookie", "Bearer a")]), Some(&caps));
+        let other_caps = Principal::of(&headers(&[("authorization", "Bearer a")]), None);
+        assert_eq!(a, a_again);
+        for other in [b, anonymous, by_cookie, other_caps] {
+            assert_ne!(a, other);
+        }
+        // Two values in one header are not one value joined.
+        let split = Principal::of(&headers(&[("cookie", "x"), ("cookie", "y")]), None);
+        let joined = Principal::of(&headers(&[("cookie", "xy")]), None);
+        assert_ne!(split, joined);
+    }
+
+    #[test]
+    fn the_oldest_session_is_forgotten_beyond_the_cap() {
+        let bridge = Bridge::new(&crate::config::Bridge {
+            mode: BridgeMode::Auto,
+            max_sessions: 2,
+        });
+        let p = |n: &str| Principal::of(&headers(&[("authorization", n)]), None);
+        let first = bridge.slot(p("1"));
+        assert!(Arc::ptr_eq(&first, &bridge.slot(p("1"))), "kept");
+        bridge.slot(p("2"));
+        bridge.slot(p("3"));
+        assert_eq!(bridge.sessions(), 2);
+        assert!(
+            !Arc::ptr_eq(&first, &bridge.slot(p("1"))),
+            "1 was the oldest"
+        );
+        bridge.forget(&p("1"));
+        assert_eq!(bridge.sessions(), 1);
+    }
+
+    #[test]
+    fn only_a_modern_post_is_taken_and_only_when_on() {
+        let modern = headers(&[("mcp-protocol-version", wire::MODERN)]);
+        let legacy = headers(&[("mcp-protocol-version", wire::LEGACY)]);
+        let bridge = Bridge::new(&crate::config::Bridge {
+            mode: BridgeMode::Auto,
+            max_sessions: 2,
+        });
+        assert!(bridge.takes(&http::Method::POST, &modern));
+        assert!(!bridge.takes(&http::Method::GET, &modern));
+        assert!(!bridge.takes(&http::Method::POST, &legacy));
+        bridge.reconfigure(&crate::config::Bridge::default());
+        assert!(!bridge.takes(&http::Method::POST, &modern));
+    }
+}

@@ -68,6 +68,8 @@ pub struct ToLegacy {
     pub body: Vec<u8>,
     /// The client's id, for its answer.
     pub client_id: Value,
+    /// The id it goes upstream with.
+    pub upstream_id: u64,
     pub method: String,
     pub envelope: Envelope,
 }
@@ -92,6 +94,7 @@ pub fn request_to_legacy(body: &[u8], upstream_id: u64) -> Result<ToLegacy, Wire
     Ok(ToLegacy {
         body: serde_json::to_vec(&message).expect("a JSON value serializes"),
         client_id,
+        upstream_id,
         method,
         envelope,
     })
@@ -147,6 +150,39 @@ pub fn answer_to_modern(
         None => return Err(WireError::NotResponse),
     }
     Ok(serde_json::to_vec(&message).expect("a JSON value serializes"))
+}
+
+/// What becomes of one message the server sent on a bridged request's event stream.
+#[derive(Debug, Clone, PartialEq)]
+pub enum EventOut {
+    /// Passed as it came (a progress notification: the same in both eras; what is not JSON-RPC).
+    Pass,
+    /// Not for a 2026 client: a log message it did not ask for (it opts in per request, build
+    /// order step 3), a request of the server's (2026 asks for input by answering with an input
+    /// round, step 4).
+    Drop,
+    /// The answer to the bridged request, translated by [`answer_to_modern`].
+    Answer(Vec<u8>),
+}
+
+/// The 2026 form of one event's `data` on the stream answering the bridged request sent with
+/// `upstream_id`.
+pub fn event_to_modern(data: &[u8], upstream_id: u64, client_id: &Value, method: &str) -> EventOut {
+    let Ok(message) = object(data) else {
+        return EventOut::Pass;
+    };
+    match (message.get("method"), message.get("id")) {
+        (Some(Value::String(m)), None) if m == "notifications/message" => EventOut::Drop,
+        (Some(_), None) => EventOut::Pass,
+        (Some(_), Some(_)) => EventOut::Drop,
+        (None, Some(id)) if id.as_u64() == Some(upstream_id) => {
+            match answer_to_modern(data, client_id, method) {
+                Ok(answer) => EventOut::Answer(answer),
+                Err(_) => EventOut::Pass,
+            }
+        }
+        (None, _) => EventOut::Pass,
+    }
 }
 
 /// The `initialize` the bridge opens a 2025 session with for a 2026 client: its capabilities

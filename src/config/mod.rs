@@ -30,6 +30,7 @@ use http::Uri;
 
 use crate::tls::{self, Identity, TlsError};
 
+mod bridge;
 pub mod duration;
 mod forwarded;
 mod hold;
@@ -118,8 +119,11 @@ pub struct Config {
     pub request_id: RequestId,
     /// `[tracing]`: OpenTelemetry traces.
     pub tracing: Tracing,
+    /// `[bridge]`: the era bridge.
+    pub bridge: Bridge,
 }
 
+pub use bridge::{Bridge, BridgeMode, RawBridge};
 pub use forwarded::{RawForwarded, TrustedProxies};
 pub use pause::{AdminToken, Pause};
 pub use request_id::{RawRequestId, RawRequestIdFlags, RequestId};

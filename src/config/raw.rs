@@ -185,6 +185,8 @@ pub struct RawConfig {
     pub request_id: super::RawRequestId,
     /// `[tracing]`.
     pub tracing: super::RawTracing,
+    /// `[bridge]`.
+    pub bridge: super::RawBridge,
     /// A file holding the bearer token that the admin endpoints which change state (`POST
     /// /pause`, `POST /resume`) require; unset: only loopback peers may call them.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -439,6 +441,7 @@ impl Default for RawConfig {
             forwarded: super::RawForwarded::default(),
             request_id: super::RawRequestId::default(),
             tracing: super::RawTracing::default(),
+            bridge: super::RawBridge::default(),
             admin_token_file: None,
         }
     }

@@ -140,6 +140,7 @@ impl Config {
         let admin_token = v.admin_token(raw.admin_token_file.as_deref());
         let request_id = v.request_id(&raw.request_id);
         let tracing = v.tracing(&raw.tracing);
+        let bridge = v.bridge(&raw.bridge);
         if !v.problems.is_empty() {
             return Err(ConfigError {
                 problems: v.problems,
@@ -181,6 +182,7 @@ impl Config {
             trusted_proxies: trusted_proxies.expect(ok),
             request_id: request_id.expect(ok),
             tracing: tracing.expect(ok),
+            bridge: bridge.expect(ok),
         })
     }
 }

@@ -12,6 +12,7 @@ use http::header::HOST;
 use http::{Method, Request, Response, StatusCode, Version};
 use tokio::time::Instant;
 
+mod bridged;
 mod build;
 mod control;
 mod moves;
@@ -68,6 +69,8 @@ pub struct Proxy {
     request_ids: super::request_id::RequestIds,
     /// OpenTelemetry traces, when on (`[tracing]`).
     tracing: Option<Arc<crate::telemetry::trace::Tracing>>,
+    /// The era bridge (`[bridge]`): its verdict and sessions outlive a reload.
+    bridge: Arc<crate::bridge::Bridge>,
     metrics: Arc<Metrics>,
 }
 

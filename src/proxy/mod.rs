@@ -42,6 +42,7 @@ mod access;
 mod answer;
 mod attempt;
 pub mod body;
+mod bridged;
 mod confirm;
 pub mod current;
 pub mod ending;

@@ -149,3 +149,39 @@ fn headers_lose_the_modern_routing_and_carry_the_session() {
     );
     assert_eq!(h["mcp-protocol-version"], LEGACY);
 }
+
+#[test]
+fn a_bridged_streams_answer_is_translated_its_progress_passed_and_the_rest_dropped() {
+    let client_id = serde_json::json!("c-1");
+    let answer = br#"{"jsonrpc":"2.0","id":9,"result":{"content":[]}}"#;
+    let EventOut::Answer(out) = event_to_modern(answer, 9, &client_id, "tools/call") else {
+        panic!("the answer is translated");
+    };
+    let out: Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(out["id"], "c-1");
+    assert_eq!(out["result"]["resultType"], "complete");
+    // Another request's answer on a shared session is not this one's.
+    assert_eq!(
+        event_to_modern(answer, 10, &client_id, "tools/call"),
+        EventOut::Pass
+    );
+    let progress = br#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":1,"progress":1}}"#;
+    assert_eq!(
+        event_to_modern(progress, 9, &client_id, "tools/call"),
+        EventOut::Pass
+    );
+    let log = br#"{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"x"}}"#;
+    assert_eq!(
+        event_to_modern(log, 9, &client_id, "tools/call"),
+        EventOut::Drop
+    );
+    let asks = br#"{"jsonrpc":"2.0","id":1,"method":"elicitation/create","params":{}}"#;
+    assert_eq!(
+        event_to_modern(asks, 9, &client_id, "tools/call"),
+        EventOut::Drop
+    );
+    assert_eq!(
+        event_to_modern(b"", 9, &client_id, "tools/call"),
+        EventOut::Pass
+    );
+}

@@ -36,6 +36,8 @@ struct Carried {
     me: http::HeaderValue,
     /// Tracing, when on: started once, with holdfast.
     tracing: Option<Arc<Tracing>>,
+    /// The era bridge's verdict and sessions.
+    bridge: Arc<crate::bridge::Bridge>,
 }
 
 impl Proxy {
@@ -68,6 +70,7 @@ impl Proxy {
             ending: Arc::default(),
             me: handoff::Peers::new_id(),
             tracing: None,
+            bridge: Arc::new(crate::bridge::Bridge::new(&cfg.bridge)),
         };
         Proxy::assemble(cfg, metrics, client, carried)
     }
@@ -103,6 +106,10 @@ impl Proxy {
             ending: self.ending.clone(),
             me: self.peers.me().clone(),
             tracing: self.tracing.clone(),
+            bridge: {
+                self.bridge.reconfigure(&cfg.bridge);
+                self.bridge.clone()
+            },
         };
         let proxy = Proxy::assemble(cfg, self.metrics.clone(), client, carried);
         (proxy, fixed)
@@ -156,6 +163,7 @@ impl Proxy {
             ending: c.ending,
             peers: Arc::new(handoff::Peers::new(cfg, c.me, metrics.clone())),
             tracing: c.tracing,
+            bridge: c.bridge,
             metrics,
         }
     }

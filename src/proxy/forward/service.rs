@@ -139,17 +139,26 @@ impl Proxy {
             done: false,
         };
         unfinished.cut = unfinished.span.as_ref().map(|span| span.cut_handle());
-        let mut begun = self.begin(req, peer);
+        // A 2026-07-28 client's request the bridge may translate is read whole first; every
+        // other begins its exchange here.
+        let (mut begun, bridged) = if self.bridge.takes(req.method(), req.headers()) {
+            (None, Some(req))
+        } else {
+            (Some(self.begin(req, peer)), None)
+        };
         let answer = async move {
             // The exchange is used where it lies (moved into a local it would take room twice).
-            let (resp, note) = match &mut begun {
-                Ok(ex) => {
+            let (resp, note) = match (&mut begun, bridged) {
+                // Boxed: rare, and its future is large.
+                (_, Some(req)) => Box::pin(self.bridged(&self.bridge, req, peer)).await,
+                (None, None) => unreachable!("a request is begun or bridged"),
+                (Some(Ok(ex)), None) => {
                     ex.trace = unfinished.span.take();
                     let answer = self.forward(ex).await;
                     unfinished.span = ex.trace.take();
                     answer
                 }
-                Err((Some(why), version)) => (
+                (Some(Err((Some(why), version))), None) => (
                     crate::respond::bad_request(why, *version),
                     Note {
                         upstream_status: None,
@@ -157,7 +166,7 @@ impl Proxy {
                     },
                 ),
                 // A hand-off of this holdfast's own: its sender tries the next peer.
-                Err((None, _)) => (
+                (Some(Err((None, _))), None) => (
                     crate::respond::handoff_to_self(),
                     Note {
                         upstream_status: None,
@@ -167,7 +176,9 @@ impl Proxy {
             };
             let mut resp = resp;
             crate::respond::stamp(&mut resp, self.request_ids.header(), &id);
-            let described = begun.as_mut().ok().and_then(|ex| ex.described.take());
+            let described = (begun.as_mut())
+                .and_then(|b| b.as_mut().ok())
+                .and_then(|ex| ex.described.take());
             unfinished.finish(resp, &note, described)
         };
         crate::telemetry::with_request_id(logged_as, answer)

@@ -1,0 +1,88 @@
+//! `[bridge]`: the era bridge (src/bridge, docs/design/era-bridge.md), off unless `mode` says.
+//!
+//! Off by default while it covers part of the protocol: a 2026-07-28 client's requests to a
+//! server that speaks only the 2025 revision (tools, prompts, resources, completion) are
+//! bridged; what it does not bridge yet (`subscriptions/listen`, server-to-client requests as
+//! input rounds, 2025 clients in front of 2026-only servers) passes as it would without it.
+
+use serde::{Deserialize, Serialize};
+
+use super::validate::Validator;
+
+/// Upstream sessions the bridge keeps open when nothing says otherwise: one per principal (a
+/// client's credentials and capabilities), so a sidecar serves a few.
+pub const DEFAULT_MAX_SESSIONS: usize = 1000;
+
+/// Most sessions that may be said: each is a session on the server as well.
+const MAX_SESSIONS: usize = 1 << 20;
+
+/// `[bridge]` as written.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawBridge {
+    /// `off` or `auto`.
+    pub mode: String,
+    /// Most upstream sessions opened for 2026-07-28 clients kept at once.
+    pub max_sessions: usize,
+}
+
+impl Default for RawBridge {
+    fn default() -> Self {
+        RawBridge {
+            mode: "off".into(),
+            max_sessions: DEFAULT_MAX_SESSIONS,
+        }
+    }
+}
+
+/// Whether requests are bridged between the protocol's eras.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BridgeMode {
+    /// Every request passes in the era its client speaks.
+    Off,
+    /// A request the server cannot read in its client's era is translated to the server's.
+    Auto,
+}
+
+/// Validated `[bridge]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Bridge {
+    pub mode: BridgeMode,
+    pub max_sessions: usize,
+}
+
+impl Default for Bridge {
+    fn default() -> Self {
+        Bridge {
+            mode: BridgeMode::Off,
+            max_sessions: DEFAULT_MAX_SESSIONS,
+        }
+    }
+}
+
+impl Validator<'_> {
+    /// Checks `[bridge]`; `None` when a problem was recorded.
+    pub(super) fn bridge(&mut self, raw: &RawBridge) -> Option<Bridge> {
+        let mode = match raw.mode.trim().to_ascii_lowercase().as_str() {
+            "off" => BridgeMode::Off,
+            "auto" => BridgeMode::Auto,
+            other => {
+                return self.fail(
+                    "bridge.mode",
+                    format!("expected \"off\" or \"auto\", got {other:?}"),
+                )
+            }
+        };
+        if !(1..=MAX_SESSIONS).contains(&raw.max_sessions) {
+            let got = raw.max_sessions;
+            return self.fail(
+                "bridge.max_sessions",
+                format!("expected 1 to {MAX_SESSIONS} sessions, got {got}"),
+            );
+        }
+        Some(Bridge {
+            mode,
+            max_sessions: raw.max_sessions,
+        })
+    }
+}

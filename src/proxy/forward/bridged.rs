@@ -1,0 +1,320 @@
+//! A 2026-07-28 client's request to a server of the 2025 revision, through the era bridge
+//! (src/bridge, docs/design/era-bridge.md 3.4). Each request the bridge sends upstream (the
+//! `server/discover` that learns the server's era, the `initialize` that opens a principal's
+//! session, the client's request translated) goes through this proxy's own exchange, [`begin`]
+//! and [`forward`], as a client's would: it is held through outages, sent again only when that
+//! is safe, and its session re-established after the server's restart.
+//!
+//! [`begin`]: Proxy::begin
+//! [`forward`]: Proxy::forward
+
+use std::net::SocketAddr;
+
+use bytes::Bytes;
+use http::header::{HeaderValue, ACCEPT, CONTENT_LENGTH, CONTENT_TYPE};
+use http::{Request, Response, StatusCode};
+use http_body_util::BodyExt;
+
+use super::Proxy;
+use crate::bridge::wire::{self, Envelope, ToLegacy, WireError};
+use crate::bridge::{era, Bridge, Era, Opened, Principal};
+use crate::proxy::body::ProxyBody;
+use crate::proxy::bridged::{Asked, Translated, MAX_EVENT};
+use crate::proxy::Note;
+use crate::replay::ClientBody;
+use crate::respond;
+use crate::session::rpc::{self, Reply};
+
+/// What a bridged request comes to: the client's answer and what the access log says of it.
+type Answered = (Response<ProxyBody>, Note);
+
+/// The access-log action of a request the bridge answered itself.
+const BRIDGED: &str = "bridged";
+
+impl Proxy {
+    /// Answers a request a 2026-07-28 client sent ([`Bridge::takes`]): passed as it is when the
+    /// server speaks that revision, else translated onto the principal's 2025 session.
+    pub(super) async fn bridged(
+        &self,
+        bridge: &Bridge,
+        req: Request<ClientBody>,
+        peer: SocketAddr,
+    ) -> Answered {
+        let version = req.version();
+        let (parts, body) = req.into_parts();
+        let body = match self.whole_request(body).await {
+            Ok(body) => body,
+            Err(why) => {
+                return (
+                    respond::bad_request(why, version),
+                    note(None, "bad_request"),
+                )
+            }
+        };
+        if bridge.era() == Era::Unknown {
+            let era = self.ask_era(&parts, peer, bridge.next_id()).await;
+            if era != Era::Unknown {
+                tracing::info!(?era, "bridge: the server's era found");
+                bridge.found(era);
+            }
+        }
+        if bridge.era() != Era::Legacy {
+            return self.inner(head_of(&parts), body, peer).await;
+        }
+        let legacy = match wire::request_to_legacy(&body, bridge.next_id()) {
+            // Not 2026 methods, nor anything a 2025 server reads the same: passed as they came
+            // (`server/discover` gets the server's refusal, and its client goes on in 2025).
+            Ok(legacy) if legacy.method == "server/discover" => {
+                return self.inner(head_of(&parts), body, peer).await
+            }
+            Ok(legacy) => legacy,
+            // A notification has nowhere to go: a 2026 server takes and drops it.
+            Err(WireError::NotRequest) if is_notification(&body) => {
+                return (respond::accepted(), note(None, BRIDGED))
+            }
+            Err(_) => return self.inner(head_of(&parts), body, peer).await,
+        };
+        let principal = Principal::of(&parts.headers, legacy.envelope.capabilities.as_ref());
+        let slot = bridge.slot(principal);
+        let opened = slot
+            .get_or_try_init(|| self.open_session(bridge, &parts, &legacy.envelope, peer))
+            .await;
+        let opened = match opened {
+            Ok(opened) => opened.clone(),
+            Err(failed) => {
+                bridge.forget(&principal);
+                return failed;
+            }
+        };
+        let (resp, note) = self.send_legacy(&parts, &legacy, &opened, peer).await;
+        if resp.status() == StatusCode::NOT_FOUND {
+            // The server ended the session and holdfast could not bring it back: the next
+            // request opens another.
+            bridge.forget(&principal);
+        }
+        let asked = Asked {
+            upstream_id: legacy.upstream_id,
+            client_id: legacy.client_id,
+            method: legacy.method,
+        };
+        (to_modern(resp, asked).await, note)
+    }
+
+    /// The client's request, translated, on the session `opened`.
+    async fn send_legacy(
+        &self,
+        parts: &http::request::Parts,
+        legacy: &ToLegacy,
+        opened: &Opened,
+        peer: SocketAddr,
+    ) -> Answered {
+        let mut head = head_of(parts);
+        wire::headers_to_legacy(head.headers_mut(), &opened.version, opened.session.clone());
+        self.inner(head, Bytes::from(legacy.body.clone()), peer)
+            .await
+    }
+
+    /// What the server speaks, asked with a `server/discover` of the 2026 revision.
+    async fn ask_era(&self, parts: &http::request::Parts, peer: SocketAddr, id: u64) -> Era {
+        let mut head = own_head(parts);
+        let h = head.headers_mut();
+        h.insert(
+            "mcp-protocol-version",
+            HeaderValue::from_static(wire::MODERN),
+        );
+        h.insert("mcp-method", HeaderValue::from_static("server/discover"));
+        let (resp, _) = self.inner(head, era::discover(id).into(), peer).await;
+        let status = resp.status();
+        let reply = reply_of(resp).await.unwrap_or(Reply::Nothing);
+        era::from_discover(status, &reply)
+    }
+
+    /// Opens a 2025 session for a principal: an `initialize` with its client's capabilities,
+    /// then `notifications/initialized`. The session table records it as any client's, so the
+    /// token the bridge keeps is holdfast's sealed one.
+    async fn open_session(
+        &self,
+        bridge: &Bridge,
+        parts: &http::request::Parts,
+        envelope: &Envelope,
+        peer: SocketAddr,
+    ) -> Result<Opened, Answered> {
+        let head = own_head(parts);
+        let body = wire::legacy_initialize(envelope, bridge.next_id());
+        let (resp, note) = self.inner(head, body.into(), peer).await;
+        if !resp.status().is_success() {
+            // Holdfast's 503 of an outage, the server's refusal: the client gets it as it is.
+            return Err((resp, note));
+        }
+        let Some(session) = resp.headers().get("mcp-session-id").cloned() else {
+            let why = "its answer to initialize named no session (Mcp-Session-Id)";
+            return Err((respond::bridge_failed(why), note));
+        };
+        let result = match reply_of(resp).await {
+            Ok(Reply::Result(result)) => result,
+            Ok(Reply::Error(code, message)) => {
+                let why = format!("it answered initialize with JSON-RPC error {code} ({message})");
+                return Err((respond::bridge_failed(&why), note));
+            }
+            Ok(Reply::Nothing) | Err(_) => {
+                let why = "its answer to initialize held no JSON-RPC result";
+                return Err((respond::bridge_failed(why), note));
+            }
+        };
+        let version = result["protocolVersion"]
+            .as_str()
+            .unwrap_or(wire::LEGACY)
+            .to_owned();
+        let mut head = own_head(parts);
+        wire::headers_to_legacy(head.headers_mut(), &version, session.clone());
+        let initialized = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
+        let (done, _) = self
+            .inner(head, Bytes::from_static(initialized.as_bytes()), peer)
+            .await;
+        if !done.status().is_success() {
+            tracing::warn!(status = %done.status(), "bridge: notifications/initialized refused");
+        }
+        tracing::info!(%version, "bridge: a 2025 session opened for 2026-07-28 clients");
+        Ok(Opened {
+            session,
+            version,
+            result,
+        })
+    }
+
+    /// One request through this proxy's own exchange, its body from memory.
+    async fn inner(&self, head: Request<()>, body: Bytes, peer: SocketAddr) -> Answered {
+        let (mut parts, ()) = head.into_parts();
+        parts
+            .headers
+            .insert(CONTENT_LENGTH, HeaderValue::from(body.len()));
+        let version = parts.version;
+        let req = Request::from_parts(parts, ClientBody::memory(body));
+        match self.begin(req, peer) {
+            Ok(mut ex) => self.forward(&mut ex).await,
+            Err((Some(why), _)) => (
+                respond::bad_request(why, version),
+                note(None, "bad_request"),
+            ),
+            Err((None, _)) => (respond::handoff_to_self(), note(None, "handoff_self")),
+        }
+    }
+
+    /// The client's whole request body, within what a replay may keep.
+    async fn whole_request(&self, body: ClientBody) -> Result<Bytes, &'static str> {
+        let read = tokio::time::timeout(
+            self.timeouts.stream_idle,
+            whole(body, self.bodies.replay_cap),
+        );
+        match read.await {
+            Ok(Some(body)) => Ok(body),
+            Ok(None) => Err(
+                "the body of a bridged request is unreadable or larger than hold.max_body_bytes",
+            ),
+            Err(_) => Err("the body of a bridged request stopped arriving"),
+        }
+    }
+}
+
+/// A body read whole, up to `max` bytes; `None` if it failed or was longer. (Not
+/// `http_body_util::Limited`: its boxed error makes the request's future lose `Send`.)
+async fn whole<B: http_body::Body<Data = Bytes> + Unpin>(mut body: B, max: usize) -> Option<Bytes> {
+    let mut read = bytes::BytesMut::new();
+    while let Some(frame) = body.frame().await {
+        if let Ok(data) = frame.ok()?.into_data() {
+            if read.len() + data.len() > max {
+                return None;
+            }
+            read.extend_from_slice(&data);
+        }
+    }
+    Some(read.freeze())
+}
+
+/// The access-log note of an answer.
+fn note(upstream_status: Option<StatusCode>, action: &'static str) -> Note {
+    Note {
+        upstream_status,
+        action,
+    }
+}
+
+/// A copy of the client's request head.
+fn head_of(parts: &http::request::Parts) -> Request<()> {
+    let mut req = Request::new(());
+    *req.method_mut() = parts.method.clone();
+    *req.uri_mut() = parts.uri.clone();
+    *req.version_mut() = parts.version;
+    *req.headers_mut() = parts.headers.clone();
+    req
+}
+
+/// The head of a request of the bridge's own, sent for the client: its credentials and its
+/// client's headers, without what named the client's own message (the 2026 routing headers,
+/// a session, the version).
+fn own_head(parts: &http::request::Parts) -> Request<()> {
+    let mut req = head_of(parts);
+    let h = req.headers_mut();
+    let named: Vec<_> = h
+        .keys()
+        .filter(|n| n.as_str().starts_with("mcp-"))
+        .cloned()
+        .collect();
+    for name in named {
+        h.remove(name);
+    }
+    h.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    h.insert(
+        ACCEPT,
+        HeaderValue::from_static("application/json, text/event-stream"),
+    );
+    req
+}
+
+/// Whether a body is one JSON-RPC notification (a method, no id).
+fn is_notification(body: &[u8]) -> bool {
+    serde_json::from_slice::<serde_json::Value>(body)
+        .is_ok_and(|m| m.get("method").is_some() && m.get("id").is_none())
+}
+
+/// The JSON-RPC response in an answer, read whole (bounded).
+async fn reply_of(resp: Response<ProxyBody>) -> Result<Reply, ()> {
+    let is_sse = crate::proxy::headers::is_event_stream(resp.headers());
+    let body = read_whole(resp.into_body()).await?;
+    Ok(rpc::reply(is_sse, &body))
+}
+
+/// A body read whole, up to [`MAX_EVENT`].
+async fn read_whole(body: ProxyBody) -> Result<Bytes, ()> {
+    let read = whole(body, MAX_EVENT).await;
+    if read.is_none() {
+        tracing::debug!("bridge: an answer could not be read whole");
+    }
+    read.ok_or(())
+}
+
+/// The server's answer as the 2026 client expects it: its id, the 2026 result fields, no
+/// session of the bridge's. An event stream is translated as it flows; a JSON answer whole.
+async fn to_modern(resp: Response<ProxyBody>, asked: Asked) -> Response<ProxyBody> {
+    let (mut parts, body) = resp.into_parts();
+    parts.headers.remove("mcp-session-id");
+    if crate::proxy::headers::is_event_stream(&parts.headers) {
+        parts.headers.remove(CONTENT_LENGTH);
+        return Response::from_parts(parts, ProxyBody::new(Translated::new(body, asked)));
+    }
+    let is_json = parts
+        .headers
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|t| t.trim_start().starts_with("application/json"));
+    if !is_json {
+        return Response::from_parts(parts, body);
+    }
+    let Ok(bytes) = read_whole(body).await else {
+        return respond::bad_gateway(crate::classify::FailReason::Protocol, parts.version);
+    };
+    let out = wire::answer_to_modern(&bytes, &asked.client_id, &asked.method)
+        .map(Bytes::from)
+        .unwrap_or(bytes);
+    respond::rewritten(parts, out)
+}
