@@ -26,6 +26,7 @@ mod deploy_pause;
 mod deploy_systemd;
 mod docs;
 mod dual_era;
+mod era_bridge;
 mod exactly_once;
 mod forwarding;
 mod graceful;

@@ -9,6 +9,7 @@ pub mod hold;
 pub mod http;
 pub mod jail;
 pub mod mcp;
+pub mod modern;
 pub mod nginx;
 pub mod node;
 pub mod observability;

@@ -1,0 +1,221 @@
+//! The era bridge (issue 48, docs/design/era-bridge.md), build order step 1: a client of the
+//! final 2026-07-28 revision in front of a server that speaks only the 2025 one.
+//!
+//! The client is the official Python SDK's, pinned with `Client(url, mode="2026-07-28")`: it
+//! sends no `server/discover` and no handshake, only requests carrying the revision in their
+//! headers and `_meta`. Straight at a 2025 server every one fails (the TypeScript SDK server:
+//! 400, "No valid session ID provided"); through holdfast with `[bridge] mode = "auto"` each is
+//! sent on a 2025 session holdfast opened for it, and the session outlives the server's restart.
+
+use bytes::Bytes;
+use http::Request;
+use http_body_util::Full;
+use serde_json::{json, Value};
+
+use crate::support::files::TempDir;
+use crate::support::http::{call, host_of};
+use crate::support::modern::ModernClient;
+use crate::support::node::TsServer;
+use crate::support::proxy::{raw_config, Holdfast};
+use crate::support::router::FakeRouter;
+use crate::support::stacks::{Stack, StackServer};
+
+/// holdfast in front of `upstream` with the bridge on.
+async fn bridging(upstream: &str) -> Holdfast {
+    let mut raw = raw_config(upstream);
+    raw.bridge.mode = "auto".into();
+    Holdfast::start_with(raw).await
+}
+
+/// A TypeScript SDK 1.x server recording into `dir`.
+async fn ts_server(dir: &TempDir) -> TsServer {
+    let (ledger, levels) = (dir.path().join("ledger"), dir.path().join("levels"));
+    TsServer::start(crate::support::ports::quiet(), &ledger, &levels).await
+}
+
+/// The client's lines that are failures.
+fn failures(out: &[String]) -> Vec<&String> {
+    out.iter()
+        .filter(|l| l.starts_with("err ") || l.starts_with("connect-failed"))
+        .collect()
+}
+
+const TS_OPS: [&str; 5] = [
+    "list",
+    r#"call:echo:{"text":"hi"}"#,
+    "call:count",
+    "call:count",
+    "call:count",
+];
+
+#[tokio::test]
+async fn a_pinned_2026_client_fails_at_a_2025_server_and_works_through_the_bridge() {
+    let dir = TempDir::new("bridge-ts");
+    let server = ts_server(&dir).await;
+
+    // Straight at the server: every request refused, nothing run.
+    let direct = ModernClient::start(&server.url(), &TS_OPS).output().await;
+    assert_eq!(failures(&direct).len(), TS_OPS.len(), "{direct:?}");
+    assert!(
+        direct[1].contains("No valid session ID provided"),
+        "{direct:?}"
+    );
+    assert_eq!(server.ledger_lines(), 0);
+
+    let holdfast = bridging(&format!("http://{}", server.addr())).await;
+    let out = ModernClient::start(&holdfast.url("/mcp"), &TS_OPS)
+        .output()
+        .await;
+    assert_eq!(
+        out,
+        [
+            "era 2026-07-28",
+            "ok list count,echo",
+            r#"ok call:echo:{"text":"hi"} hi"#,
+            "ok call:count 1",
+            "ok call:count 2",
+            "ok call:count 3",
+        ],
+        "server:\n{}",
+        server.trace()
+    );
+    assert_eq!(server.ledger_lines(), 3, "each call ran once");
+}
+
+#[tokio::test]
+async fn with_the_bridge_off_a_pinned_2026_client_fails_as_without_holdfast() {
+    let dir = TempDir::new("bridge-off");
+    let server = ts_server(&dir).await;
+    // The default: off.
+    let holdfast = Holdfast::start(&format!("http://{}", server.addr())).await;
+    let out = ModernClient::start(&holdfast.url("/mcp"), &TS_OPS)
+        .output()
+        .await;
+    assert_eq!(failures(&out).len(), TS_OPS.len(), "{out:?}");
+    assert_eq!(server.ledger_lines(), 0);
+}
+
+#[tokio::test]
+async fn a_bridged_session_outlives_the_servers_restart_with_no_failed_call() {
+    let dir = TempDir::new("bridge-restart");
+    let mut server = ts_server(&dir).await;
+    let holdfast = bridging(&format!("http://{}", server.addr())).await;
+    let ops = [
+        "call:count",
+        "call:count",
+        "call:count",
+        "wait",
+        "call:count",
+        "call:count",
+        "call:count",
+    ];
+    let mut client = ModernClient::start(&holdfast.url("/mcp"), &ops);
+    client.until("waiting").await;
+    // The container stops; the next call meets its refused port and waits in the hold.
+    server.stop().await;
+    client.go_on();
+    holdfast
+        .metric_until("holdfast_held_requests", |v| v == 1.0)
+        .await;
+    // It comes back with no sessions: the bridge's session is re-established for the call.
+    server.start_again().await;
+    let out = client.output().await;
+    assert!(failures(&out).is_empty(), "{out:?}\n{}", server.trace());
+    let counted: Vec<&str> = out
+        .iter()
+        .filter_map(|l| l.strip_prefix("ok call:count "))
+        .collect();
+    assert_eq!(counted, ["1", "2", "3", "4", "5", "6"], "{out:?}");
+    assert_eq!(server.ledger_lines(), 6, "each call ran exactly once");
+    let resumed = "holdfast_session_resumes_total{outcome=\"resumed\"}";
+    assert_eq!(holdfast.metric(resumed).await, 1.0);
+}
+
+#[tokio::test]
+async fn the_everything_server_through_the_bridge_and_its_restart() {
+    let mut server = StackServer::start(Stack::Everything).await;
+    let holdfast = bridging(&format!("http://{}", server.addr())).await;
+    let echo = |word: &str| format!(r#"call:echo:{{"message":"{word}"}}"#);
+    let (first, second) = (echo("one"), echo("two"));
+    let ops = ["list", first.as_str(), "wait", second.as_str()];
+    let mut client = ModernClient::start(&holdfast.url("/mcp"), &ops);
+    client.until("waiting").await;
+    // Its restart forgets the session; it answers a forgotten one with 400, not 404.
+    server.restart().await;
+    client.go_on();
+    let out = client.output().await;
+    assert!(failures(&out).is_empty(), "{out:?}\n{}", server.trace());
+    let listed = out[1].strip_prefix("ok list ").expect("listed");
+    assert!(listed.split(',').any(|tool| tool == "echo"), "{listed}");
+    assert_eq!(out[2], format!("ok {first} Echo: one"));
+    assert_eq!(out[4], format!("ok {second} Echo: two"));
+}
+
+/// A 2026-07-28 `tools/call` as raw bytes, with `authorization`.
+fn modern_call(url: &str, id: u64, authorization: &str) -> Request<Full<Bytes>> {
+    let body = json!({
+        "jsonrpc": "2.0", "id": id, "method": "tools/call",
+        "params": {"name": "echo", "arguments": {"text": format!("t{id}")}, "_meta": {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "1"},
+            "io.modelcontextprotocol/clientCapabilities": {},
+        }},
+    });
+    Request::post(url)
+        .header("host", host_of(url))
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "tools/call")
+        .header("mcp-name", "echo")
+        .header("authorization", authorization)
+        .body(Full::new(Bytes::from(body.to_string())))
+        .unwrap()
+}
+
+/// The JSON-RPC message of an answer, JSON or the first event of a stream.
+fn message_of(body: &str) -> Value {
+    let text = body
+        .lines()
+        .find_map(|l| l.strip_prefix("data: "))
+        .unwrap_or(body);
+    serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {body}"))
+}
+
+#[tokio::test]
+async fn two_credentials_never_share_an_upstream_session() {
+    let dir = TempDir::new("bridge-principals");
+    let server = ts_server(&dir).await;
+    let router = FakeRouter::start(server.addr()).await;
+    let holdfast = bridging(&format!("http://{}", router.addr)).await;
+    let url = holdfast.url("/mcp");
+
+    for (id, who) in [(1, "Bearer a"), (2, "Bearer b"), (3, "Bearer a")] {
+        let got = call(modern_call(&url, id, who)).await;
+        assert_eq!(got.status, 200, "{}", got.text());
+        assert!(got.header("mcp-session-id").is_none(), "no session shown");
+        let message = message_of(got.text());
+        assert_eq!(message["id"], id, "the client's own id back");
+        assert_eq!(message["result"]["resultType"], "complete");
+        assert_eq!(message["result"]["content"][0]["text"], format!("t{id}"));
+    }
+    let log = router.log();
+    let initializes = log
+        .iter()
+        .filter(|r| r.rpc_method().as_deref() == Some("initialize"))
+        .count();
+    assert_eq!(initializes, 2, "one session for each credential");
+    // Each call went on its credential's session, named by the server's own id.
+    let call_sessions: Vec<Option<String>> = log
+        .iter()
+        .filter(|r| r.rpc_method().as_deref() == Some("tools/call"))
+        .map(|r| r.session.clone())
+        .collect();
+    assert_eq!(call_sessions.len(), 3);
+    assert!(
+        call_sessions.iter().all(Option::is_some),
+        "{call_sessions:?}"
+    );
+    assert_ne!(call_sessions[0], call_sessions[1]);
+    assert_eq!(call_sessions[0], call_sessions[2]);
+}
