@@ -17,6 +17,7 @@ use crate::support::http::{call, host_of};
 use crate::support::modern::ModernClient;
 use crate::support::node::TsServer;
 use crate::support::proxy::{raw_config, Holdfast};
+use crate::support::python::PyServer;
 use crate::support::router::FakeRouter;
 use crate::support::stacks::{Stack, StackServer};
 
@@ -218,4 +219,39 @@ async fn two_credentials_never_share_an_upstream_session() {
     );
     assert_ne!(call_sessions[0], call_sessions[1]);
     assert_eq!(call_sessions[0], call_sessions[2]);
+}
+
+#[tokio::test]
+async fn a_server_of_the_clients_revision_is_passed_through_untranslated() {
+    let dir = TempDir::new("bridge-pass");
+    // The Python SDK's server speaks both revisions.
+    let server = PyServer::start(&dir.path().join("ledger")).await;
+    let router = FakeRouter::start(server.addr()).await;
+    let holdfast = bridging(&format!("http://{}", router.addr)).await;
+    let ops = [r#"call:lookup:{"n":1}"#, r#"call:lookup:{"n":2}"#];
+    let out = ModernClient::start(&holdfast.url("/mcp"), &ops)
+        .output()
+        .await;
+    assert!(failures(&out).is_empty(), "{out:?}");
+    assert_eq!(server.ledger().len(), 2, "each call ran once");
+    let methods: Vec<Option<String>> = router.log().iter().map(|r| r.rpc_method()).collect();
+    // holdfast asked once which revision it speaks; then the client's requests went as sent
+    // (the client lists the tools itself before a call), with no handshake.
+    assert_eq!(
+        methods[0].as_deref(),
+        Some("server/discover"),
+        "{methods:?}"
+    );
+    let calls = methods
+        .iter()
+        .filter(|m| m.as_deref() == Some("tools/call"));
+    assert_eq!(calls.count(), 2, "{methods:?}");
+    assert!(
+        !methods.iter().any(|m| m.as_deref() == Some("initialize")),
+        "{methods:?}"
+    );
+    assert!(
+        router.log().iter().all(|r| r.session.is_none()),
+        "no session was opened"
+    );
 }
