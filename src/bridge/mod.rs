@@ -14,7 +14,7 @@ pub mod era;
 pub mod wire;
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use http::{HeaderMap, HeaderValue};
@@ -102,7 +102,8 @@ impl Sessions {
 
 /// The bridge's state: one per holdfast, carried over a reload.
 pub struct Bridge {
-    mode: Mutex<BridgeMode>,
+    /// `mode = "auto"`: read on every POST, so a load and nothing more when off.
+    on: AtomicBool,
     era: Mutex<Era>,
     sessions: Mutex<Sessions>,
     /// Ids of the requests the bridge sends: unique on a session shared by several clients.
@@ -112,7 +113,7 @@ pub struct Bridge {
 impl Bridge {
     pub fn new(cfg: &crate::config::Bridge) -> Bridge {
         Bridge {
-            mode: Mutex::new(cfg.mode),
+            on: AtomicBool::new(cfg.mode == BridgeMode::Auto),
             era: Mutex::new(Era::Unknown),
             sessions: Mutex::new(Sessions {
                 slots: HashMap::new(),
@@ -125,16 +126,16 @@ impl Bridge {
 
     /// Takes a reload's settings; the sessions and the verdict stay.
     pub fn reconfigure(&self, cfg: &crate::config::Bridge) {
-        *lock(&self.mode) = cfg.mode;
+        self.on.store(cfg.mode == BridgeMode::Auto, Ordering::Relaxed);
         lock(&self.sessions).max = cfg.max_sessions;
     }
 
     /// Whether a request with these headers is the bridge's to look at: the bridge is on and
     /// the request says it speaks 2026-07-28. (Whether the server does is [`Bridge::era`].)
     pub fn takes(&self, method: &http::Method, headers: &HeaderMap) -> bool {
-        method == http::Method::POST
+        self.on.load(Ordering::Relaxed)
+            && method == http::Method::POST
             && wire::is_modern(headers)
-            && *lock(&self.mode) == BridgeMode::Auto
     }
 
     /// What the server is known to speak.
