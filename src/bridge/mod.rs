@@ -126,16 +126,15 @@ impl Bridge {
 
     /// Takes a reload's settings; the sessions and the verdict stay.
     pub fn reconfigure(&self, cfg: &crate::config::Bridge) {
-        self.on.store(cfg.mode == BridgeMode::Auto, Ordering::Relaxed);
+        self.on
+            .store(cfg.mode == BridgeMode::Auto, Ordering::Relaxed);
         lock(&self.sessions).max = cfg.max_sessions;
     }
 
     /// Whether a request with these headers is the bridge's to look at: the bridge is on and
     /// the request says it speaks 2026-07-28. (Whether the server does is [`Bridge::era`].)
     pub fn takes(&self, method: &http::Method, headers: &HeaderMap) -> bool {
-        self.on.load(Ordering::Relaxed)
-            && method == http::Method::POST
-            && wire::is_modern(headers)
+        self.on.load(Ordering::Relaxed) && method == http::Method::POST && wire::is_modern(headers)
     }
 
     /// What the server is known to speak.

@@ -255,3 +255,48 @@ async fn a_server_of_the_clients_revision_is_passed_through_untranslated() {
         "no session was opened"
     );
 }
+
+#[tokio::test]
+async fn a_server_upgraded_across_its_restart_is_asked_again_and_passed_through() {
+    let dir = TempDir::new("bridge-upgrade");
+    // The port the new server will take: the Python SDK server's, which speaks both revisions.
+    let mut upgraded = PyServer::start(&dir.path().join("ledger")).await;
+    upgraded.sigterm();
+    upgraded.wait_exit().await;
+    let port = upgraded.addr().port();
+    // Before the upgrade, a TypeScript SDK 1.x server (2025 only) listens there.
+    let (ledger, levels) = (dir.path().join("ts-ledger"), dir.path().join("levels"));
+    let mut old = TsServer::start(port, &ledger, &levels).await;
+    let router = FakeRouter::start(old.addr()).await;
+    let holdfast = bridging(&format!("http://{}", router.addr)).await;
+    let ops = [
+        r#"call:echo:{"text":"before"}"#,
+        "wait",
+        r#"call:lookup:{"n":1}"#,
+        r#"call:lookup:{"n":2}"#,
+    ];
+    let mut client = ModernClient::start(&holdfast.url("/mcp"), &ops);
+    client.until("waiting").await;
+    old.stop().await;
+    upgraded.start_again().await;
+    let before_upgrade = router.log().len();
+    client.go_on();
+    let out = client.output().await;
+    assert!(failures(&out).is_empty(), "{out:?}\n{}", upgraded.trace());
+    assert_eq!(upgraded.ledger().len(), 2, "each call ran once");
+
+    // The first call after the restart went on the bridge's session, re-established; then
+    // holdfast asked again, found 2026-07-28, and passed the second as the client sent it.
+    let after: Vec<(Option<String>, bool)> = router.log()[before_upgrade..]
+        .iter()
+        .map(|r| (r.rpc_method(), r.session.is_some()))
+        .collect();
+    let discover = after
+        .iter()
+        .position(|(m, _)| m.as_deref() == Some("server/discover"))
+        .unwrap_or_else(|| panic!("asked again: {after:?}"));
+    let (method, with_session) = after.last().expect("a last request");
+    assert_eq!(method.as_deref(), Some("tools/call"), "{after:?}");
+    assert!(!with_session, "passed through, no session: {after:?}");
+    assert!(discover < after.len() - 1, "{after:?}");
+}

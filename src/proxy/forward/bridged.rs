@@ -87,10 +87,29 @@ impl Proxy {
             }
         };
         let (resp, note) = self.send_legacy(&parts, &legacy, &opened, peer).await;
-        if resp.status() == StatusCode::NOT_FOUND {
-            // The server ended the session and holdfast could not bring it back: the next
-            // request opens another.
+        if note.action == crate::proxy::life::Path::Resumed.as_str() {
+            // The server restarted: it may have been upgraded across it. The next request asks
+            // again which revision it speaks.
+            bridge.found(Era::Unknown);
+        }
+        if matches!(
+            resp.status(),
+            StatusCode::NOT_FOUND | StatusCode::BAD_REQUEST
+        ) {
+            // The session is gone and holdfast could not bring it back (a 2025 server answers
+            // a request it reads at all with 200, its errors inside): the server refused the
+            // session, not the call, which never ran. The next request opens another session;
+            // if the server now speaks the client's revision, this one goes as it was sent.
             bridge.forget(&principal);
+            bridge.found(Era::Unknown);
+            let era = self.ask_era(&parts, peer, bridge.next_id()).await;
+            bridge.found(era);
+            if era == Era::Modern {
+                tracing::info!(
+                    "bridge: the server now speaks 2026-07-28; passing requests through"
+                );
+                return self.inner(head_of(&parts), body, peer).await;
+            }
         }
         let asked = Asked {
             upstream_id: legacy.upstream_id,
