@@ -18,6 +18,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use http::{HeaderMap, HeaderValue};
+use prometheus_client::metrics::gauge::Gauge;
 use serde_json::Value;
 use tokio::sync::OnceCell;
 
@@ -74,6 +75,8 @@ struct Sessions {
     /// Principals in the order their sessions were first asked for.
     order: VecDeque<Principal>,
     max: usize,
+    /// `holdfast_bridge_sessions`: how many there are.
+    gauge: Gauge,
 }
 
 impl Sessions {
@@ -90,6 +93,7 @@ impl Sessions {
         let slot = Slot::default();
         self.slots.insert(principal, slot.clone());
         self.order.push_back(principal);
+        self.gauge.set(self.slots.len() as i64);
         slot
     }
 
@@ -97,6 +101,7 @@ impl Sessions {
         if self.slots.remove(principal).is_some() {
             self.order.retain(|p| p != principal);
         }
+        self.gauge.set(self.slots.len() as i64);
     }
 }
 
@@ -111,7 +116,8 @@ pub struct Bridge {
 }
 
 impl Bridge {
-    pub fn new(cfg: &crate::config::Bridge) -> Bridge {
+    /// The bridge `cfg` says, counting its sessions in `gauge`.
+    pub fn new(cfg: &crate::config::Bridge, gauge: Gauge) -> Bridge {
         Bridge {
             on: AtomicBool::new(cfg.mode == BridgeMode::Auto),
             era: Mutex::new(Era::Unknown),
@@ -119,6 +125,7 @@ impl Bridge {
                 slots: HashMap::new(),
                 order: VecDeque::new(),
                 max: cfg.max_sessions,
+                gauge,
             }),
             ids: AtomicU64::new(1),
         }
@@ -210,32 +217,41 @@ mod tests {
 
     #[test]
     fn the_oldest_session_is_forgotten_beyond_the_cap() {
-        let bridge = Bridge::new(&crate::config::Bridge {
-            mode: BridgeMode::Auto,
-            max_sessions: 2,
-        });
+        let gauge = Gauge::default();
+        let bridge = Bridge::new(
+            &crate::config::Bridge {
+                mode: BridgeMode::Auto,
+                max_sessions: 2,
+            },
+            gauge.clone(),
+        );
         let p = |n: &str| Principal::of(&headers(&[("authorization", n)]), None);
         let first = bridge.slot(p("1"));
         assert!(Arc::ptr_eq(&first, &bridge.slot(p("1"))), "kept");
         bridge.slot(p("2"));
         bridge.slot(p("3"));
         assert_eq!(bridge.sessions(), 2);
+        assert_eq!(gauge.get(), 2);
         assert!(
             !Arc::ptr_eq(&first, &bridge.slot(p("1"))),
             "1 was the oldest"
         );
         bridge.forget(&p("1"));
         assert_eq!(bridge.sessions(), 1);
+        assert_eq!(gauge.get(), 1);
     }
 
     #[test]
     fn only_a_modern_post_is_taken_and_only_when_on() {
         let modern = headers(&[("mcp-protocol-version", wire::MODERN)]);
         let legacy = headers(&[("mcp-protocol-version", wire::LEGACY)]);
-        let bridge = Bridge::new(&crate::config::Bridge {
-            mode: BridgeMode::Auto,
-            max_sessions: 2,
-        });
+        let bridge = Bridge::new(
+            &crate::config::Bridge {
+                mode: BridgeMode::Auto,
+                max_sessions: 2,
+            },
+            Gauge::default(),
+        );
         assert!(bridge.takes(&http::Method::POST, &modern));
         assert!(!bridge.takes(&http::Method::GET, &modern));
         assert!(!bridge.takes(&http::Method::POST, &legacy));

@@ -18,12 +18,14 @@ use crate::idempotent::SafeKind;
 use crate::upstream::ClosedCounters;
 
 mod atomic;
+mod bridge;
 mod labels;
 pub mod process;
 mod server;
 pub mod text;
 mod trace;
 pub use atomic::{AtomicHistogram, McpRequestCounters, RequestCounters};
+pub use bridge::{BridgeMetrics, BridgeOutcome};
 pub use labels::*;
 pub use server::{
     AtCap, ClientConnections, OpenConnection, Protocol, ReloadResult, ServerMetrics, Transport,
@@ -123,6 +125,8 @@ pub struct Metrics {
     pub shutdown_cut: Counter,
     /// `holdfast_trace_spans_total{outcome}`: spans finished with tracing on, by outcome.
     pub trace_spans: SpanCounts,
+    /// `holdfast_bridge_requests_total{outcome}`, `holdfast_bridge_sessions`: the era bridge.
+    pub bridge: BridgeMetrics,
 }
 
 impl Metrics {
@@ -136,6 +140,7 @@ impl Metrics {
         m.register_hold(r);
         m.register_sessions(r);
         m.trace_spans = SpanCounts::register(r);
+        m.bridge = BridgeMetrics::register(r);
         m
     }
 
@@ -178,6 +183,7 @@ impl Metrics {
             shutdown_cut: Counter::default(),
             handoffs: Family::default(),
             trace_spans: SpanCounts::default(),
+            bridge: BridgeMetrics::default(),
         };
         (m, closed)
     }

@@ -94,6 +94,10 @@ async fn with_the_bridge_off_a_pinned_2026_client_fails_as_without_holdfast() {
         .await;
     assert_eq!(failures(&out).len(), TS_OPS.len(), "{out:?}");
     assert_eq!(server.ledger_lines(), 0);
+    for outcome in ["translated", "passed", "accepted", "failed"] {
+        let series = format!("holdfast_bridge_requests_total{{outcome=\"{outcome}\"}}");
+        assert_eq!(holdfast.metric(&series).await, 0.0, "{series}");
+    }
 }
 
 #[tokio::test]
@@ -219,6 +223,9 @@ async fn two_credentials_never_share_an_upstream_session() {
     );
     assert_ne!(call_sessions[0], call_sessions[1]);
     assert_eq!(call_sessions[0], call_sessions[2]);
+    let translated = "holdfast_bridge_requests_total{outcome=\"translated\"}";
+    assert_eq!(holdfast.metric(translated).await, 3.0);
+    assert_eq!(holdfast.metric("holdfast_bridge_sessions").await, 2.0);
 }
 
 #[tokio::test]
@@ -299,4 +306,6 @@ async fn a_server_upgraded_across_its_restart_is_asked_again_and_passed_through(
     assert_eq!(method.as_deref(), Some("tools/call"), "{after:?}");
     assert!(!with_session, "passed through, no session: {after:?}");
     assert!(discover < after.len() - 1, "{after:?}");
+    let passed = "holdfast_bridge_requests_total{outcome=\"passed\"}";
+    assert!(holdfast.metric(passed).await >= 1.0);
 }

@@ -18,6 +18,7 @@ use http_body_util::BodyExt;
 use super::Proxy;
 use crate::bridge::wire::{self, Envelope, ToLegacy, WireError};
 use crate::bridge::{era, Bridge, Era, Opened, Principal};
+use crate::metrics::BridgeOutcome;
 use crate::proxy::body::ProxyBody;
 use crate::proxy::bridged::{Asked, Translated, MAX_EVENT};
 use crate::proxy::Note;
@@ -51,42 +52,57 @@ impl Proxy {
                 )
             }
         };
+        let (answered, outcome) = self.bridge_request(bridge, &parts, body, peer).await;
+        self.metrics.bridge.count(outcome);
+        answered
+    }
+
+    /// [`Proxy::bridged`] once the body is in: the answer, and what the bridge did.
+    async fn bridge_request(
+        &self,
+        bridge: &Bridge,
+        parts: &http::request::Parts,
+        body: Bytes,
+        peer: SocketAddr,
+    ) -> (Answered, BridgeOutcome) {
+        let passed = |answered| (answered, BridgeOutcome::passed);
         if bridge.era() == Era::Unknown {
-            let era = self.ask_era(&parts, peer, bridge.next_id()).await;
+            let era = self.ask_era(parts, peer, bridge.next_id()).await;
             if era != Era::Unknown {
                 tracing::info!(?era, "bridge: the server's era found");
                 bridge.found(era);
             }
         }
         if bridge.era() != Era::Legacy {
-            return self.inner(head_of(&parts), body, peer).await;
+            return passed(self.inner(head_of(parts), body, peer).await);
         }
         let legacy = match wire::request_to_legacy(&body, bridge.next_id()) {
             // Not 2026 methods, nor anything a 2025 server reads the same: passed as they came
             // (`server/discover` gets the server's refusal, and its client goes on in 2025).
             Ok(legacy) if legacy.method == "server/discover" => {
-                return self.inner(head_of(&parts), body, peer).await
+                return passed(self.inner(head_of(parts), body, peer).await)
             }
             Ok(legacy) => legacy,
             // A notification has nowhere to go: a 2026 server takes and drops it.
             Err(WireError::NotRequest) if is_notification(&body) => {
-                return (respond::accepted(), note(None, BRIDGED))
+                let accepted = (respond::accepted(), note(None, BRIDGED));
+                return (accepted, BridgeOutcome::accepted);
             }
-            Err(_) => return self.inner(head_of(&parts), body, peer).await,
+            Err(_) => return passed(self.inner(head_of(parts), body, peer).await),
         };
         let principal = Principal::of(&parts.headers, legacy.envelope.capabilities.as_ref());
         let slot = bridge.slot(principal);
         let opened = slot
-            .get_or_try_init(|| self.open_session(bridge, &parts, &legacy.envelope, peer))
+            .get_or_try_init(|| self.open_session(bridge, parts, &legacy.envelope, peer))
             .await;
         let opened = match opened {
             Ok(opened) => opened.clone(),
             Err(failed) => {
                 bridge.forget(&principal);
-                return failed;
+                return (failed, BridgeOutcome::failed);
             }
         };
-        let (resp, note) = self.send_legacy(&parts, &legacy, &opened, peer).await;
+        let (resp, note) = self.send_legacy(parts, &legacy, &opened, peer).await;
         if note.action == crate::proxy::life::Path::Resumed.as_str() {
             // The server restarted: it may have been upgraded across it. The next request asks
             // again which revision it speaks.
@@ -102,13 +118,13 @@ impl Proxy {
             // if the server now speaks the client's revision, this one goes as it was sent.
             bridge.forget(&principal);
             bridge.found(Era::Unknown);
-            let era = self.ask_era(&parts, peer, bridge.next_id()).await;
+            let era = self.ask_era(parts, peer, bridge.next_id()).await;
             bridge.found(era);
             if era == Era::Modern {
                 tracing::info!(
                     "bridge: the server now speaks 2026-07-28; passing requests through"
                 );
-                return self.inner(head_of(&parts), body, peer).await;
+                return passed(self.inner(head_of(parts), body, peer).await);
             }
         }
         let asked = Asked {
@@ -116,7 +132,8 @@ impl Proxy {
             client_id: legacy.client_id,
             method: legacy.method,
         };
-        (to_modern(resp, asked).await, note)
+        let translated = (to_modern(resp, asked).await, note);
+        (translated, BridgeOutcome::translated)
     }
 
     /// The client's request, translated, on the session `opened`.

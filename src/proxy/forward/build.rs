@@ -70,7 +70,10 @@ impl Proxy {
             ending: Arc::default(),
             me: handoff::Peers::new_id(),
             tracing: None,
-            bridge: Arc::new(crate::bridge::Bridge::new(&cfg.bridge)),
+            bridge: Arc::new(crate::bridge::Bridge::new(
+                &cfg.bridge,
+                metrics.bridge.sessions.clone(),
+            )),
         };
         Proxy::assemble(cfg, metrics, client, carried)
     }
