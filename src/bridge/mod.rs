@@ -34,6 +34,23 @@ pub struct Opened {
     pub version: String,
     /// The server's `initialize` result (capabilities, serverInfo, instructions).
     pub result: Value,
+    /// The lowest log level set on the session (a rank of [`wire::level_rank`]): requests that
+    /// opted in to a higher one filter what it lets through.
+    pub level: Arc<Mutex<Option<usize>>>,
+}
+
+impl Opened {
+    /// Whether a request that opted in to log messages from `rank` needs the session's level
+    /// lowered first.
+    pub fn needs_level(&self, rank: usize) -> bool {
+        lock(&self.level).is_none_or(|set| rank < set)
+    }
+
+    /// Records that the session's level was set to `rank`.
+    pub fn level_set(&self, rank: usize) {
+        let mut set = lock(&self.level);
+        *set = Some(set.map_or(rank, |s| s.min(rank)));
+    }
 }
 
 /// Whose requests may share an upstream session: a digest of the credentials they carry and of

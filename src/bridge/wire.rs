@@ -165,14 +165,56 @@ pub enum EventOut {
     Answer(Vec<u8>),
 }
 
-/// The 2026 form of one event's `data` on the stream answering the bridged request sent with
-/// `upstream_id`.
-pub fn event_to_modern(data: &[u8], upstream_id: u64, client_id: &Value, method: &str) -> EventOut {
+/// The log levels of MCP (syslog's), least severe first.
+pub const LEVELS: [&str; 8] = [
+    "debug",
+    "info",
+    "notice",
+    "warning",
+    "error",
+    "critical",
+    "alert",
+    "emergency",
+];
+
+/// Where `level` stands among [`LEVELS`]; `None` for a name that is none of them.
+pub fn level_rank(level: &str) -> Option<usize> {
+    LEVELS.iter().position(|l| *l == level)
+}
+
+/// The request an event stream answers, as the bridge sent it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sent {
+    /// The id it went upstream with.
+    pub upstream_id: u64,
+    /// The client's id.
+    pub client_id: Value,
+    pub method: String,
+    /// The level from which the request opted in to log messages (its envelope's `logLevel`).
+    pub log_level: Option<String>,
+}
+
+/// The 2026 form of one event's `data` on the stream answering the bridged request `sent`.
+pub fn event_to_modern(data: &[u8], sent: &Sent) -> EventOut {
     let Ok(message) = object(data) else {
         return EventOut::Pass;
     };
+    let (upstream_id, client_id, method) = (sent.upstream_id, &sent.client_id, &sent.method);
     match (message.get("method"), message.get("id")) {
-        (Some(Value::String(m)), None) if m == "notifications/message" => EventOut::Drop,
+        (Some(Value::String(m)), None) if m == "notifications/message" => {
+            // A 2026 server sends a request's log messages only when it opted in, and only at
+            // or above its level; the session's level may be lower (another request's).
+            let level = message
+                .get("params")
+                .and_then(|p| p.get("level"))
+                .and_then(Value::as_str)
+                .and_then(level_rank);
+            let wanted = sent.log_level.as_deref().and_then(level_rank);
+            match (level, wanted) {
+                (Some(level), Some(wanted)) if level >= wanted => EventOut::Pass,
+                _ => EventOut::Drop,
+            }
+        }
         (Some(_), None) => EventOut::Pass,
         (Some(_), Some(_)) => EventOut::Drop,
         (None, Some(id)) if id.as_u64() == Some(upstream_id) => {

@@ -8,10 +8,9 @@ use std::task::{Context, Poll};
 
 use bytes::{BufMut, Bytes, BytesMut};
 use http_body::{Body, Frame, SizeHint};
-use serde_json::Value;
 
 use super::body::ProxyBody;
-use crate::bridge::wire::{self, EventOut};
+use crate::bridge::wire::{self, EventOut, Sent};
 use crate::errors::BoxError;
 use crate::sse;
 
@@ -19,23 +18,13 @@ use crate::sse;
 /// and cannot be rewritten whole.
 pub const MAX_EVENT: usize = 8 * 1024 * 1024;
 
-/// What an event of the stream is read against.
-pub struct Asked {
-    /// The id the bridge sent the request with.
-    pub upstream_id: u64,
-    /// The client's id.
-    pub client_id: Value,
-    /// The request's method.
-    pub method: String,
-}
-
 pin_project_lite::pin_project! {
     /// An SSE answer to a bridged request, rewritten event by event.
     pub struct Translated {
         #[pin]
         inner: ProxyBody,
         parser: sse::Parser,
-        asked: Asked,
+        asked: Sent,
         // Trailers that arrived, sent after the last event.
         trailers: Option<Frame<Bytes>>,
         done: bool,
@@ -43,7 +32,7 @@ pin_project_lite::pin_project! {
 }
 
 impl Translated {
-    pub fn new(inner: ProxyBody, asked: Asked) -> Translated {
+    pub fn new(inner: ProxyBody, asked: Sent) -> Translated {
         Translated {
             inner,
             parser: sse::Parser::new(MAX_EVENT),
@@ -77,7 +66,7 @@ fn write_event(out: &mut BytesMut, event: &sse::Event, data: &[u8]) {
 }
 
 /// The translation of the events `bytes` complete.
-fn translate(parser: &mut sse::Parser, asked: &Asked, bytes: &[u8]) -> BytesMut {
+fn translate(parser: &mut sse::Parser, asked: &Sent, bytes: &[u8]) -> BytesMut {
     let mut out = BytesMut::new();
     parser.feed(bytes, |event| {
         if event.cut {
@@ -88,7 +77,7 @@ fn translate(parser: &mut sse::Parser, asked: &Asked, bytes: &[u8]) -> BytesMut 
             return;
         }
         let data = event.data.as_bytes();
-        match wire::event_to_modern(data, asked.upstream_id, &asked.client_id, &asked.method) {
+        match wire::event_to_modern(data, asked) {
             EventOut::Pass => write_event(&mut out, &event, data),
             EventOut::Drop => {}
             EventOut::Answer(answer) => write_event(&mut out, &event, &answer),
@@ -144,11 +133,12 @@ mod tests {
     use super::*;
     use http_body_util::BodyExt;
 
-    fn asked() -> Asked {
-        Asked {
+    fn asked() -> Sent {
+        Sent {
             upstream_id: 4,
             client_id: serde_json::json!(1),
             method: "tools/call".into(),
+            log_level: None,
         }
     }
 

@@ -71,7 +71,7 @@ async fn a_pinned_2026_client_fails_at_a_2025_server_and_works_through_the_bridg
         out,
         [
             "era 2026-07-28",
-            "ok list count,echo",
+            "ok list count,echo,log",
             r#"ok call:echo:{"text":"hi"} hi"#,
             "ok call:count 1",
             "ok call:count 2",
@@ -308,4 +308,60 @@ async fn a_server_upgraded_across_its_restart_is_asked_again_and_passed_through(
     assert!(discover < after.len() - 1, "{after:?}");
     let passed = "holdfast_bridge_requests_total{outcome=\"passed\"}";
     assert!(holdfast.metric(passed).await >= 1.0);
+}
+
+#[tokio::test]
+async fn prompts_resources_and_progress_of_the_everything_server_through_the_bridge() {
+    let server = StackServer::start(Stack::Everything).await;
+    let holdfast = bridging(&format!("http://{}", server.addr())).await;
+    let ops = [
+        "prompts",
+        "prompt:simple-prompt:{}",
+        "read:demo://resource/static/document/architecture.md",
+        r#"progress:trigger-long-running-operation:{"duration":1,"steps":3}"#,
+    ];
+    let out = ModernClient::start(&holdfast.url("/mcp"), &ops)
+        .output()
+        .await;
+    assert!(failures(&out).is_empty(), "{out:?}\n{}", server.trace());
+    let prompts = out[1].strip_prefix("ok prompts ").expect("listed");
+    assert!(
+        prompts.split(',').any(|p| p == "simple-prompt"),
+        "{prompts}"
+    );
+    assert_eq!(out[2], "ok prompt:simple-prompt:{} 1 messages");
+    assert_eq!(
+        out[3],
+        "ok read:demo://resource/static/document/architecture.md 1 contents \
+         demo://resource/static/document/architecture.md"
+    );
+    // Progress notifications cross on the call's stream, unchanged: one a step.
+    assert_eq!(out[4], format!("ok {} 3 progress, done", ops[3]), "{out:?}");
+}
+
+#[tokio::test]
+async fn log_messages_reach_a_client_from_its_level_and_the_level_outlives_a_restart() {
+    let dir = TempDir::new("bridge-log");
+    let mut server = ts_server(&dir).await;
+    let holdfast = bridging(&format!("http://{}", server.addr())).await;
+    let ops = ["--log-level=warning", "call:log", "wait", "call:log"];
+    let mut client = ModernClient::start(&holdfast.url("/mcp"), &ops);
+    client.until("waiting").await;
+    server.restart().await;
+    client.go_on();
+    let out = client.output().await;
+    assert!(failures(&out).is_empty(), "{out:?}\n{}", server.trace());
+    // The server sends all four levels; the client asked for warning and up.
+    let logged: Vec<&str> = out
+        .iter()
+        .filter(|l| l.starts_with("log "))
+        .map(String::as_str)
+        .collect();
+    let twice = [
+        "log warning a warning message",
+        "log error an error message",
+    ];
+    assert_eq!(logged, [twice, twice].concat(), "{out:?}");
+    // The bridge set the session's level once; the re-established session got it again.
+    assert_eq!(server.levels(), ["setLevel warning", "setLevel warning"]);
 }

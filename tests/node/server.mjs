@@ -7,7 +7,9 @@
 // stdout: {"event":"listening","port":N} once accepting connections; nothing else.
 // stderr: one line per request, for the test's failure messages.
 // Tools: `count` appends a line to the ledger and returns how many lines it now has (so every
-// execution is on record, across restarts); `echo` returns its `text`. Every
+// execution is on record, across restarts); `echo` returns its `text`; `log` sends one log
+// message at each of debug, info, warning and error on the call's own stream (unfiltered: the
+// levels below are recorded, not applied), then returns `logged`. Every
 // `logging/setLevel` is appended to the levels file as `setLevel <level>`.
 import { appendFileSync, readFileSync } from 'node:fs';
 import { createServer } from 'node:http';
@@ -50,6 +52,19 @@ function newServer() {
         'echo',
         { description: 'Return the given text', inputSchema: { text: z.string() } },
         ({ text }) => ({ content: [{ type: 'text', text }] })
+    );
+    server.registerTool(
+        'log',
+        { description: 'Send a log message at debug, info, warning and error, then return' },
+        async extra => {
+            for (const level of ['debug', 'info', 'warning', 'error']) {
+                await extra.sendNotification({
+                    method: 'notifications/message',
+                    params: { level, data: `${level === 'error' ? 'an' : 'a'} ${level} message` }
+                });
+            }
+            return { content: [{ type: 'text', text: 'logged' }] };
+        }
     );
     // Replaces the SDK's own handler (which only remembers the level per session) to put each
     // level on record: a test checks a level set before a restart is set again after it.

@@ -1,13 +1,17 @@
 """The official MCP Python SDK's client pinned to the final 2026-07-28 revision, as a test peer
 for holdfast's era bridge (tests/it/era_bridge.rs).
 
-Usage: python modern_client.py URL OP...
-  OP: list | call:NAME:JSONARGS | wait
+Usage: python modern_client.py URL [--log-level=LEVEL] OP...
+  OP: list | call:NAME:JSONARGS | progress:NAME:JSONARGS | prompts | prompt:NAME:JSONARGS
+      | read:URI | wait
 
 A pinned client sends no `server/discover` and no handshake: every request carries the revision
 in its headers and `_meta`. Prints `era <version>` once connected (or `connect-failed <error>`),
 then one line per op: `ok <op> <summary>` or `err <op> <error>`; `wait` prints `waiting` and
-reads one line from stdin before it goes on (the test restarts the server meanwhile).
+reads one line from stdin before it goes on (the test restarts the server meanwhile). With
+`--log-level`, every request opts in to log messages from that level, and each one received
+prints `log <level> <data>`; `progress:` calls a tool with a progress callback and prints how
+many progress notifications arrived before its result.
 """
 
 import asyncio
@@ -19,6 +23,27 @@ from mcp import Client
 
 async def run(client: Client, op: str) -> str:
     kind, _, rest = op.partition(":")
+    if kind == "progress":
+        name, _, args = rest.partition(":")
+        seen = []
+
+        async def progress(done, total, message):
+            seen.append(done)
+
+        result = await client.call_tool(name, json.loads(args or "{}"), progress_callback=progress)
+        if result.is_error:
+            raise RuntimeError(f"tool error after {len(seen)} progress")
+        return f"{len(seen)} progress, done"
+    if kind == "prompts":
+        listed = await client.list_prompts()
+        return ",".join(sorted(prompt.name for prompt in listed.prompts))
+    if kind == "prompt":
+        name, _, args = rest.partition(":")
+        got = await client.get_prompt(name, json.loads(args or "{}"))
+        return f"{len(got.messages)} messages"
+    if kind == "read":
+        read = await client.read_resource(rest)
+        return f"{len(read.contents)} contents {read.contents[0].uri}"
     if kind == "list":
         listed = await client.list_tools()
         return ",".join(sorted(tool.name for tool in listed.tools))
@@ -26,14 +51,24 @@ async def run(client: Client, op: str) -> str:
         name, _, args = rest.partition(":")
         result = await client.call_tool(name, json.loads(args or "{}"))
         text = " ".join(c.text for c in result.content if getattr(c, "text", None))
-        return ("error " if result.is_error else "") + text
+        if result.is_error:
+            raise RuntimeError(f"tool error: {text}")
+        return text
     raise ValueError(f"unknown op {op!r}")
 
 
 async def main() -> None:
     url, ops = sys.argv[1], sys.argv[2:]
+    options = {}
+    if ops and ops[0].startswith("--log-level="):
+        options["log_level"] = ops.pop(0).split("=", 1)[1]
+
+        async def logged(params) -> None:
+            print("log", params.level, params.data, flush=True)
+
+        options["logging_callback"] = logged
     try:
-        async with Client(url, mode="2026-07-28") as client:
+        async with Client(url, mode="2026-07-28", **options) as client:
             print("era", client.protocol_version, flush=True)
             for op in ops:
                 if op == "wait":

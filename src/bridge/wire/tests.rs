@@ -152,36 +152,47 @@ fn headers_lose_the_modern_routing_and_carry_the_session() {
 
 #[test]
 fn a_bridged_streams_answer_is_translated_its_progress_passed_and_the_rest_dropped() {
-    let client_id = serde_json::json!("c-1");
+    let sent = |upstream_id, log_level: Option<&str>| Sent {
+        upstream_id,
+        client_id: json!("c-1"),
+        method: "tools/call".into(),
+        log_level: log_level.map(str::to_owned),
+    };
     let answer = br#"{"jsonrpc":"2.0","id":9,"result":{"content":[]}}"#;
-    let EventOut::Answer(out) = event_to_modern(answer, 9, &client_id, "tools/call") else {
+    let EventOut::Answer(out) = event_to_modern(answer, &sent(9, None)) else {
         panic!("the answer is translated");
     };
     let out: Value = serde_json::from_slice(&out).unwrap();
     assert_eq!(out["id"], "c-1");
     assert_eq!(out["result"]["resultType"], "complete");
     // Another request's answer on a shared session is not this one's.
-    assert_eq!(
-        event_to_modern(answer, 10, &client_id, "tools/call"),
-        EventOut::Pass
-    );
+    assert_eq!(event_to_modern(answer, &sent(10, None)), EventOut::Pass);
     let progress = br#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":1,"progress":1}}"#;
-    assert_eq!(
-        event_to_modern(progress, 9, &client_id, "tools/call"),
-        EventOut::Pass
-    );
-    let log = br#"{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"x"}}"#;
-    assert_eq!(
-        event_to_modern(log, 9, &client_id, "tools/call"),
-        EventOut::Drop
-    );
+    assert_eq!(event_to_modern(progress, &sent(9, None)), EventOut::Pass);
     let asks = br#"{"jsonrpc":"2.0","id":1,"method":"elicitation/create","params":{}}"#;
-    assert_eq!(
-        event_to_modern(asks, 9, &client_id, "tools/call"),
-        EventOut::Drop
-    );
-    assert_eq!(
-        event_to_modern(b"", 9, &client_id, "tools/call"),
-        EventOut::Pass
-    );
+    assert_eq!(event_to_modern(asks, &sent(9, None)), EventOut::Drop);
+    assert_eq!(event_to_modern(b"", &sent(9, None)), EventOut::Pass);
+}
+
+#[test]
+fn log_messages_pass_only_from_the_level_the_request_opted_in_to() {
+    let log = |level: &str| {
+        format!(
+            r#"{{"jsonrpc":"2.0","method":"notifications/message","params":{{"level":"{level}","data":"x"}}}}"#
+        )
+    };
+    let sent = |log_level: Option<&str>| Sent {
+        upstream_id: 1,
+        client_id: json!(1),
+        method: "tools/call".into(),
+        log_level: log_level.map(str::to_owned),
+    };
+    let out = |level: &str, wanted| event_to_modern(log(level).as_bytes(), &sent(wanted));
+    assert_eq!(out("error", None), EventOut::Drop, "no opt-in, no log");
+    assert_eq!(out("info", Some("warning")), EventOut::Drop);
+    assert_eq!(out("warning", Some("warning")), EventOut::Pass);
+    assert_eq!(out("emergency", Some("warning")), EventOut::Pass);
+    assert_eq!(out("loud", Some("debug")), EventOut::Drop, "no such level");
+    assert_eq!(level_rank("debug"), Some(0));
+    assert!(level_rank("notice") < level_rank("warning"));
 }

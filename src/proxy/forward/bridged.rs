@@ -16,11 +16,11 @@ use http::{Request, Response, StatusCode};
 use http_body_util::BodyExt;
 
 use super::Proxy;
-use crate::bridge::wire::{self, Envelope, ToLegacy, WireError};
+use crate::bridge::wire::{self, Envelope, Sent, ToLegacy, WireError};
 use crate::bridge::{era, Bridge, Era, Opened, Principal};
 use crate::metrics::BridgeOutcome;
 use crate::proxy::body::ProxyBody;
-use crate::proxy::bridged::{Asked, Translated, MAX_EVENT};
+use crate::proxy::bridged::{Translated, MAX_EVENT};
 use crate::proxy::Note;
 use crate::replay::ClientBody;
 use crate::respond;
@@ -102,6 +102,16 @@ impl Proxy {
                 return (failed, BridgeOutcome::failed);
             }
         };
+        if let Some(rank) = legacy
+            .envelope
+            .log_level
+            .as_deref()
+            .and_then(wire::level_rank)
+        {
+            if opened.needs_level(rank) {
+                self.set_level(parts, &opened, rank, peer).await;
+            }
+        }
         let (resp, note) = self.send_legacy(parts, &legacy, &opened, peer).await;
         if note.action == crate::proxy::life::Path::Resumed.as_str() {
             // The server restarted: it may have been upgraded across it. The next request asks
@@ -127,10 +137,11 @@ impl Proxy {
                 return passed(self.inner(head_of(parts), body, peer).await);
             }
         }
-        let asked = Asked {
+        let asked = Sent {
             upstream_id: legacy.upstream_id,
             client_id: legacy.client_id,
             method: legacy.method,
+            log_level: legacy.envelope.log_level,
         };
         let translated = (to_modern(resp, asked).await, note);
         (translated, BridgeOutcome::translated)
@@ -148,6 +159,32 @@ impl Proxy {
         wire::headers_to_legacy(head.headers_mut(), &opened.version, opened.session.clone());
         self.inner(head, Bytes::from(legacy.body.clone()), peer)
             .await
+    }
+
+    /// Lowers the session's log level to `rank` (`logging/setLevel`, which the session table
+    /// records as the session's state, so a re-established session gets it again).
+    async fn set_level(
+        &self,
+        parts: &http::request::Parts,
+        opened: &Opened,
+        rank: usize,
+        peer: SocketAddr,
+    ) {
+        let level = wire::LEVELS[rank];
+        let mut head = own_head(parts);
+        wire::headers_to_legacy(head.headers_mut(), &opened.version, opened.session.clone());
+        let body = serde_json::json!({
+            "jsonrpc": "2.0",
+            "id": self.bridge.next_id(),
+            "method": "logging/setLevel",
+            "params": {"level": level},
+        });
+        let (resp, _) = self.inner(head, body.to_string().into(), peer).await;
+        let status = resp.status();
+        match reply_of(resp).await {
+            Ok(Reply::Result(_)) if status.is_success() => opened.level_set(rank),
+            reply => tracing::warn!(%status, ?reply, level, "bridge: logging/setLevel refused"),
+        }
     }
 
     /// What the server speaks, asked with a `server/discover` of the 2026 revision.
@@ -215,6 +252,7 @@ impl Proxy {
             session,
             version,
             result,
+            level: Default::default(),
         })
     }
 
@@ -331,7 +369,7 @@ async fn read_whole(body: ProxyBody) -> Result<Bytes, ()> {
 
 /// The server's answer as the 2026 client expects it: its id, the 2026 result fields, no
 /// session of the bridge's. An event stream is translated as it flows; a JSON answer whole.
-async fn to_modern(resp: Response<ProxyBody>, asked: Asked) -> Response<ProxyBody> {
+async fn to_modern(resp: Response<ProxyBody>, asked: Sent) -> Response<ProxyBody> {
     let (mut parts, body) = resp.into_parts();
     parts.headers.remove("mcp-session-id");
     if crate::proxy::headers::is_event_stream(&parts.headers) {

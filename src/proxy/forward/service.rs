@@ -141,16 +141,16 @@ impl Proxy {
         unfinished.cut = unfinished.span.as_ref().map(|span| span.cut_handle());
         // A 2026-07-28 client's request the bridge may translate is read whole first; every
         // other begins its exchange here.
+        // Boxed: rare, and its future is large; the request's own future keeps a pointer.
         let (mut begun, bridged) = if self.bridge.takes(req.method(), req.headers()) {
-            (None, Some(req))
+            (None, Some(Box::pin(self.bridged(&self.bridge, req, peer))))
         } else {
             (Some(self.begin(req, peer)), None)
         };
         let answer = async move {
             // The exchange is used where it lies (moved into a local it would take room twice).
             let (resp, note) = match (&mut begun, bridged) {
-                // Boxed: rare, and its future is large.
-                (_, Some(req)) => Box::pin(self.bridged(&self.bridge, req, peer)).await,
+                (_, Some(bridged)) => bridged.await,
                 (None, None) => unreachable!("a request is begun or bridged"),
                 (Some(Ok(ex)), None) => {
                     ex.trace = unfinished.span.take();
