@@ -143,12 +143,10 @@ async fn the_everything_server_through_the_bridge_and_its_restart() {
     let echo = |word: &str| format!(r#"call:echo:{{"message":"{word}"}}"#);
     let (first, second) = (echo("one"), echo("two"));
     let ops = ["list", first.as_str(), "wait", second.as_str()];
-    let mut client = ModernClient::start(&holdfast.url("/mcp"), &ops);
-    client.until("waiting").await;
     // Its restart forgets the session; it answers a forgotten one with 400, not 404.
-    server.restart().await;
-    client.go_on();
-    let out = client.output().await;
+    let out = ModernClient::start(&holdfast.url("/mcp"), &ops)
+        .across(server.restart())
+        .await;
     assert!(failures(&out).is_empty(), "{out:?}\n{}", server.trace());
     let listed = out[1].strip_prefix("ok list ").expect("listed");
     assert!(listed.split(',').any(|tool| tool == "echo"), "{listed}");
@@ -345,11 +343,9 @@ async fn log_messages_reach_a_client_from_its_level_and_the_level_outlives_a_res
     let mut server = ts_server(&dir).await;
     let holdfast = bridging(&format!("http://{}", server.addr())).await;
     let ops = ["--log-level=warning", "call:log", "wait", "call:log"];
-    let mut client = ModernClient::start(&holdfast.url("/mcp"), &ops);
-    client.until("waiting").await;
-    server.restart().await;
-    client.go_on();
-    let out = client.output().await;
+    let out = ModernClient::start(&holdfast.url("/mcp"), &ops)
+        .across(server.restart())
+        .await;
     assert!(failures(&out).is_empty(), "{out:?}\n{}", server.trace());
     // The server sends all four levels; the client asked for warning and up.
     let logged: Vec<&str> = out

@@ -84,6 +84,15 @@ impl ModernClient {
         stdin.flush().expect("flushed");
     }
 
+    /// Runs it to its `wait`, lets `meanwhile` happen there (a server's restart), then to its
+    /// end: every line it printed.
+    pub async fn across(mut self, meanwhile: impl std::future::Future<Output = ()>) -> Vec<String> {
+        self.until("waiting").await;
+        meanwhile.await;
+        self.go_on();
+        self.output().await
+    }
+
     /// Every line it printed, once it exited (at most [`LIMIT`]).
     pub async fn output(mut self) -> Vec<String> {
         drop(self.stdin.take());
