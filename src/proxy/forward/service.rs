@@ -62,6 +62,15 @@ impl Unfinished<'_> {
     }
 }
 
+/// How a request is carried: its exchange (or why it has none), or the era bridge's future.
+// The exchange is every request's and lies in the request's future unboxed (boxing it would
+// cost an allocation per request); the bridge's rare future is the boxed one.
+#[allow(clippy::large_enum_variant)]
+enum Begun<B> {
+    Exchange(Result<super::Exchange, (Option<&'static str>, http::Version)>),
+    Bridged(std::pin::Pin<Box<B>>),
+}
+
 /// What the server span is told of a request answered with `status`.
 fn answered<'a>(
     status: u16,
@@ -140,25 +149,24 @@ impl Proxy {
         };
         unfinished.cut = unfinished.span.as_ref().map(|span| span.cut_handle());
         // A 2026-07-28 client's request the bridge may translate is read whole first; every
-        // other begins its exchange here.
-        // Boxed: rare, and its future is large; the request's own future keeps a pointer.
-        let (mut begun, bridged) = if self.bridge.takes(req.method(), req.headers()) {
-            (None, Some(Box::pin(self.bridged(&self.bridge, req, peer))))
+        // other begins its exchange here. The bridged future is boxed: rare, and large; the
+        // request's own future keeps a pointer where an exchange would be.
+        let mut begun = if self.bridge.takes(req.method(), req.headers()) {
+            Begun::Bridged(Box::pin(self.bridged(&self.bridge, req, peer)))
         } else {
-            (Some(self.begin(req, peer)), None)
+            Begun::Exchange(self.begin(req, peer))
         };
         let answer = async move {
             // The exchange is used where it lies (moved into a local it would take room twice).
-            let (resp, note) = match (&mut begun, bridged) {
-                (_, Some(bridged)) => bridged.await,
-                (None, None) => unreachable!("a request is begun or bridged"),
-                (Some(Ok(ex)), None) => {
+            let (resp, note) = match &mut begun {
+                Begun::Bridged(bridged) => bridged.as_mut().await,
+                Begun::Exchange(Ok(ex)) => {
                     ex.trace = unfinished.span.take();
                     let answer = self.forward(ex).await;
                     unfinished.span = ex.trace.take();
                     answer
                 }
-                (Some(Err((Some(why), version))), None) => (
+                Begun::Exchange(Err((Some(why), version))) => (
                     crate::respond::bad_request(why, *version),
                     Note {
                         upstream_status: None,
@@ -166,7 +174,7 @@ impl Proxy {
                     },
                 ),
                 // A hand-off of this holdfast's own: its sender tries the next peer.
-                (Some(Err((None, _))), None) => (
+                Begun::Exchange(Err((None, _))) => (
                     crate::respond::handoff_to_self(),
                     Note {
                         upstream_status: None,
@@ -176,9 +184,10 @@ impl Proxy {
             };
             let mut resp = resp;
             crate::respond::stamp(&mut resp, self.request_ids.header(), &id);
-            let described = (begun.as_mut())
-                .and_then(|b| b.as_mut().ok())
-                .and_then(|ex| ex.described.take());
+            let described = match &mut begun {
+                Begun::Exchange(Ok(ex)) => ex.described.take(),
+                _ => None,
+            };
             unfinished.finish(resp, &note, described)
         };
         crate::telemetry::with_request_id(logged_as, answer)
