@@ -122,6 +122,46 @@ impl Sessions {
     }
 }
 
+/// A bridged request its client gave up on (it closed its stream: 2026 cancellation), to be
+/// cancelled on its session with `notifications/cancelled`.
+pub struct Cancel {
+    /// The head the notification goes with: the client's credentials, the session, the
+    /// version, as the request had them.
+    pub head: http::Request<()>,
+    /// The id the request went upstream with.
+    pub upstream_id: u64,
+    /// The client's address, for the notification's `X-Forwarded-For`.
+    pub peer: std::net::SocketAddr,
+}
+
+/// Most cancellations waiting to be sent: beyond, one is dropped (the server finishes that
+/// request for nobody, as it would without holdfast).
+const MAX_CANCELS: usize = 1024;
+
+/// Cancels a bridged request on its session when dropped before [`CancelOnDrop::answered`]: the
+/// client closed its stream (or went away) before the answer.
+pub struct CancelOnDrop {
+    cancel: Option<Cancel>,
+    to: tokio::sync::mpsc::Sender<Cancel>,
+}
+
+impl CancelOnDrop {
+    /// The request was answered: nothing to cancel.
+    pub fn answered(&mut self) {
+        self.cancel = None;
+    }
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        if let Some(cancel) = self.cancel.take() {
+            if self.to.try_send(cancel).is_err() {
+                tracing::debug!("bridge: a cancellation was dropped (too many waiting)");
+            }
+        }
+    }
+}
+
 /// The bridge's state: one per holdfast, carried over a reload.
 pub struct Bridge {
     /// `mode = "auto"`: read on every POST, so a load and nothing more when off.
@@ -130,12 +170,19 @@ pub struct Bridge {
     sessions: Mutex<Sessions>,
     /// Ids of the requests the bridge sends: unique on a session shared by several clients.
     ids: AtomicU64,
+    /// Where dropped requests' cancellations go, and (until the task that sends them takes it)
+    /// where they come out.
+    cancels: tokio::sync::mpsc::Sender<Cancel>,
+    cancelled: Mutex<Option<tokio::sync::mpsc::Receiver<Cancel>>>,
 }
 
 impl Bridge {
     /// The bridge `cfg` says, counting its sessions in `gauge`.
     pub fn new(cfg: &crate::config::Bridge, gauge: Gauge) -> Bridge {
+        let (cancels, cancelled) = tokio::sync::mpsc::channel(MAX_CANCELS);
         Bridge {
+            cancels,
+            cancelled: Mutex::new(Some(cancelled)),
             on: AtomicBool::new(cfg.mode == BridgeMode::Auto),
             era: Mutex::new(Era::Unknown),
             sessions: Mutex::new(Sessions {
@@ -185,6 +232,19 @@ impl Bridge {
     /// Sessions kept now.
     pub fn sessions(&self) -> usize {
         lock(&self.sessions).slots.len()
+    }
+
+    /// A guard that cancels `cancel`'s request unless told it was answered.
+    pub fn cancel_on_drop(&self, cancel: Cancel) -> CancelOnDrop {
+        CancelOnDrop {
+            cancel: Some(cancel),
+            to: self.cancels.clone(),
+        }
+    }
+
+    /// The cancellations to send, once: for the one task that sends them.
+    pub fn take_cancellations(&self) -> Option<tokio::sync::mpsc::Receiver<Cancel>> {
+        lock(&self.cancelled).take()
     }
 
     /// A fresh id for a request the bridge sends.
@@ -256,6 +316,27 @@ mod tests {
         bridge.forget(&p("1"));
         assert_eq!(bridge.sessions(), 1);
         assert_eq!(gauge.get(), 1);
+    }
+
+    #[test]
+    fn a_guard_cancels_only_what_was_not_answered() {
+        let bridge = Bridge::new(&crate::config::Bridge::default(), Gauge::default());
+        let mut cancelled = bridge.take_cancellations().expect("once");
+        assert!(bridge.take_cancellations().is_none(), "only once");
+        let cancel = |upstream_id| Cancel {
+            head: http::Request::new(()),
+            upstream_id,
+            peer: ([127, 0, 0, 1], 1).into(),
+        };
+        let mut answered = bridge.cancel_on_drop(cancel(1));
+        answered.answered();
+        drop(answered);
+        drop(bridge.cancel_on_drop(cancel(2)));
+        assert_eq!(cancelled.try_recv().map(|c| c.upstream_id).ok(), Some(2));
+        assert!(
+            cancelled.try_recv().is_err(),
+            "nothing for the answered one"
+        );
     }
 
     #[test]

@@ -11,6 +11,7 @@ use http_body::{Body, Frame, SizeHint};
 
 use super::body::ProxyBody;
 use crate::bridge::wire::{self, EventOut, Sent};
+use crate::bridge::CancelOnDrop;
 use crate::errors::BoxError;
 use crate::sse;
 
@@ -25,6 +26,8 @@ pin_project_lite::pin_project! {
         inner: ProxyBody,
         parser: sse::Parser,
         asked: Sent,
+        // Cancels the request if the stream is dropped before its answer went by.
+        cancel: CancelOnDrop,
         // Trailers that arrived, sent after the last event.
         trailers: Option<Frame<Bytes>>,
         done: bool,
@@ -32,11 +35,12 @@ pin_project_lite::pin_project! {
 }
 
 impl Translated {
-    pub fn new(inner: ProxyBody, asked: Sent) -> Translated {
+    pub fn new(inner: ProxyBody, asked: Sent, cancel: CancelOnDrop) -> Translated {
         Translated {
             inner,
             parser: sse::Parser::new(MAX_EVENT),
             asked,
+            cancel,
             trailers: None,
             done: false,
         }
@@ -65,8 +69,13 @@ fn write_event(out: &mut BytesMut, event: &sse::Event, data: &[u8]) {
     out.put_u8(b'\n');
 }
 
-/// The translation of the events `bytes` complete.
-fn translate(parser: &mut sse::Parser, asked: &Sent, bytes: &[u8]) -> BytesMut {
+/// The translation of the events `bytes` complete; `answered` once the request's answer was one.
+fn translate(
+    parser: &mut sse::Parser,
+    asked: &Sent,
+    bytes: &[u8],
+    answered: &mut bool,
+) -> BytesMut {
     let mut out = BytesMut::new();
     parser.feed(bytes, |event| {
         if event.cut {
@@ -80,7 +89,10 @@ fn translate(parser: &mut sse::Parser, asked: &Sent, bytes: &[u8]) -> BytesMut {
         match wire::event_to_modern(data, asked) {
             EventOut::Pass => write_event(&mut out, &event, data),
             EventOut::Drop => {}
-            EventOut::Answer(answer) => write_event(&mut out, &event, &answer),
+            EventOut::Answer(answer) => {
+                *answered = true;
+                write_event(&mut out, &event, &answer);
+            }
         }
     });
     out
@@ -102,7 +114,11 @@ impl Body for Translated {
             match std::task::ready!(this.inner.as_mut().poll_frame(cx)) {
                 Some(Ok(frame)) => match frame.into_data() {
                     Ok(data) => {
-                        let out = translate(this.parser, this.asked, &data);
+                        let mut answered = false;
+                        let out = translate(this.parser, this.asked, &data, &mut answered);
+                        if answered {
+                            this.cancel.answered();
+                        }
                         if !out.is_empty() {
                             return Poll::Ready(Some(Ok(Frame::data(out.freeze()))));
                         }
@@ -112,8 +128,12 @@ impl Body for Translated {
                         *this.done = true;
                     }
                 },
-                // An event cut off by the end is no event (the reader never completes it).
-                None => *this.done = true,
+                // An event cut off by the end is no event (the reader never completes it). The
+                // server ended the stream: nothing is left running to cancel.
+                None => {
+                    this.cancel.answered();
+                    *this.done = true;
+                }
                 Some(Err(e)) => return Poll::Ready(Some(Err(e))),
             }
         }
@@ -153,7 +173,16 @@ mod tests {
         for cut in 0..stream.len() {
             let (a, b) = stream.as_bytes().split_at(cut);
             let inner = Frames(vec![Bytes::copy_from_slice(b), Bytes::copy_from_slice(a)]);
-            let body = Translated::new(ProxyBody::new(inner), asked());
+            let bridge = crate::bridge::Bridge::new(
+                &crate::config::Bridge::default(),
+                prometheus_client::metrics::gauge::Gauge::default(),
+            );
+            let cancel = bridge.cancel_on_drop(crate::bridge::Cancel {
+                head: http::Request::new(()),
+                upstream_id: 4,
+                peer: ([127, 0, 0, 1], 1).into(),
+            });
+            let body = Translated::new(ProxyBody::new(inner), asked(), cancel);
             let out = body.collect().await.unwrap().to_bytes();
             assert_eq!(
                 std::str::from_utf8(&out).unwrap(),

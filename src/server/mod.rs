@@ -147,6 +147,9 @@ pub async fn run(
     let key_reloader = key_reloader(&proxy);
     // The upstream checked without traffic (`hold.check_interval_secs`), stopped with `run`.
     let _checks_at_rest = AbortOnDropHandle::new(tokio::spawn(proxy.checks_at_rest()));
+    // The era bridge's cancellations, sent by the proxy current when each comes.
+    let _cancellations =
+        AbortOnDropHandle::new(tokio::spawn(Proxy::bridge_cancellations(current.clone())));
     let ready = Arc::new(Readiness::default());
 
     let admin_addr = admin_listener.local_addr()?;

@@ -361,3 +361,46 @@ async fn log_messages_reach_a_client_from_its_level_and_the_level_outlives_a_res
     // The bridge set the session's level once; the re-established session got it again.
     assert_eq!(server.levels(), ["setLevel warning", "setLevel warning"]);
 }
+
+#[tokio::test]
+async fn a_client_closing_its_stream_cancels_the_call_on_the_session() {
+    let server = StackServer::start(Stack::Everything).await;
+    let router = FakeRouter::start(server.addr()).await;
+    let holdfast = bridging(&format!("http://{}", router.addr)).await;
+    let long = r#"cancel:trigger-long-running-operation:{"duration":30,"steps":30}"#;
+    let out = ModernClient::start(&holdfast.url("/mcp"), &[long])
+        .output()
+        .await;
+    assert_eq!(
+        out,
+        ["era 2026-07-28".to_owned(), format!("ok {long} cancelled")]
+    );
+    // The call went upstream with an id of holdfast's; the cancellation names that id, on the
+    // same session, well before the operation's 30 s were over.
+    let call = crate::support::within(async {
+        loop {
+            let log = router.log();
+            let call = log
+                .iter()
+                .find(|r| r.rpc_method().as_deref() == Some("tools/call"))
+                .cloned();
+            let cancelled = log
+                .iter()
+                .find(|r| r.rpc_method().as_deref() == Some("notifications/cancelled"))
+                .cloned();
+            if let (Some(call), Some(cancelled)) = (call, cancelled) {
+                return (call, cancelled);
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    let (call, cancelled) = call;
+    let id = |body: &Bytes| serde_json::from_slice::<Value>(body).unwrap();
+    assert_eq!(
+        id(&cancelled.body)["params"]["requestId"],
+        id(&call.body)["id"]
+    );
+    assert_eq!(cancelled.session, call.session);
+    assert!(call.session.is_some());
+}

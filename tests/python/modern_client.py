@@ -2,8 +2,8 @@
 for holdfast's era bridge (tests/it/era_bridge.rs).
 
 Usage: python modern_client.py URL [--log-level=LEVEL] OP...
-  OP: list | call:NAME:JSONARGS | progress:NAME:JSONARGS | prompts | prompt:NAME:JSONARGS
-      | read:URI | wait
+  OP: list | call:NAME:JSONARGS | progress:NAME:JSONARGS | cancel:NAME:JSONARGS | prompts
+      | prompt:NAME:JSONARGS | read:URI | wait
 
 A pinned client sends no `server/discover` and no handshake: every request carries the revision
 in its headers and `_meta`. Prints `era <version>` once connected (or `connect-failed <error>`),
@@ -11,12 +11,16 @@ then one line per op: `ok <op> <summary>` or `err <op> <error>`; `wait` prints `
 reads one line from stdin before it goes on (the test restarts the server meanwhile). With
 `--log-level`, every request opts in to log messages from that level, and each one received
 prints `log <level> <data>`; `progress:` calls a tool with a progress callback and prints how
-many progress notifications arrived before its result.
+many progress notifications arrived before its result; `cancel:` calls a tool and cancels the
+call at its first progress notification (at 2026-07-28 the client closes the call's stream),
+printing `ok <op> cancelled`.
 """
 
 import asyncio
 import json
 import sys
+
+import anyio
 
 from mcp import Client
 
@@ -34,6 +38,16 @@ async def run(client: Client, op: str) -> str:
         if result.is_error:
             raise RuntimeError(f"tool error after {len(seen)} progress")
         return f"{len(seen)} progress, done"
+    if kind == "cancel":
+        name, _, args = rest.partition(":")
+        with anyio.CancelScope() as scope:
+
+            async def first_progress(done, total, message):
+                scope.cancel()
+
+            await client.call_tool(name, json.loads(args or "{}"), progress_callback=first_progress)
+            return "answered"
+        return "cancelled"
     if kind == "prompts":
         listed = await client.list_prompts()
         return ",".join(sorted(prompt.name for prompt in listed.prompts))

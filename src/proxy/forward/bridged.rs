@@ -16,8 +16,8 @@ use http::{Request, Response, StatusCode};
 use http_body_util::BodyExt;
 
 use super::Proxy;
-use crate::bridge::wire::{self, Envelope, Sent, ToLegacy, WireError};
-use crate::bridge::{era, Bridge, Era, Opened, Principal};
+use crate::bridge::wire::{self, Envelope, Sent, WireError};
+use crate::bridge::{era, Bridge, Cancel, CancelOnDrop, Era, Opened, Principal};
 use crate::metrics::BridgeOutcome;
 use crate::proxy::body::ProxyBody;
 use crate::proxy::bridged::{Translated, MAX_EVENT};
@@ -112,7 +112,18 @@ impl Proxy {
                 self.set_level(parts, &opened, rank, peer).await;
             }
         }
-        let (resp, note) = self.send_legacy(parts, &legacy, &opened, peer).await;
+        let mut head = head_of(parts);
+        wire::headers_to_legacy(head.headers_mut(), &opened.version, opened.session.clone());
+        // Armed until the answer is whole: a client that closes its stream first (2026
+        // cancellation), or goes away, has the request cancelled on the session.
+        let mut cancel = bridge.cancel_on_drop(Cancel {
+            head: clone_head(&head),
+            upstream_id: legacy.upstream_id,
+            peer,
+        });
+        let (resp, note) = self
+            .inner(head, Bytes::from(legacy.body.clone()), peer)
+            .await;
         if note.action == crate::proxy::life::Path::Resumed.as_str() {
             // The server restarted: it may have been upgraded across it. The next request asks
             // again which revision it speaks.
@@ -134,6 +145,7 @@ impl Proxy {
                 tracing::info!(
                     "bridge: the server now speaks 2026-07-28; passing requests through"
                 );
+                cancel.answered();
                 return passed(self.inner(head_of(parts), body, peer).await);
             }
         }
@@ -143,22 +155,35 @@ impl Proxy {
             method: legacy.method,
             log_level: legacy.envelope.log_level,
         };
-        let translated = (to_modern(resp, asked).await, note);
+        let translated = (to_modern(resp, asked, cancel).await, note);
         (translated, BridgeOutcome::translated)
     }
 
-    /// The client's request, translated, on the session `opened`.
-    async fn send_legacy(
-        &self,
-        parts: &http::request::Parts,
-        legacy: &ToLegacy,
-        opened: &Opened,
-        peer: SocketAddr,
-    ) -> Answered {
-        let mut head = head_of(parts);
-        wire::headers_to_legacy(head.headers_mut(), &opened.version, opened.session.clone());
-        self.inner(head, Bytes::from(legacy.body.clone()), peer)
-            .await
+    /// Sends the cancellations of bridged requests whose clients gave up on them, each with the
+    /// proxy current when it comes, for as long as holdfast runs.
+    pub async fn bridge_cancellations(current: std::sync::Arc<crate::proxy::current::Current>) {
+        let Some(mut cancelled) = current.get().bridge.take_cancellations() else {
+            return;
+        };
+        while let Some(cancel) = cancelled.recv().await {
+            let proxy = current.get();
+            // One task each: a cancellation held through an outage keeps no other waiting.
+            tokio::spawn(async move { proxy.cancel_bridged(cancel).await });
+        }
+    }
+
+    /// `notifications/cancelled` for `cancel`'s request, on its session.
+    async fn cancel_bridged(&self, cancel: Cancel) {
+        let body = serde_json::json!({
+            "jsonrpc": "2.0",
+            "method": "notifications/cancelled",
+            "params": {"requestId": cancel.upstream_id, "reason": "the client closed its stream"},
+        });
+        let (resp, _) = self
+            .inner(cancel.head, body.to_string().into(), cancel.peer)
+            .await;
+        tracing::debug!(status = %resp.status(), id = cancel.upstream_id, "bridge: a request cancelled");
+        let _ = read_whole(resp.into_body()).await;
     }
 
     /// Lowers the session's log level to `rank` (`logging/setLevel`, which the session table
@@ -323,6 +348,16 @@ fn head_of(parts: &http::request::Parts) -> Request<()> {
     req
 }
 
+/// A copy of a head of the bridge's.
+fn clone_head(head: &Request<()>) -> Request<()> {
+    let mut req = Request::new(());
+    *req.method_mut() = head.method().clone();
+    *req.uri_mut() = head.uri().clone();
+    *req.version_mut() = head.version();
+    *req.headers_mut() = head.headers().clone();
+    req
+}
+
 /// The head of a request of the bridge's own, sent for the client: its credentials and its
 /// client's headers, without what named the client's own message (the 2026 routing headers,
 /// a session, the version).
@@ -369,13 +404,20 @@ async fn read_whole(body: ProxyBody) -> Result<Bytes, ()> {
 
 /// The server's answer as the 2026 client expects it: its id, the 2026 result fields, no
 /// session of the bridge's. An event stream is translated as it flows; a JSON answer whole.
-async fn to_modern(resp: Response<ProxyBody>, asked: Sent) -> Response<ProxyBody> {
+async fn to_modern(
+    resp: Response<ProxyBody>,
+    asked: Sent,
+    mut cancel: CancelOnDrop,
+) -> Response<ProxyBody> {
     let (mut parts, body) = resp.into_parts();
     parts.headers.remove("mcp-session-id");
     if crate::proxy::headers::is_event_stream(&parts.headers) {
         parts.headers.remove(CONTENT_LENGTH);
-        return Response::from_parts(parts, ProxyBody::new(Translated::new(body, asked)));
+        let translated = Translated::new(body, asked, cancel);
+        return Response::from_parts(parts, ProxyBody::new(translated));
     }
+    // Whatever else comes is the whole answer (read below, or passed as it is).
+    cancel.answered();
     let is_json = parts
         .headers
         .get(CONTENT_TYPE)
