@@ -40,6 +40,25 @@ impl Eras {
     }
 }
 
+impl Eras {
+    /// What holdfast's era bridge (`[bridge]`) would do for this server's clients, once the
+    /// eras it answers are known.
+    pub fn bridge(&self) -> Option<&'static str> {
+        match (&self.discover, &self.initialize) {
+            (None, Some(_)) => Some(
+                "2025 only: clients of the 2026-07-28 revision fail at it by themselves; with                  [bridge] mode = \"auto\" holdfast bridges them (a 2025 session opened for each                  principal, carried through restarts)",
+            ),
+            (Some(_), None) => Some(
+                "2026-07-28 only: 2025 clients (the handshake) fail at it by themselves, and                  holdfast does not bridge them to it yet",
+            ),
+            (Some(_), Some(_)) => Some(
+                "both eras: holdfast passes each client through in its own, bridge on or off",
+            ),
+            (None, None) => None,
+        }
+    }
+}
+
 /// The `_meta` a 2026-07-28 request carries in its params.
 fn meta() -> Value {
     json!({

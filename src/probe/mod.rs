@@ -112,6 +112,7 @@ pub async fn run(opts: &Options) -> Result<Report, String> {
         url: probe.url,
         steps: probe.steps,
         server: probe.server,
+        bridge: probe.eras.bridge(),
         eras: probe.eras,
         exit_code: verdict.kind.exit_code(),
         verdict,

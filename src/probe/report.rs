@@ -102,6 +102,9 @@ pub struct Report {
     pub server: Option<Server>,
     /// Which protocol eras the endpoint answered.
     pub eras: super::era::Eras,
+    /// What the era bridge would do for its clients ([`super::era::Eras::bridge`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bridge: Option<&'static str>,
     pub verdict: Verdict,
     pub exit_code: u8,
 }
@@ -131,6 +134,9 @@ impl Report {
         if let Some(server) = &self.server {
             let _ = writeln!(out, "server:   {}", server_line(server));
             let _ = writeln!(out, "eras:     {}", self.eras.line());
+        }
+        if let Some(bridge) = self.bridge {
+            let _ = writeln!(out, "bridge:   {bridge}");
         }
         let _ = writeln!(out, "verdict:  {}", self.verdict.finding);
         let _ = writeln!(out, "holdfast: {}", self.verdict.holdfast);

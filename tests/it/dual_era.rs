@@ -179,6 +179,10 @@ async fn probe_names_a_server_of_the_final_revision_only() {
         .collect();
     assert_eq!(methods, ["server/discover", "initialize", "tools/list"]);
     assert!(report.text().contains("eras:"), "{}", report.text());
+    // What the era bridge would do: nothing for 2025 clients yet, and it says so.
+    let bridge = report.bridge.expect("the eras are known");
+    assert!(bridge.starts_with("2026-07-28 only"), "{}", report.text());
+    assert!(report.text().contains(&format!("bridge:   {bridge}")));
 }
 
 #[tokio::test]
@@ -198,4 +202,6 @@ async fn probe_names_both_eras_of_the_python_sdk_server() {
         report.text()
     );
     assert!(report.eras.initialize.is_some(), "{}", report.text());
+    let bridge = report.bridge.expect("the eras are known");
+    assert!(bridge.starts_with("both eras"), "{}", report.text());
 }

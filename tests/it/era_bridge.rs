@@ -62,6 +62,16 @@ async fn a_pinned_2026_client_fails_at_a_2025_server_and_works_through_the_bridg
         "{direct:?}"
     );
     assert_eq!(server.ledger_lines(), 0);
+    // The probe names its era, and what the bridge does for such clients.
+    let report = crate::probe::probe(&server.url()).await;
+    assert_eq!(report.eras.discover, None, "{}", report.text());
+    assert!(report.eras.initialize.is_some(), "{}", report.text());
+    let bridge = report.bridge.expect("the eras are known");
+    assert!(
+        bridge.contains("holdfast bridges them"),
+        "{}",
+        report.text()
+    );
 
     let holdfast = bridging(&format!("http://{}", server.addr())).await;
     let out = ModernClient::start(&holdfast.url("/mcp"), &TS_OPS)
