@@ -11,6 +11,7 @@
 //! holdfast's own core, so holding, exactly-once and re-establishment apply to what it sends.
 
 pub mod era;
+pub mod modern;
 pub mod wire;
 
 use std::collections::{HashMap, VecDeque};
@@ -24,6 +25,16 @@ use tokio::sync::OnceCell;
 
 use crate::config::BridgeMode;
 pub use era::Era;
+
+/// Which way a request goes through the bridge.
+pub enum Direction {
+    /// A 2026-07-28 client's request, to be sent on a 2025 session when the server speaks only
+    /// that revision.
+    ToLegacy,
+    /// A 2025 client's request, to be made a 2026-07-28 one when the server speaks only that
+    /// revision: its session token's contents when it names a session holdfast answered itself.
+    ToModern(Option<Box<crate::session::token::Contents>>),
+}
 
 /// What a principal's upstream session is, once opened.
 #[derive(Debug, Clone)]
@@ -167,6 +178,9 @@ pub struct Bridge {
     /// `mode = "auto"`: read on every POST, so a load and nothing more when off.
     on: AtomicBool,
     era: Mutex<Era>,
+    /// The server's DiscoverResult, when it speaks 2026-07-28: what `initialize` is answered
+    /// from for 2025 clients.
+    discovered: Mutex<Option<Value>>,
     sessions: Mutex<Sessions>,
     /// Ids of the requests the bridge sends: unique on a session shared by several clients.
     ids: AtomicU64,
@@ -185,6 +199,7 @@ impl Bridge {
             cancelled: Mutex::new(Some(cancelled)),
             on: AtomicBool::new(cfg.mode == BridgeMode::Auto),
             era: Mutex::new(Era::Unknown),
+            discovered: Mutex::new(None),
             sessions: Mutex::new(Sessions {
                 slots: HashMap::new(),
                 order: VecDeque::new(),
@@ -202,10 +217,33 @@ impl Bridge {
         lock(&self.sessions).max = cfg.max_sessions;
     }
 
-    /// Whether a request with these headers is the bridge's to look at: the bridge is on and
-    /// the request says it speaks 2026-07-28. (Whether the server does is [`Bridge::era`].)
-    pub fn takes(&self, method: &http::Method, headers: &HeaderMap) -> bool {
-        self.on.load(Ordering::Relaxed) && method == http::Method::POST && wire::is_modern(headers)
+    /// Which way, if any, a request goes through the bridge. A 2026-07-28 client's POST:
+    /// [`Direction::ToLegacy`]. A 2025 client's, unless the server is known to speak 2025: a
+    /// POST without a session (an `initialize`, whose answer decides), or any request naming a
+    /// session holdfast answered itself (`open` reads its token). Off: none, at the cost of one
+    /// load.
+    pub fn route(
+        &self,
+        method: &http::Method,
+        headers: &HeaderMap,
+        open: impl FnOnce(&[u8]) -> Option<crate::session::token::Contents>,
+    ) -> Option<Direction> {
+        if !self.on.load(Ordering::Relaxed) {
+            return None;
+        }
+        if method == http::Method::POST && wire::is_modern(headers) {
+            return Some(Direction::ToLegacy);
+        }
+        if self.era() == Era::Legacy {
+            return None;
+        }
+        match headers.get(crate::session::MCP_SESSION_ID) {
+            Some(id) => open(id.as_bytes())
+                .filter(|c| c.upstream_id == modern::LOCAL_SESSION)
+                .map(|c| Direction::ToModern(Some(Box::new(c)))),
+            None if method == http::Method::POST => Some(Direction::ToModern(None)),
+            None => None,
+        }
     }
 
     /// What the server is known to speak.
@@ -216,6 +254,16 @@ impl Bridge {
     /// Records what the server was found to speak.
     pub fn found(&self, era: Era) {
         *lock(&self.era) = era;
+    }
+
+    /// Records the server's DiscoverResult.
+    pub fn discovered(&self, result: Value) {
+        *lock(&self.discovered) = Some(result);
+    }
+
+    /// The server's DiscoverResult, if it gave one.
+    pub fn discover_result(&self) -> Option<Value> {
+        lock(&self.discovered).clone()
     }
 
     /// The session slot of `principal`, new if it had none.
@@ -340,7 +388,7 @@ mod tests {
     }
 
     #[test]
-    fn only_a_modern_post_is_taken_and_only_when_on() {
+    fn requests_are_routed_by_their_era_and_the_servers() {
         let modern = headers(&[("mcp-protocol-version", wire::MODERN)]);
         let legacy = headers(&[("mcp-protocol-version", wire::LEGACY)]);
         let bridge = Bridge::new(
@@ -350,10 +398,23 @@ mod tests {
             },
             Gauge::default(),
         );
-        assert!(bridge.takes(&http::Method::POST, &modern));
-        assert!(!bridge.takes(&http::Method::GET, &modern));
-        assert!(!bridge.takes(&http::Method::POST, &legacy));
+        let route = |method, h: &HeaderMap| match bridge.route(&method, h, |_| None) {
+            None => "pass",
+            Some(Direction::ToLegacy) => "to legacy",
+            Some(Direction::ToModern(_)) => "to modern",
+        };
+        assert_eq!(route(http::Method::POST, &modern), "to legacy");
+        assert_eq!(route(http::Method::GET, &modern), "pass");
+        // A 2025 client's POST without a session, while the server's era is unknown: its
+        // answer decides (an initialize of a 2026-only server is answered by holdfast).
+        assert_eq!(route(http::Method::POST, &legacy), "to modern");
+        // A session that is not one holdfast answered itself is the server's.
+        let session = headers(&[("mcp-session-id", "abc")]);
+        assert_eq!(route(http::Method::POST, &session), "pass");
+        bridge.found(Era::Legacy);
+        assert_eq!(route(http::Method::POST, &legacy), "pass");
+        assert_eq!(route(http::Method::POST, &modern), "to legacy");
         bridge.reconfigure(&crate::config::Bridge::default());
-        assert!(!bridge.takes(&http::Method::POST, &modern));
+        assert_eq!(route(http::Method::POST, &modern), "pass");
     }
 }

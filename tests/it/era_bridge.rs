@@ -12,6 +12,7 @@ use http::Request;
 use http_body_util::Full;
 use serde_json::{json, Value};
 
+use crate::support::clients::PeerClient;
 use crate::support::files::TempDir;
 use crate::support::http::{call, host_of};
 use crate::support::modern::ModernClient;
@@ -413,4 +414,83 @@ async fn a_client_closing_its_stream_cancels_the_call_on_the_session() {
     );
     assert_eq!(cancelled.session, call.session);
     assert!(call.session.is_some());
+}
+
+/// A server of the 2026-07-28 revision only: the Python SDK's with its handshake cut off.
+async fn modern_only(dir: &TempDir) -> PyServer {
+    let ledger = dir.path().join("ledger");
+    PyServer::start_script("tests/python/modern_only_server.py", &ledger).await
+}
+
+#[tokio::test]
+async fn a_2025_client_fails_at_a_2026_only_server_and_works_through_the_bridge() {
+    let dir = TempDir::new("bridge-modern");
+    let server = modern_only(&dir).await;
+    let url = format!("http://{}/mcp", server.addr());
+
+    // Straight at it, the TypeScript SDK client's handshake is refused.
+    let direct = PeerClient::try_start(&url).await;
+    assert!(direct.is_err(), "the handshake alone cannot connect");
+
+    let holdfast = bridging(&format!("http://{}", server.addr())).await;
+    let mut client = PeerClient::start(&holdfast.url("/mcp")).await;
+    let session = client
+        .session_id()
+        .expect("a session of holdfast's")
+        .to_owned();
+    assert_eq!(
+        client.call("echo", json!({"text": "hi"})).await,
+        Ok("hi".to_owned())
+    );
+    for n in 1..=3 {
+        assert_eq!(
+            client.call("lookup", json!({"n": n})).await,
+            Ok(format!("lookup {n}")),
+            "{}",
+            client.trace()
+        );
+    }
+    assert_eq!(client.session_id(), Some(session.as_str()));
+    assert_eq!(server.ledger().len(), 3, "each call ran once");
+    client.close().await.expect("DELETE answered by holdfast");
+    let translated = "holdfast_bridge_requests_total{outcome=\"translated\"}";
+    assert!(holdfast.metric(translated).await >= 4.0);
+}
+
+#[tokio::test]
+async fn a_2025_clients_bridged_session_outlives_the_2026_servers_restart() {
+    let dir = TempDir::new("bridge-modern-restart");
+    let mut server = modern_only(&dir).await;
+    let holdfast = bridging(&format!("http://{}", server.addr())).await;
+    let mut client = PeerClient::start(&holdfast.url("/mcp")).await;
+    let session = client.session_id().expect("a session").to_owned();
+    assert_eq!(
+        client.call("lookup", json!({"n": 1})).await,
+        Ok("lookup 1".into())
+    );
+    // The container stops; a call meets its refused port and waits in the hold.
+    server.sigterm();
+    server.wait_exit().await;
+    client.send(json!({"op": "call", "tool": "lookup", "args": {"n": 2}}));
+    holdfast
+        .metric_until("holdfast_held_requests", |v| v == 1.0)
+        .await;
+    server.start_again().await;
+    assert_eq!(
+        client.result().await,
+        Ok("lookup 2".into()),
+        "{}",
+        client.trace()
+    );
+    assert_eq!(
+        client.call("lookup", json!({"n": 3})).await,
+        Ok("lookup 3".into())
+    );
+    assert_eq!(
+        client.session_id(),
+        Some(session.as_str()),
+        "the same session"
+    );
+    let ran: Vec<u64> = server.ledger().iter().map(|r| r.n).collect();
+    assert_eq!(ran, [1, 2, 3], "each call ran exactly once");
 }

@@ -17,7 +17,7 @@ use http_body_util::BodyExt;
 
 use super::Proxy;
 use crate::bridge::wire::{self, Envelope, Sent, WireError};
-use crate::bridge::{era, Bridge, Cancel, CancelOnDrop, Era, Opened, Principal};
+use crate::bridge::{era, Bridge, Cancel, CancelOnDrop, Direction, Era, Opened, Principal};
 use crate::metrics::BridgeOutcome;
 use crate::proxy::body::ProxyBody;
 use crate::proxy::bridged::{Translated, MAX_EVENT};
@@ -27,7 +27,7 @@ use crate::respond;
 use crate::session::rpc::{self, Reply};
 
 /// What a bridged request comes to: the client's answer and what the access log says of it.
-type Answered = (Response<ProxyBody>, Note);
+pub(super) type Answered = (Response<ProxyBody>, Note);
 
 /// The access-log action of a request the bridge answered itself.
 const BRIDGED: &str = "bridged";
@@ -40,6 +40,7 @@ impl Proxy {
         bridge: &Bridge,
         req: Request<ClientBody>,
         peer: SocketAddr,
+        direction: Direction,
     ) -> Answered {
         let version = req.version();
         let (parts, body) = req.into_parts();
@@ -52,7 +53,13 @@ impl Proxy {
                 )
             }
         };
-        let (answered, outcome) = self.bridge_request(bridge, &parts, body, peer).await;
+        let (answered, outcome) = match direction {
+            Direction::ToLegacy => self.bridge_request(bridge, &parts, body, peer).await,
+            Direction::ToModern(local) => {
+                self.bridge_to_modern(bridge, &parts, body, local, peer)
+                    .await
+            }
+        };
         self.metrics.bridge.count(outcome);
         answered
     }
@@ -213,7 +220,12 @@ impl Proxy {
     }
 
     /// What the server speaks, asked with a `server/discover` of the 2026 revision.
-    async fn ask_era(&self, parts: &http::request::Parts, peer: SocketAddr, id: u64) -> Era {
+    pub(super) async fn ask_era(
+        &self,
+        parts: &http::request::Parts,
+        peer: SocketAddr,
+        id: u64,
+    ) -> Era {
         let mut head = own_head(parts);
         let h = head.headers_mut();
         h.insert(
@@ -224,7 +236,11 @@ impl Proxy {
         let (resp, _) = self.inner(head, era::discover(id).into(), peer).await;
         let status = resp.status();
         let reply = reply_of(resp).await.unwrap_or(Reply::Nothing);
-        era::from_discover(status, &reply)
+        let era = era::from_discover(status, &reply);
+        if let (Era::Modern, Reply::Result(result)) = (era, reply) {
+            self.bridge.discovered(result);
+        }
+        era
     }
 
     /// Opens a 2025 session for a principal: an `initialize` with its client's capabilities,
@@ -282,7 +298,7 @@ impl Proxy {
     }
 
     /// One request through this proxy's own exchange, its body from memory.
-    async fn inner(&self, head: Request<()>, body: Bytes, peer: SocketAddr) -> Answered {
+    pub(super) async fn inner(&self, head: Request<()>, body: Bytes, peer: SocketAddr) -> Answered {
         let (mut parts, ()) = head.into_parts();
         parts
             .headers
@@ -331,7 +347,7 @@ async fn whole<B: http_body::Body<Data = Bytes> + Unpin>(mut body: B, max: usize
 }
 
 /// The access-log note of an answer.
-fn note(upstream_status: Option<StatusCode>, action: &'static str) -> Note {
+pub(super) fn note(upstream_status: Option<StatusCode>, action: &'static str) -> Note {
     Note {
         upstream_status,
         action,
@@ -339,7 +355,7 @@ fn note(upstream_status: Option<StatusCode>, action: &'static str) -> Note {
 }
 
 /// A copy of the client's request head.
-fn head_of(parts: &http::request::Parts) -> Request<()> {
+pub(super) fn head_of(parts: &http::request::Parts) -> Request<()> {
     let mut req = Request::new(());
     *req.method_mut() = parts.method.clone();
     *req.uri_mut() = parts.uri.clone();
@@ -381,20 +397,20 @@ fn own_head(parts: &http::request::Parts) -> Request<()> {
 }
 
 /// Whether a body is one JSON-RPC notification (a method, no id).
-fn is_notification(body: &[u8]) -> bool {
+pub(super) fn is_notification(body: &[u8]) -> bool {
     serde_json::from_slice::<serde_json::Value>(body)
         .is_ok_and(|m| m.get("method").is_some() && m.get("id").is_none())
 }
 
 /// The JSON-RPC response in an answer, read whole (bounded).
-async fn reply_of(resp: Response<ProxyBody>) -> Result<Reply, ()> {
+pub(super) async fn reply_of(resp: Response<ProxyBody>) -> Result<Reply, ()> {
     let is_sse = crate::proxy::headers::is_event_stream(resp.headers());
     let body = read_whole(resp.into_body()).await?;
     Ok(rpc::reply(is_sse, &body))
 }
 
 /// A body read whole, up to [`MAX_EVENT`].
-async fn read_whole(body: ProxyBody) -> Result<Bytes, ()> {
+pub(super) async fn read_whole(body: ProxyBody) -> Result<Bytes, ()> {
     let read = whole(body, MAX_EVENT).await;
     if read.is_none() {
         tracing::debug!("bridge: an answer could not be read whole");

@@ -151,10 +151,12 @@ impl Proxy {
         // A 2026-07-28 client's request the bridge may translate is read whole first; every
         // other begins its exchange here. The bridged future is boxed: rare, and large; the
         // request's own future keeps a pointer where an exchange would be.
-        let mut begun = if self.bridge.takes(req.method(), req.headers()) {
-            Begun::Bridged(Box::pin(self.bridged(&self.bridge, req, peer)))
-        } else {
-            Begun::Exchange(self.begin(req, peer))
+        let route = (self.bridge).route(req.method(), req.headers(), |t| self.open_token(t));
+        let mut begun = match route {
+            Some(direction) => {
+                Begun::Bridged(Box::pin(self.bridged(&self.bridge, req, peer, direction)))
+            }
+            None => Begun::Exchange(self.begin(req, peer)),
         };
         let answer = async move {
             // The exchange is used where it lies (moved into a local it would take room twice).

@@ -78,6 +78,8 @@ pub fn python_script(name: String, file: &str, args: &[&str], module: (&str, &st
 /// A running (or stopped) Python SDK server.
 pub struct PyServer {
     python: PathBuf,
+    /// `tests/python/ledger_server.py`, or another server that writes the same ledger.
+    script: &'static str,
     port: u16,
     ledger: PathBuf,
     child: Option<Guard>,
@@ -90,8 +92,15 @@ pub struct PyServer {
 impl PyServer {
     /// Starts the server on a free port, its ledger at `ledger`, and waits until it listens.
     pub async fn start(ledger: &Path) -> PyServer {
+        PyServer::start_script("tests/python/ledger_server.py", ledger).await
+    }
+
+    /// [`PyServer::start`] with another script of the same arguments and ledger
+    /// (`tests/python/modern_only_server.py`).
+    pub async fn start_script(script: &'static str, ledger: &Path) -> PyServer {
         let mut server = PyServer {
             python: require_python_sdk(),
+            script,
             port: super::ports::quiet(),
             ledger: ledger.to_owned(),
             child: None,
@@ -107,7 +116,7 @@ impl PyServer {
         assert!(self.child.is_none(), "the server is already running");
         let mut child = Guard(
             Command::new(&self.python)
-                .arg(repo_path("tests/python/ledger_server.py"))
+                .arg(repo_path(self.script))
                 .arg(self.port.to_string())
                 .arg(&self.ledger)
                 .stdin(Stdio::null())

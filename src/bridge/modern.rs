@@ -1,0 +1,278 @@
+//! The era bridge's translations the other way (docs/design/era-bridge.md 3.6): a 2025 client
+//! (the handshake, a session) in front of a server that speaks only 2026-07-28. Pure functions:
+//! the `initialize` answered from the server's `server/discover`, each request given the 2026
+//! envelope (from the client's own `initialize`, which its session token carries) and the
+//! routing headers the revision requires.
+
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine as _;
+use http::{HeaderName, HeaderValue};
+use serde_json::{json, Map, Value};
+
+use super::wire::{WireError, LEGACY, MODERN};
+
+/// The upstream id sealed into the session token of a 2025 client holdfast answered itself: no
+/// server session stands behind it (a 2026-07-28 server has none), and no server ever gives an
+/// id holdfast could take for it (it is not a visible-ASCII-only id a server would make: it has
+/// a space).
+pub const LOCAL_SESSION: &str = "holdfast bridge";
+
+/// The versions of the handshake a 2025 client may ask for, newest first.
+const HANDSHAKE_VERSIONS: [&str; 4] = ["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
+
+/// The result of the `initialize` holdfast answers for a 2026-07-28-only server: the client's
+/// version when it is one of the handshake's (else the newest), the server's capabilities,
+/// instructions and identity from its DiscoverResult.
+pub fn initialize_result(discovered: &Value, requested: Option<&str>) -> Value {
+    let version = requested
+        .filter(|v| HANDSHAKE_VERSIONS.contains(v))
+        .unwrap_or(LEGACY);
+    let server_info = discovered["_meta"]["io.modelcontextprotocol/serverInfo"].clone();
+    let server_info = if server_info.is_object() {
+        server_info
+    } else {
+        json!({"name": "holdfast-bridged", "version": env!("CARGO_PKG_VERSION")})
+    };
+    let mut result = json!({
+        "protocolVersion": version,
+        "capabilities": discovered.get("capabilities").cloned().unwrap_or_else(|| json!({})),
+        "serverInfo": server_info,
+    });
+    if let Some(instructions) = discovered.get("instructions").filter(|i| i.is_string()) {
+        result["instructions"] = instructions.clone();
+    }
+    result
+}
+
+/// A 2025 request made a 2026-07-28 one.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToModern {
+    pub body: Vec<u8>,
+    pub method: String,
+    /// `Mcp-Name`'s value: the tool's or prompt's name, the resource's URI.
+    pub name: Option<String>,
+}
+
+/// The 2026 form of the 2025 request `body` of a client whose `initialize` was `initialize`
+/// (its capabilities and identity go in every request's `_meta`, as the revision requires).
+pub fn request_to_modern(body: &[u8], initialize: Option<&[u8]>) -> Result<ToModern, WireError> {
+    let mut message = match serde_json::from_slice::<Value>(body) {
+        Ok(Value::Object(m)) if m.get("jsonrpc") == Some(&Value::from("2.0")) => m,
+        Ok(_) => return Err(WireError::NotJsonRpc("not a JSON-RPC 2.0 object".into())),
+        Err(e) => return Err(WireError::NotJsonRpc(e.to_string())),
+    };
+    let method = match (message.get("method"), message.get("id")) {
+        (Some(Value::String(m)), Some(Value::String(_) | Value::Number(_))) => m.clone(),
+        _ => return Err(WireError::NotRequest),
+    };
+    let hello: Value = initialize
+        .and_then(|b| serde_json::from_slice(b).ok())
+        .unwrap_or_default();
+    let params = message
+        .entry("params")
+        .or_insert_with(|| Value::Object(Map::new()));
+    let Value::Object(params) = params else {
+        return Err(WireError::NotRequest);
+    };
+    let name_key = if method == "resources/read" {
+        "uri"
+    } else {
+        "name"
+    };
+    let name = match method.as_str() {
+        "tools/call" | "prompts/get" | "resources/read" => params
+            .get(name_key)
+            .and_then(Value::as_str)
+            .map(str::to_owned),
+        _ => None,
+    };
+    let meta = params
+        .entry("_meta")
+        .or_insert_with(|| Value::Object(Map::new()));
+    if let Value::Object(meta) = meta {
+        let capabilities = hello["params"]["capabilities"].clone();
+        let capabilities = if capabilities.is_object() {
+            capabilities
+        } else {
+            json!({})
+        };
+        meta.insert(
+            "io.modelcontextprotocol/protocolVersion".into(),
+            Value::from(MODERN),
+        );
+        meta.insert(
+            "io.modelcontextprotocol/clientCapabilities".into(),
+            capabilities,
+        );
+        if hello["params"]["clientInfo"].is_object() {
+            meta.insert(
+                "io.modelcontextprotocol/clientInfo".into(),
+                hello["params"]["clientInfo"].clone(),
+            );
+        }
+    }
+    Ok(ToModern {
+        body: serde_json::to_vec(&message).expect("a JSON value serializes"),
+        method,
+        name,
+    })
+}
+
+/// The routing headers of a 2026-07-28 request: the version, `Mcp-Method`, and `Mcp-Name` when
+/// it has a name.
+pub fn routing_headers(method: &str, name: Option<&str>) -> Vec<(HeaderName, HeaderValue)> {
+    let mut headers = vec![
+        (
+            HeaderName::from_static("mcp-protocol-version"),
+            HeaderValue::from_static(MODERN),
+        ),
+        (HeaderName::from_static("mcp-method"), header_value(method)),
+    ];
+    if let Some(name) = name {
+        headers.push((HeaderName::from_static("mcp-name"), header_value(name)));
+    }
+    headers
+}
+
+/// A value as the revision writes it in a header: as it is when it is printable ASCII without
+/// spaces at its edges and does not look like the encoding, else `=?base64?…?=`.
+pub fn header_value(value: &str) -> HeaderValue {
+    let plain = value.bytes().all(|b| (0x20..0x7f).contains(&b))
+        && !value.starts_with(' ')
+        && !value.ends_with(' ')
+        && !value.starts_with("=?base64?");
+    if plain {
+        if let Ok(v) = HeaderValue::from_str(value) {
+            return v;
+        }
+    }
+    let encoded = format!("=?base64?{}?=", STANDARD.encode(value.as_bytes()));
+    HeaderValue::from_str(&encoded).expect("base64 is a header value")
+}
+
+/// What holdfast answers itself for a 2025 client of a 2026-07-28-only server: the methods and
+/// messages the revision dropped.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Local {
+    /// An empty result (`ping`, `logging/setLevel`: no log level survives the translation, and
+    /// a 2026 server sends no log message to a request that did not opt in).
+    Empty(Value),
+    /// A notification or a response of the client's: taken, nowhere to go (202).
+    Accepted,
+}
+
+/// Whether holdfast answers `body` itself, and how.
+pub fn local(body: &[u8]) -> Option<Local> {
+    let message: Value = serde_json::from_slice(body).ok()?;
+    let id = message
+        .get("id")
+        .filter(|id| id.is_string() || id.is_number());
+    match (message.get("method").and_then(Value::as_str), id) {
+        (Some("ping" | "logging/setLevel"), Some(id)) => Some(Local::Empty(id.clone())),
+        // Notifications (initialized, cancelled, roots changed) and answers to requests.
+        (Some(_), None) | (None, Some(_)) => Some(Local::Accepted),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn initialize_is_answered_from_the_discover_result() {
+        let discovered = json!({
+            "supportedVersions": ["2026-07-28"],
+            "capabilities": {"tools": {"listChanged": true}},
+            "instructions": "be nice",
+            "_meta": {"io.modelcontextprotocol/serverInfo": {"name": "s", "version": "1"}},
+        });
+        let result = initialize_result(&discovered, Some("2025-06-18"));
+        assert_eq!(result["protocolVersion"], "2025-06-18");
+        assert_eq!(result["capabilities"]["tools"]["listChanged"], true);
+        assert_eq!(result["serverInfo"]["name"], "s");
+        assert_eq!(result["instructions"], "be nice");
+        // A version of no handshake gets the newest.
+        let result = initialize_result(&json!({}), Some("2026-07-28"));
+        assert_eq!(result["protocolVersion"], LEGACY);
+        assert!(result["serverInfo"]["name"].is_string());
+        assert_eq!(result["capabilities"], json!({}));
+    }
+
+    #[test]
+    fn a_request_gets_the_clients_envelope_and_its_name() {
+        let hello = br#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{"sampling":{}},"clientInfo":{"name":"c","version":"2"}}}"#;
+        let call = br#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"echo","arguments":{"text":"x"},"_meta":{"progressToken":7}}}"#;
+        let out = request_to_modern(call, Some(hello)).unwrap();
+        assert_eq!(out.method, "tools/call");
+        assert_eq!(out.name.as_deref(), Some("echo"));
+        let body: Value = serde_json::from_slice(&out.body).unwrap();
+        let meta = &body["params"]["_meta"];
+        assert_eq!(meta["io.modelcontextprotocol/protocolVersion"], MODERN);
+        assert_eq!(
+            meta["io.modelcontextprotocol/clientCapabilities"]["sampling"],
+            json!({})
+        );
+        assert_eq!(meta["io.modelcontextprotocol/clientInfo"]["name"], "c");
+        assert_eq!(meta["progressToken"], 7, "kept");
+        assert_eq!(
+            body["id"], 5,
+            "the client's id: no session is shared upstream"
+        );
+        let read =
+            br#"{"jsonrpc":"2.0","id":"r","method":"resources/read","params":{"uri":"note://1"}}"#;
+        let out = request_to_modern(read, None).unwrap();
+        assert_eq!(out.name.as_deref(), Some("note://1"));
+        let list = br#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#;
+        let out = request_to_modern(list, None).unwrap();
+        let body: Value = serde_json::from_slice(&out.body).unwrap();
+        assert_eq!(
+            body["params"]["_meta"]["io.modelcontextprotocol/clientCapabilities"],
+            json!({})
+        );
+        assert_eq!(out.name, None);
+        assert_eq!(
+            request_to_modern(
+                br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+                None
+            ),
+            Err(WireError::NotRequest)
+        );
+    }
+
+    #[test]
+    fn header_values_are_plain_or_base64_as_the_revision_says() {
+        assert_eq!(header_value("echo"), "echo");
+        assert_eq!(header_value("note://1"), "note://1");
+        assert_eq!(header_value("héllo"), "=?base64?aMOpbGxv?=");
+        assert_eq!(header_value(" edge"), "=?base64?IGVkZ2U=?=");
+        assert_eq!(header_value("=?base64?x?="), "=?base64?PT9iYXNlNjQ/eD89?=");
+        let headers = routing_headers("tools/call", Some("echo"));
+        assert_eq!(headers.len(), 3);
+        assert_eq!(routing_headers("tools/list", None).len(), 2);
+    }
+
+    #[test]
+    fn what_the_revision_dropped_is_answered_locally() {
+        assert_eq!(
+            local(br#"{"jsonrpc":"2.0","id":3,"method":"ping"}"#),
+            Some(Local::Empty(json!(3)))
+        );
+        assert_eq!(
+            local(br#"{"jsonrpc":"2.0","id":"a","method":"logging/setLevel","params":{"level":"info"}}"#),
+            Some(Local::Empty(json!("a")))
+        );
+        assert_eq!(
+            local(br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#),
+            Some(Local::Accepted)
+        );
+        assert_eq!(
+            local(br#"{"jsonrpc":"2.0","id":1,"result":{}}"#),
+            Some(Local::Accepted)
+        );
+        assert_eq!(
+            local(br#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#),
+            None
+        );
+    }
+}

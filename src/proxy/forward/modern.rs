@@ -1,0 +1,145 @@
+//! A 2025 client's request to a server that speaks only 2026-07-28, through the era bridge
+//! (src/bridge/modern.rs, docs/design/era-bridge.md 3.6). Its `initialize` is answered here
+//! from the server's `server/discover`, with a session token of holdfast's that carries the
+//! client's `initialize` (so any holdfast with the key serves it, after a restart or on another
+//! replica); each of its requests goes with the 2026 envelope built from it; what the revision
+//! dropped (ping, log levels, notifications, DELETE) is answered here.
+
+use std::net::SocketAddr;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use http::header::{HeaderValue, ALLOW};
+use http::{Method, Response, StatusCode};
+use serde_json::{json, Value};
+
+use super::bridged::{head_of, note, Answered};
+use super::Proxy;
+use crate::bridge::modern::{self, Local};
+use crate::bridge::{Bridge, Era};
+use crate::metrics::BridgeOutcome;
+use crate::respond;
+use crate::session::token::Contents;
+use crate::session::MCP_SESSION_ID;
+
+/// The access-log action of a request the bridge answered itself.
+const BRIDGED: &str = "bridged";
+
+impl Proxy {
+    /// The contents of a session token of holdfast's, when `token` is one and not too old.
+    pub(super) fn open_token(&self, token: &[u8]) -> Option<Contents> {
+        let sessions = &self.keeper.sessions;
+        let contents = sessions.keys().current().open(token).ok()?;
+        let age = unix_now().saturating_sub(contents.issued);
+        (Duration::from_secs(age) <= sessions.token_max_age()).then_some(contents)
+    }
+
+    /// [`Proxy::bridged`] for a 2025 client: `local` is its session's token, when it names one
+    /// holdfast answered itself.
+    pub(super) async fn bridge_to_modern(
+        &self,
+        bridge: &Bridge,
+        parts: &http::request::Parts,
+        body: Bytes,
+        local: Option<Box<Contents>>,
+        peer: SocketAddr,
+    ) -> (Answered, BridgeOutcome) {
+        let accepted = |resp| ((resp, note(None, BRIDGED)), BridgeOutcome::accepted);
+        if local.is_some() && parts.method == Method::DELETE {
+            // Nothing stands behind the session upstream: ending it is forgetting the token.
+            return accepted(empty(StatusCode::OK));
+        }
+        if local.is_some() && parts.method == Method::GET {
+            // No standalone stream until `subscriptions/listen` is bridged: the 405 a 2025
+            // server may give, which clients take as "no stream".
+            let mut resp = empty(StatusCode::METHOD_NOT_ALLOWED);
+            resp.headers_mut()
+                .insert(ALLOW, HeaderValue::from_static("POST, DELETE"));
+            return accepted(resp);
+        }
+        let passed = |answered| (answered, BridgeOutcome::passed);
+        if bridge.era() == Era::Unknown {
+            let era = self.ask_era(parts, peer, bridge.next_id()).await;
+            bridge.found(era);
+        }
+        let discovered = bridge.discover_result();
+        let (Era::Modern, Some(discovered)) = (bridge.era(), discovered) else {
+            // A server of the client's revision, or one that said nothing clear: as it came.
+            return passed(self.inner(head_of(parts), body, peer).await);
+        };
+        let message: Value = serde_json::from_slice(&body).unwrap_or_default();
+        if local.is_none() && message["method"] == "initialize" && message.get("id").is_some() {
+            let resp = self.answer_initialize(parts, &body, &message, &discovered);
+            return accepted(resp);
+        }
+        match modern::local(&body) {
+            Some(Local::Empty(id)) => {
+                let answer = json!({"jsonrpc": "2.0", "id": id, "result": {}});
+                return accepted(respond::admin_json(StatusCode::OK, &answer));
+            }
+            Some(Local::Accepted) => return accepted(respond::accepted()),
+            None => {}
+        }
+        let initialize = local.as_ref().map(|c| &c.initialize[..]);
+        let Ok(request) = modern::request_to_modern(&body, initialize) else {
+            return passed(self.inner(head_of(parts), body, peer).await);
+        };
+        let mut head = head_of(parts);
+        let h = head.headers_mut();
+        h.remove(MCP_SESSION_ID);
+        for (name, value) in modern::routing_headers(&request.method, request.name.as_deref()) {
+            h.insert(name, value);
+        }
+        let translated = self.inner(head, request.body.into(), peer).await;
+        (translated, BridgeOutcome::translated)
+    }
+
+    /// The answer to a 2025 client's `initialize` for a 2026-07-28-only server, with a session
+    /// token that carries the `initialize` (its capabilities and identity go in every request).
+    fn answer_initialize(
+        &self,
+        parts: &http::request::Parts,
+        body: &Bytes,
+        message: &Value,
+        discovered: &Value,
+    ) -> Response<crate::proxy::body::ProxyBody> {
+        let requested = message["params"]["protocolVersion"].as_str();
+        let result = modern::initialize_result(discovered, requested);
+        let answer = json!({"jsonrpc": "2.0", "id": message["id"], "result": result});
+        let mut resp = respond::admin_json(StatusCode::OK, &answer);
+        let contents = Contents {
+            issued: unix_now(),
+            upstream_id: HeaderValue::from_static(modern::LOCAL_SESSION),
+            protocol_version: result["protocolVersion"]
+                .as_str()
+                .and_then(|v| HeaderValue::from_str(v).ok()),
+            endpoint: parts.uri.path().to_owned(),
+            initialize: body.clone(),
+        };
+        let sealed = self.keeper.sessions.keys().current().seal(&contents);
+        match sealed.and_then(|t| HeaderValue::try_from(t).ok()) {
+            Some(token) => {
+                resp.headers_mut().insert(MCP_SESSION_ID, token);
+            }
+            // Too large to seal: the client goes on without a session, its requests without
+            // its capabilities (a 2026 server then assumes it has none).
+            None => tracing::warn!("bridge: an initialize too large for a session token"),
+        }
+        tracing::info!("bridge: a 2025 client's initialize answered for a 2026-07-28 server");
+        resp
+    }
+}
+
+/// An answer with no body.
+fn empty(status: StatusCode) -> Response<crate::proxy::body::ProxyBody> {
+    let mut resp = respond::accepted();
+    *resp.status_mut() = status;
+    resp
+}
+
+/// Seconds since the Unix epoch.
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}

@@ -1,0 +1,51 @@
+"""A server of the 2026-07-28 revision only, for holdfast's era bridge (tests/it/era_bridge.rs):
+the official Python SDK's MCPServer (mcp 2.3.0) with its handshake path cut off.
+
+mcp 2.3.0 has no setting for this: its StreamableHTTPSessionManager sends a request to the
+modern (stateless) entry only when MCP-Protocol-Version names a revision without the handshake,
+and everything else (an initialize carries no such header) to the 2025 session path. Here every
+request goes to the modern entry (handle_modern_request), which refuses initialize, answers
+GET and DELETE with 405 and ignores Mcp-Session-Id, as the 2026-07-28 transport says a server
+of that revision only does.
+
+Usage: python modern_only_server.py PORT LEDGER
+Tools: echo(text) returns text; lookup(n) appends `lookup <n> <pid> <time>` to LEDGER (the
+ledger format of ledger_server.py) and returns `lookup <n>`.
+"""
+
+import os
+import sys
+import time
+
+from mcp.server import streamable_http_manager as manager
+from mcp.server._streamable_http_modern import handle_modern_request
+from mcp.server.mcpserver import MCPServer
+
+port, ledger = int(sys.argv[1]), sys.argv[2]
+server = MCPServer("modern-only")
+
+
+@server.tool()
+def echo(text: str) -> str:
+    """Returns text."""
+    return text
+
+
+@server.tool()
+def lookup(n: int) -> str:
+    """Looks n up, and records it."""
+    with open(ledger, "a") as f:
+        f.write(f"lookup {n} {os.getpid()} {time.time():.3f}\n")
+    return f"lookup {n}"
+
+
+async def modern_only(self, scope, receive, send):
+    if self._task_group is None:
+        raise RuntimeError("the session manager has not started")
+    await handle_modern_request(
+        self.app, self.security_settings, self.json_response, self._lifespan_state, scope, receive, send
+    )
+
+
+manager.StreamableHTTPSessionManager._handle_request = modern_only
+server.run("streamable-http", host="127.0.0.1", port=port)
