@@ -1,9 +1,9 @@
 //! `[bridge]`: the era bridge (src/bridge, docs/design/era-bridge.md), off unless `mode` says.
 //!
 //! Off by default while it covers part of the protocol: a 2026-07-28 client's requests to a
-//! server that speaks only the 2025 revision (tools, prompts, resources, completion) are
-//! bridged; what it does not bridge yet (`subscriptions/listen`, server-to-client requests as
-//! input rounds, 2025 clients in front of 2026-only servers) passes as it would without it.
+//! server that speaks only the 2025 revision, and a 2025 client's to a server of 2026-07-28
+//! only, are bridged; what it does not bridge yet (`subscriptions/listen` and the GET stream,
+//! server-to-client requests as input rounds) is refused or dropped as the design says.
 
 use serde::{Deserialize, Serialize};
 

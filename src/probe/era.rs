@@ -45,15 +45,19 @@ impl Eras {
     /// eras it answers are known.
     pub fn bridge(&self) -> Option<&'static str> {
         match (&self.discover, &self.initialize) {
-            (None, Some(_)) => Some(
-                "2025 only: clients of the 2026-07-28 revision fail at it by themselves; with                  [bridge] mode = \"auto\" holdfast bridges them (a 2025 session opened for each                  principal, carried through restarts)",
-            ),
-            (Some(_), None) => Some(
-                "2026-07-28 only: 2025 clients (the handshake) fail at it by themselves, and                  holdfast does not bridge them to it yet",
-            ),
-            (Some(_), Some(_)) => Some(
-                "both eras: holdfast passes each client through in its own, bridge on or off",
-            ),
+            (None, Some(_)) => Some(concat!(
+                "2025 only: clients of the 2026-07-28 revision fail at it by themselves; with ",
+                "[bridge] mode = \"auto\" holdfast bridges them (a 2025 session opened for each ",
+                "principal, carried through restarts)",
+            )),
+            (Some(_), None) => Some(concat!(
+                "2026-07-28 only: 2025 clients (the handshake) fail at it by themselves; with ",
+                "[bridge] mode = \"auto\" holdfast bridges them (it answers their initialize and ",
+                "gives each request the revision's envelope)",
+            )),
+            (Some(_), Some(_)) => {
+                Some("both eras: holdfast passes each client through in its own, bridge on or off")
+            }
             (None, None) => None,
         }
     }
