@@ -16,7 +16,7 @@ use http::{Request, Response, StatusCode};
 use http_body_util::BodyExt;
 
 use super::Proxy;
-use crate::bridge::wire::{self, Envelope, Sent, WireError};
+use crate::bridge::wire::{self, Envelope, Sent, ToLegacy, WireError};
 use crate::bridge::{era, Bridge, Cancel, CancelOnDrop, Direction, Era, Opened, Principal};
 use crate::metrics::BridgeOutcome;
 use crate::proxy::body::ProxyBody;
@@ -33,8 +33,9 @@ pub(super) type Answered = (Response<ProxyBody>, Note);
 const BRIDGED: &str = "bridged";
 
 impl Proxy {
-    /// Answers a request a 2026-07-28 client sent ([`Bridge::takes`]): passed as it is when the
-    /// server speaks that revision, else translated onto the principal's 2025 session.
+    /// Answers a request [`Bridge::route`] gave the bridge, its body read whole first: a
+    /// 2026-07-28 client's (passed as it is when the server speaks that revision, else
+    /// translated onto its principal's 2025 session) or a 2025 client's (src/proxy/forward/modern.rs).
     pub(super) async fn bridged(
         &self,
         bridge: &Bridge,
@@ -83,7 +84,7 @@ impl Proxy {
         if bridge.era() != Era::Legacy {
             return passed(self.inner(head_of(parts), body, peer).await);
         }
-        let legacy = match wire::request_to_legacy(&body, bridge.next_id()) {
+        let mut legacy = match wire::request_to_legacy(&body, bridge.next_id()) {
             // Not 2026 methods, nor anything a 2025 server reads the same: passed as they came
             // (`server/discover` gets the server's refusal, and its client goes on in 2025).
             Ok(legacy) if legacy.method == "server/discover" => {
@@ -98,27 +99,13 @@ impl Proxy {
             Err(_) => return passed(self.inner(head_of(parts), body, peer).await),
         };
         let principal = Principal::of(&parts.headers, legacy.envelope.capabilities.as_ref());
-        let slot = bridge.slot(principal);
-        let opened = slot
-            .get_or_try_init(|| self.open_session(bridge, parts, &legacy.envelope, peer))
-            .await;
-        let opened = match opened {
-            Ok(opened) => opened.clone(),
-            Err(failed) => {
-                bridge.forget(&principal);
-                return (failed, BridgeOutcome::failed);
-            }
-        };
-        if let Some(rank) = legacy
-            .envelope
-            .log_level
-            .as_deref()
-            .and_then(wire::level_rank)
+        let opened = match self
+            .session_for(bridge, principal, parts, &legacy, peer)
+            .await
         {
-            if opened.needs_level(rank) {
-                self.set_level(parts, &opened, rank, peer).await;
-            }
-        }
+            Ok(opened) => opened,
+            Err(failed) => return (failed, BridgeOutcome::failed),
+        };
         let mut head = head_of(parts);
         wire::headers_to_legacy(head.headers_mut(), &opened.version, opened.session.clone());
         // Armed until the answer is whole: a client that closes its stream first (2026
@@ -128,33 +115,20 @@ impl Proxy {
             upstream_id: legacy.upstream_id,
             peer,
         });
-        let (resp, note) = self
-            .inner(head, Bytes::from(legacy.body.clone()), peer)
-            .await;
+        let sent = Bytes::from(std::mem::take(&mut legacy.body));
+        let (resp, note) = self.inner(head, sent, peer).await;
         if note.action == crate::proxy::life::Path::Resumed.as_str() {
             // The server restarted: it may have been upgraded across it. The next request asks
             // again which revision it speaks.
             bridge.found(Era::Unknown);
         }
-        if matches!(
+        let refused = matches!(
             resp.status(),
             StatusCode::NOT_FOUND | StatusCode::BAD_REQUEST
-        ) {
-            // The session is gone and holdfast could not bring it back (a 2025 server answers
-            // a request it reads at all with 200, its errors inside): the server refused the
-            // session, not the call, which never ran. The next request opens another session;
-            // if the server now speaks the client's revision, this one goes as it was sent.
-            bridge.forget(&principal);
-            bridge.found(Era::Unknown);
-            let era = self.ask_era(parts, peer, bridge.next_id()).await;
-            bridge.found(era);
-            if era == Era::Modern {
-                tracing::info!(
-                    "bridge: the server now speaks 2026-07-28; passing requests through"
-                );
-                cancel.answered();
-                return passed(self.inner(head_of(parts), body, peer).await);
-            }
+        );
+        if refused && self.session_refused(bridge, &principal, parts, peer).await {
+            cancel.answered();
+            return passed(self.inner(head_of(parts), body, peer).await);
         }
         let asked = Sent {
             upstream_id: legacy.upstream_id,
@@ -164,6 +138,59 @@ impl Proxy {
         };
         let translated = (to_modern(resp, asked, cancel).await, note);
         (translated, BridgeOutcome::translated)
+    }
+
+    /// The principal's session, opened by the first of its requests that needs one, its log
+    /// level lowered first when this request opts in to a lower one.
+    async fn session_for(
+        &self,
+        bridge: &Bridge,
+        principal: Principal,
+        parts: &http::request::Parts,
+        legacy: &ToLegacy,
+        peer: SocketAddr,
+    ) -> Result<Opened, Answered> {
+        let slot = bridge.slot(principal);
+        let opened = slot
+            .get_or_try_init(|| self.open_session(bridge, parts, &legacy.envelope, peer))
+            .await;
+        let opened = match opened {
+            Ok(opened) => opened.clone(),
+            Err(failed) => {
+                bridge.forget(&principal);
+                return Err(failed);
+            }
+        };
+        let wanted = legacy.envelope.log_level.as_deref();
+        if let Some(rank) = wanted.and_then(wire::level_rank) {
+            if opened.needs_level(rank) {
+                self.set_level(parts, &opened, rank, peer).await;
+            }
+        }
+        Ok(opened)
+    }
+
+    /// After the server refused a translated request for its session (a 404 or 400 that
+    /// holdfast could not answer by re-establishing it; a 2025 server answers a request it
+    /// reads at all with 200, its errors inside): the server refused the session, not the call,
+    /// which never ran. The principal's next request opens another session, and the server is
+    /// asked its revision again: true when it now speaks 2026-07-28, and the request may go as
+    /// the client sent it.
+    async fn session_refused(
+        &self,
+        bridge: &Bridge,
+        principal: &Principal,
+        parts: &http::request::Parts,
+        peer: SocketAddr,
+    ) -> bool {
+        bridge.forget(principal);
+        bridge.found(Era::Unknown);
+        let era = self.ask_era(parts, peer, bridge.next_id()).await;
+        bridge.found(era);
+        if era == Era::Modern {
+            tracing::info!("bridge: the server now speaks 2026-07-28; passing requests through");
+        }
+        era == Era::Modern
     }
 
     /// Sends the cancellations of bridged requests whose clients gave up on them, each with the
