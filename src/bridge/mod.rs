@@ -181,6 +181,8 @@ pub struct Bridge {
     /// The server's DiscoverResult, when it speaks 2026-07-28: what `initialize` is answered
     /// from for 2025 clients.
     discovered: Mutex<Option<Value>>,
+    /// What each of its tools mirrors in `Mcp-Param-*` headers, once listed.
+    mirrored: Mutex<Option<Arc<HashMap<String, modern::Mirrored>>>>,
     sessions: Mutex<Sessions>,
     /// Ids of the requests the bridge sends: unique on a session shared by several clients.
     ids: AtomicU64,
@@ -200,6 +202,7 @@ impl Bridge {
             on: AtomicBool::new(cfg.mode == BridgeMode::Auto),
             era: Mutex::new(Era::Unknown),
             discovered: Mutex::new(None),
+            mirrored: Mutex::new(None),
             sessions: Mutex::new(Sessions {
                 slots: HashMap::new(),
                 order: VecDeque::new(),
@@ -259,6 +262,21 @@ impl Bridge {
     /// Records the server's DiscoverResult.
     pub fn discovered(&self, result: Value) {
         *lock(&self.discovered) = Some(result);
+    }
+
+    /// What the server's tools mirror in headers, if they were listed.
+    pub fn mirrored(&self) -> Option<Arc<HashMap<String, modern::Mirrored>>> {
+        lock(&self.mirrored).clone()
+    }
+
+    /// Records what the server's tools mirror in headers (a whole listing).
+    pub fn learn_mirrored(&self, tools: Vec<(String, modern::Mirrored)>) {
+        *lock(&self.mirrored) = Some(Arc::new(tools.into_iter().collect()));
+    }
+
+    /// Forgets what the server's tools mirror: the next call lists them again.
+    pub fn unlearn_mirrored(&self) {
+        *lock(&self.mirrored) = None;
     }
 
     /// The server's DiscoverResult, if it gave one.

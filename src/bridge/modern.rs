@@ -150,6 +150,69 @@ pub fn header_value(value: &str) -> HeaderValue {
     HeaderValue::from_str(&encoded).expect("base64 is a header value")
 }
 
+/// The arguments of one tool the revision mirrors in headers: each argument's path (a chain of
+/// `properties` keys) and its `x-mcp-header` token.
+pub type Mirrored = Vec<(Vec<String>, String)>;
+
+/// Deepest `properties` chain followed: schemas are finite, this only bounds a hostile one.
+const MAX_DEPTH: usize = 32;
+
+/// What each tool of a `tools/list` result mirrors in headers (tools that mirror nothing are
+/// listed with nothing).
+pub fn mirrored(listed: &Value) -> Vec<(String, Mirrored)> {
+    let Some(tools) = listed["tools"].as_array() else {
+        return Vec::new();
+    };
+    tools
+        .iter()
+        .filter_map(|tool| {
+            let name = tool["name"].as_str()?.to_owned();
+            let mut found = Vec::new();
+            walk(&tool["inputSchema"], &mut Vec::new(), &mut found);
+            Some((name, found))
+        })
+        .collect()
+}
+
+/// The `x-mcp-header` annotations under `schema`, reached through `properties` only (as the
+/// revision says: a property under another applicator is not mirrored).
+fn walk(schema: &Value, path: &mut Vec<String>, found: &mut Mirrored) {
+    if path.len() > MAX_DEPTH {
+        return;
+    }
+    if !path.is_empty() {
+        if let Some(token) = schema.get("x-mcp-header").and_then(Value::as_str) {
+            found.push((path.clone(), token.to_owned()));
+        }
+    }
+    if let Some(Value::Object(properties)) = schema.get("properties") {
+        for (name, sub) in properties {
+            path.push(name.clone());
+            walk(sub, path, found);
+            path.pop();
+        }
+    }
+}
+
+/// The `Mcp-Param-*` headers of a `tools/call` with `arguments`: each mirrored argument that is
+/// present and a scalar (`true`/`false` for booleans), encoded as [`header_value`].
+pub fn param_headers(mirrored: &Mirrored, arguments: &Value) -> Vec<(HeaderName, HeaderValue)> {
+    mirrored
+        .iter()
+        .filter_map(|(path, token)| {
+            let value = path.iter().try_fold(arguments, |node, key| node.get(key))?;
+            let text = match value {
+                Value::String(s) => s.clone(),
+                Value::Bool(b) => b.to_string(),
+                Value::Number(n) => n.to_string(),
+                _ => return None,
+            };
+            let name = HeaderName::from_bytes(format!("mcp-param-{token}").as_bytes()).ok()?;
+            Some((name, header_value(&text)))
+        })
+        .collect()
+}
+
 /// What holdfast answers itself for a 2025 client of a 2026-07-28-only server: the methods and
 /// messages the revision dropped.
 #[derive(Debug, Clone, PartialEq)]
@@ -250,6 +313,39 @@ mod tests {
         let headers = routing_headers("tools/call", Some("echo"));
         assert_eq!(headers.len(), 3);
         assert_eq!(routing_headers("tools/list", None).len(), 2);
+    }
+
+    #[test]
+    fn mirrored_arguments_become_param_headers() {
+        let listed = json!({"tools": [
+            {"name": "region", "inputSchema": {"type": "object", "properties": {
+                "region": {"type": "string", "x-mcp-header": "Region"},
+                "q": {"type": "string"},
+                "opts": {"type": "object", "properties": {
+                    "fast": {"type": "boolean", "x-mcp-header": "Fast"},
+                }},
+                "any": {"anyOf": [{"x-mcp-header": "Never"}]},
+            }}},
+            {"name": "plain", "inputSchema": {"type": "object"}},
+        ]});
+        let tools = mirrored(&listed);
+        assert_eq!(tools.len(), 2);
+        let (name, region) = &tools[0];
+        assert_eq!(name, "region");
+        assert_eq!(region.len(), 2, "{region:?}: not through anyOf");
+        assert!(tools[1].1.is_empty());
+        let headers = param_headers(
+            region,
+            &json!({"region": "eu west ", "q": "x", "opts": {"fast": true}}),
+        );
+        let headers: Vec<(String, String)> = headers
+            .iter()
+            .map(|(n, v)| (n.to_string(), v.to_str().unwrap().to_owned()))
+            .collect();
+        assert!(headers.contains(&("mcp-param-region".into(), "=?base64?ZXUgd2VzdCA=?=".into())));
+        assert!(headers.contains(&("mcp-param-fast".into(), "true".into())));
+        // Absent or null: no header.
+        assert!(param_headers(region, &json!({"q": "x", "region": null})).is_empty());
     }
 
     #[test]

@@ -450,6 +450,16 @@ async fn a_2025_client_fails_at_a_2026_only_server_and_works_through_the_bridge(
             client.trace()
         );
     }
+    // A tool whose argument the revision mirrors in a header (`x-mcp-header`): the server
+    // refuses the call without `Mcp-Param-Region`.
+    assert_eq!(
+        client
+            .call("region", json!({"region": "eu-west", "q": "x"}))
+            .await,
+        Ok("x@eu-west".to_owned()),
+        "{}",
+        client.trace()
+    );
     assert_eq!(client.session_id(), Some(session.as_str()));
     assert_eq!(server.ledger().len(), 3, "each call ran once");
     client.close().await.expect("DELETE answered by holdfast");

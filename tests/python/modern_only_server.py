@@ -10,16 +10,20 @@ of that revision only does.
 
 Usage: python modern_only_server.py PORT LEDGER
 Tools: echo(text) returns text; lookup(n) appends `lookup <n> <pid> <time>` to LEDGER (the
-ledger format of ledger_server.py) and returns `lookup <n>`.
+ledger format of ledger_server.py) and returns `lookup <n>`; region(region, q) returns
+`<q>@<region>`, its `region` marked `x-mcp-header: Region` (a request must mirror it in
+`Mcp-Param-Region`, or the server refuses it).
 """
 
 import os
 import sys
 import time
+from typing import Annotated
 
 from mcp.server import streamable_http_manager as manager
 from mcp.server._streamable_http_modern import handle_modern_request
 from mcp.server.mcpserver import MCPServer
+from pydantic import Field
 
 port, ledger = int(sys.argv[1]), sys.argv[2]
 server = MCPServer("modern-only")
@@ -37,6 +41,12 @@ def lookup(n: int) -> str:
     with open(ledger, "a") as f:
         f.write(f"lookup {n} {os.getpid()} {time.time():.3f}\n")
     return f"lookup {n}"
+
+
+@server.tool()
+def region(region: Annotated[str, Field(json_schema_extra={"x-mcp-header": "Region"})], q: str) -> str:
+    """Runs q in region (which the request mirrors in Mcp-Param-Region)."""
+    return f"{q}@{region}"
 
 
 async def modern_only(self, scope, receive, send):

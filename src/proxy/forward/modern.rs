@@ -13,7 +13,7 @@ use http::header::{HeaderValue, ALLOW};
 use http::{Method, Response, StatusCode};
 use serde_json::{json, Value};
 
-use super::bridged::{head_of, note, Answered};
+use super::bridged::{head_of, note, reply_of, Answered};
 use super::Proxy;
 use crate::bridge::modern::{self, Local};
 use crate::bridge::{Bridge, Era};
@@ -84,14 +84,76 @@ impl Proxy {
         let Ok(request) = modern::request_to_modern(&body, initialize) else {
             return passed(self.inner(head_of(parts), body, peer).await);
         };
-        let mut head = head_of(parts);
-        let h = head.headers_mut();
-        h.remove(MCP_SESSION_ID);
-        for (name, value) in modern::routing_headers(&request.method, request.name.as_deref()) {
-            h.insert(name, value);
+        let mut head = modern_head(parts, &request.method, request.name.as_deref());
+        let is_call = request.method == "tools/call";
+        if is_call {
+            let params = self.param_headers(bridge, parts, initialize, &message, peer);
+            head.headers_mut().extend(params.await);
         }
         let translated = self.inner(head, request.body.into(), peer).await;
+        if is_call && translated.0.status() == StatusCode::BAD_REQUEST {
+            // Perhaps a header the server now wants (its tools changed): listed again next time.
+            bridge.unlearn_mirrored();
+        }
         (translated, BridgeOutcome::translated)
+    }
+
+    /// The `Mcp-Param-*` headers of the `tools/call` `message`, from what the server's tools
+    /// mirror: listed once (all pages), with the client's envelope, when not known yet.
+    async fn param_headers(
+        &self,
+        bridge: &Bridge,
+        parts: &http::request::Parts,
+        initialize: Option<&[u8]>,
+        message: &Value,
+        peer: SocketAddr,
+    ) -> Vec<(http::HeaderName, HeaderValue)> {
+        let mirrored = match bridge.mirrored() {
+            Some(known) => known,
+            None => {
+                let listed = self.list_tools(parts, initialize, peer).await;
+                bridge.learn_mirrored(listed);
+                bridge.mirrored().unwrap_or_default()
+            }
+        };
+        let tool = message["params"]["name"].as_str().unwrap_or_default();
+        match mirrored.get(tool) {
+            Some(m) => modern::param_headers(m, &message["params"]["arguments"]),
+            None => Vec::new(),
+        }
+    }
+
+    /// What every tool of the server mirrors in headers: its `tools/list`, page by page.
+    async fn list_tools(
+        &self,
+        parts: &http::request::Parts,
+        initialize: Option<&[u8]>,
+        peer: SocketAddr,
+    ) -> Vec<(String, modern::Mirrored)> {
+        let mut tools = Vec::new();
+        let mut cursor: Option<String> = None;
+        for page in 0..MAX_PAGES {
+            let mut params = json!({});
+            if let Some(cursor) = &cursor {
+                params["cursor"] = json!(cursor);
+            }
+            let list = json!({"jsonrpc": "2.0", "id": format!("hf-list-{page}"), "method": "tools/list", "params": params});
+            let Ok(request) = modern::request_to_modern(list.to_string().as_bytes(), initialize)
+            else {
+                break;
+            };
+            let head = modern_head(parts, "tools/list", None);
+            let (resp, _) = self.inner(head, request.body.into(), peer).await;
+            let Ok(crate::session::rpc::Reply::Result(result)) = reply_of(resp).await else {
+                break;
+            };
+            tools.extend(modern::mirrored(&result));
+            cursor = result["nextCursor"].as_str().map(str::to_owned);
+            if cursor.is_none() {
+                break;
+            }
+        }
+        tools
     }
 
     /// The answer to a 2025 client's `initialize` for a 2026-07-28-only server, with a session
@@ -128,6 +190,24 @@ impl Proxy {
         tracing::info!("bridge: a 2025 client's initialize answered for a 2026-07-28 server");
         resp
     }
+}
+
+/// Pages of `tools/list` read for what the tools mirror in headers, at most.
+const MAX_PAGES: usize = 16;
+
+/// A 2025 client's request head made a 2026-07-28 one's: no session, the routing headers.
+fn modern_head(
+    parts: &http::request::Parts,
+    method: &str,
+    name: Option<&str>,
+) -> http::Request<()> {
+    let mut head = head_of(parts);
+    let h = head.headers_mut();
+    h.remove(MCP_SESSION_ID);
+    for (header, value) in modern::routing_headers(method, name) {
+        h.insert(header, value);
+    }
+    head
 }
 
 /// An answer with no body.
