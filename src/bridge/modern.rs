@@ -213,6 +213,51 @@ pub fn param_headers(mirrored: &Mirrored, arguments: &Value) -> Vec<(HeaderName,
         .collect()
 }
 
+/// The `subscriptions/listen` a 2025 client's GET stream becomes: every list change the server's
+/// capabilities say it announces (a 2026 server sends only what was asked for). `None` when it
+/// announces none: there is nothing to listen for.
+pub fn listen_request(discovered: &Value, id: u64, initialize: Option<&[u8]>) -> Option<Vec<u8>> {
+    let capabilities = &discovered["capabilities"];
+    let mut notifications = Map::new();
+    for (capability, kind) in [
+        ("tools", "toolsListChanged"),
+        ("prompts", "promptsListChanged"),
+        ("resources", "resourcesListChanged"),
+    ] {
+        if capabilities[capability]["listChanged"] == true {
+            notifications.insert(kind.into(), Value::Bool(true));
+        }
+    }
+    if notifications.is_empty() {
+        return None;
+    }
+    let listen = json!({
+        "jsonrpc": "2.0",
+        "id": format!("hf-listen-{id}"),
+        "method": "subscriptions/listen",
+        "params": {"notifications": notifications},
+    });
+    request_to_modern(listen.to_string().as_bytes(), initialize)
+        .ok()
+        .map(|r| r.body)
+}
+
+/// One event of a `subscriptions/listen` stream as a 2025 client's GET stream carries it: the
+/// acknowledgement and the listen's closing result are the 2026 client's only, dropped; the
+/// notifications pass (their `_meta.subscriptionId` is one more `_meta` key to a 2025 client).
+pub fn listen_event(data: &[u8]) -> super::wire::EventOut {
+    use super::wire::EventOut;
+    let Ok(Value::Object(message)) = serde_json::from_slice::<Value>(data) else {
+        return EventOut::Pass;
+    };
+    match message.get("method").and_then(Value::as_str) {
+        Some("notifications/subscriptions/acknowledged") => EventOut::Drop,
+        Some(_) => EventOut::Pass,
+        None if message.contains_key("id") => EventOut::Drop,
+        None => EventOut::Pass,
+    }
+}
+
 /// What holdfast answers itself for a 2025 client of a 2026-07-28-only server: the methods and
 /// messages the revision dropped.
 #[derive(Debug, Clone, PartialEq)]
@@ -346,6 +391,37 @@ mod tests {
         assert!(headers.contains(&("mcp-param-fast".into(), "true".into())));
         // Absent or null: no header.
         assert!(param_headers(region, &json!({"q": "x", "region": null})).is_empty());
+    }
+
+    #[test]
+    fn a_get_stream_listens_for_what_the_server_announces() {
+        let discovered = json!({"capabilities": {
+            "tools": {"listChanged": true},
+            "prompts": {"listChanged": false},
+            "resources": {"subscribe": true},
+        }});
+        let body = listen_request(&discovered, 3, None).expect("tools change");
+        let body: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(body["method"], "subscriptions/listen");
+        assert_eq!(body["id"], "hf-listen-3");
+        assert_eq!(
+            body["params"]["notifications"],
+            json!({"toolsListChanged": true})
+        );
+        assert_eq!(
+            body["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"],
+            MODERN
+        );
+        assert_eq!(listen_request(&json!({"capabilities": {}}), 1, None), None);
+        use crate::bridge::wire::EventOut;
+        let ack =
+            br#"{"jsonrpc":"2.0","method":"notifications/subscriptions/acknowledged","params":{}}"#;
+        assert_eq!(listen_event(ack), EventOut::Drop);
+        let changed =
+            br#"{"jsonrpc":"2.0","method":"notifications/tools/list_changed","params":{}}"#;
+        assert_eq!(listen_event(changed), EventOut::Pass);
+        let end = br#"{"jsonrpc":"2.0","id":"hf-listen-3","result":{}}"#;
+        assert_eq!(listen_event(end), EventOut::Drop);
     }
 
     #[test]

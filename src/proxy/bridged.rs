@@ -1,7 +1,9 @@
-//! The event stream answering a bridged request (src/proxy/forward/bridged.rs), translated for
-//! its 2026-07-28 client event by event: the answer gets the client's id and the 2026 result
+//! The event streams of bridged requests, translated event by event: the answer to a 2026-07-28
+//! client's request (src/proxy/forward/bridged.rs) gets the client's id and the 2026 result
 //! fields, progress passes, what a 2026 client must not see is dropped
-//! ([`crate::bridge::wire::event_to_modern`]).
+//! ([`crate::bridge::wire::event_to_modern`]); a `subscriptions/listen` stream standing in for a
+//! 2025 client's GET stream (src/proxy/forward/modern.rs) loses what only a 2026 client reads
+//! ([`crate::bridge::modern::listen_event`]).
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -25,21 +27,29 @@ pin_project_lite::pin_project! {
         #[pin]
         inner: ProxyBody,
         parser: sse::Parser,
-        asked: Sent,
+        reading: Reading,
         // Cancels the request if the stream is dropped before its answer went by.
-        cancel: CancelOnDrop,
+        cancel: Option<CancelOnDrop>,
         // Trailers that arrived, sent after the last event.
         trailers: Option<Frame<Bytes>>,
         done: bool,
     }
 }
 
+/// What a translated stream is.
+pub enum Reading {
+    /// The answer to a 2026-07-28 client's request, sent as `Sent`.
+    Answer(Sent),
+    /// A `subscriptions/listen` stream for a 2025 client's GET.
+    Listen,
+}
+
 impl Translated {
-    pub fn new(inner: ProxyBody, asked: Sent, cancel: CancelOnDrop) -> Translated {
+    pub fn new(inner: ProxyBody, reading: Reading, cancel: Option<CancelOnDrop>) -> Translated {
         Translated {
             inner,
             parser: sse::Parser::new(MAX_EVENT),
-            asked,
+            reading,
             cancel,
             trailers: None,
             done: false,
@@ -72,7 +82,7 @@ fn write_event(out: &mut BytesMut, event: &sse::Event, data: &[u8]) {
 /// The translation of the events `bytes` complete; `answered` once the request's answer was one.
 fn translate(
     parser: &mut sse::Parser,
-    asked: &Sent,
+    reading: &Reading,
     bytes: &[u8],
     answered: &mut bool,
 ) -> BytesMut {
@@ -86,7 +96,11 @@ fn translate(
             return;
         }
         let data = event.data.as_bytes();
-        match wire::event_to_modern(data, asked) {
+        let translated = match reading {
+            Reading::Answer(asked) => wire::event_to_modern(data, asked),
+            Reading::Listen => crate::bridge::modern::listen_event(data),
+        };
+        match translated {
             EventOut::Pass => write_event(&mut out, &event, data),
             EventOut::Drop => {}
             EventOut::Answer(answer) => {
@@ -115,9 +129,9 @@ impl Body for Translated {
                 Some(Ok(frame)) => match frame.into_data() {
                     Ok(data) => {
                         let mut answered = false;
-                        let out = translate(this.parser, this.asked, &data, &mut answered);
-                        if answered {
-                            this.cancel.answered();
+                        let out = translate(this.parser, this.reading, &data, &mut answered);
+                        if let (true, Some(cancel)) = (answered, this.cancel.as_mut()) {
+                            cancel.answered();
                         }
                         if !out.is_empty() {
                             return Poll::Ready(Some(Ok(Frame::data(out.freeze()))));
@@ -131,7 +145,9 @@ impl Body for Translated {
                 // An event cut off by the end is no event (the reader never completes it). The
                 // server ended the stream: nothing is left running to cancel.
                 None => {
-                    this.cancel.answered();
+                    if let Some(cancel) = this.cancel.as_mut() {
+                        cancel.answered();
+                    }
                     *this.done = true;
                 }
                 Some(Err(e)) => return Poll::Ready(Some(Err(e))),
@@ -182,7 +198,11 @@ mod tests {
                 upstream_id: 4,
                 peer: ([127, 0, 0, 1], 1).into(),
             });
-            let body = Translated::new(ProxyBody::new(inner), asked(), cancel);
+            let body = Translated::new(
+                ProxyBody::new(inner),
+                Reading::Answer(asked()),
+                Some(cancel),
+            );
             let out = body.collect().await.unwrap().to_bytes();
             assert_eq!(
                 std::str::from_utf8(&out).unwrap(),

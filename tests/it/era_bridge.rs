@@ -462,6 +462,14 @@ async fn a_2025_client_fails_at_a_2026_only_server_and_works_through_the_bridge(
     );
     assert_eq!(client.session_id(), Some(session.as_str()));
     assert_eq!(server.ledger().len(), 3, "each call ran once");
+    // The client's GET stream is a subscriptions/listen upstream: once it is open, a change
+    // of the server's tools reaches the client on it.
+    holdfast
+        .metric_until("holdfast_sse_streams_active", |v| v >= 1.0)
+        .await;
+    assert_eq!(client.call("touch", json!({})).await, Ok("touched".into()));
+    client.send(json!({"op": "toolsChanged"}));
+    assert_eq!(client.result().await, Ok("1".into()), "{}", client.trace());
     client.close().await.expect("DELETE answered by holdfast");
     let translated = "holdfast_bridge_requests_total{outcome=\"translated\"}";
     assert!(holdfast.metric(translated).await >= 4.0);
@@ -478,9 +486,10 @@ async fn a_2025_clients_bridged_session_outlives_the_2026_servers_restart() {
         client.call("lookup", json!({"n": 1})).await,
         Ok("lookup 1".into())
     );
-    // The container stops; a call meets its refused port and waits in the hold.
-    server.sigterm();
-    server.wait_exit().await;
+    // The container stops (killed: the Python SDK's graceful shutdown waits for the listen
+    // stream that stands in for the client's GET stream, which never ends); a call meets its
+    // refused port and waits in the hold.
+    server.kill().await;
     client.send(json!({"op": "call", "tool": "lookup", "args": {"n": 2}}));
     holdfast
         .metric_until("holdfast_held_requests", |v| v == 1.0)

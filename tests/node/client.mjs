@@ -17,7 +17,9 @@
 // stdin:  one JSON command per line: {"op":"call","tool":"count"},
 //         {"op":"call","tool":"echo","args":{"text":"x"}}, {"op":"list"} (tools/list; the text
 //         is the tool names, comma-separated), {"op":"setLevel","level":"debug"},
-//         {"op":"close"} (DELETE the session, then exit). EOF closes without a DELETE.
+//         {"op":"close"} (DELETE the session, then exit), {"op":"toolsChanged"} (waits until a
+//         notifications/tools/list_changed arrived, on the GET stream or elsewhere; the text is
+//         how many did). EOF closes without a DELETE.
 // stderr: a trace of every HTTP request the SDK makes and of the SDK's own errors, for the
 //         test's failure messages and for reading what the client does around a restart.
 import { createInterface } from 'node:readline';
@@ -25,6 +27,7 @@ import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { SSEClientTransport } from '@modelcontextprotocol/sdk/client/sse.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import { ToolListChangedNotificationSchema } from '@modelcontextprotocol/sdk/types.js';
 import { fileURLToPath } from 'node:url';
 
 const legacy = process.argv[2] === '--legacy';
@@ -89,6 +92,14 @@ const client = new Client({ name: 'holdfast-ts-test-client', version: '1.0.0' })
 // Errors the SDK reports out of band (the GET stream dropping, its reconnects failing): not a
 // command's result, but what the client went through.
 client.onerror = error => trace(`onerror: ${error.message}`);
+// Tool-list changes the server announced, and who waits for the next one.
+let toolsChanged = 0;
+let onToolsChanged = () => {};
+client.setNotificationHandler(ToolListChangedNotificationSchema, () => {
+    toolsChanged += 1;
+    trace('notification: tools/list_changed');
+    onToolsChanged();
+});
 
 try {
     await client.connect(transport);
@@ -117,6 +128,13 @@ async function perform(command) {
         case 'setLevel':
             await client.setLoggingLevel(command.level);
             return '';
+        case 'toolsChanged':
+            if (toolsChanged === 0) {
+                await new Promise(resolve => {
+                    onToolsChanged = resolve;
+                });
+            }
+            return String(toolsChanged);
         case 'close':
             // A legacy session ends with its stream, closed below; mcp-remote ends its own
             // when its stdin closes.

@@ -12,7 +12,8 @@ Usage: python modern_only_server.py PORT LEDGER
 Tools: echo(text) returns text; lookup(n) appends `lookup <n> <pid> <time>` to LEDGER (the
 ledger format of ledger_server.py) and returns `lookup <n>`; region(region, q) returns
 `<q>@<region>`, its `region` marked `x-mcp-header: Region` (a request must mirror it in
-`Mcp-Param-Region`, or the server refuses it).
+`Mcp-Param-Region`, or the server refuses it); touch() announces that the tool list changed
+(on the subscriptions/listen streams that asked for it) and returns `touched`.
 """
 
 import os
@@ -22,7 +23,7 @@ from typing import Annotated
 
 from mcp.server import streamable_http_manager as manager
 from mcp.server._streamable_http_modern import handle_modern_request
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from pydantic import Field
 
 port, ledger = int(sys.argv[1]), sys.argv[2]
@@ -47,6 +48,13 @@ def lookup(n: int) -> str:
 def region(region: Annotated[str, Field(json_schema_extra={"x-mcp-header": "Region"})], q: str) -> str:
     """Runs q in region (which the request mirrors in Mcp-Param-Region)."""
     return f"{q}@{region}"
+
+
+@server.tool()
+async def touch(ctx: Context) -> str:
+    """Announces that the tool list changed."""
+    await ctx.notify_tools_changed()
+    return "touched"
 
 
 async def modern_only(self, scope, receive, send):

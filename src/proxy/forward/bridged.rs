@@ -20,7 +20,7 @@ use crate::bridge::wire::{self, Envelope, Sent, ToLegacy, WireError};
 use crate::bridge::{era, Bridge, Cancel, CancelOnDrop, Direction, Era, Opened, Principal};
 use crate::metrics::BridgeOutcome;
 use crate::proxy::body::ProxyBody;
-use crate::proxy::bridged::{Translated, MAX_EVENT};
+use crate::proxy::bridged::{Reading, Translated, MAX_EVENT};
 use crate::proxy::Note;
 use crate::replay::ClientBody;
 use crate::respond;
@@ -456,7 +456,7 @@ async fn to_modern(
     parts.headers.remove("mcp-session-id");
     if crate::proxy::headers::is_event_stream(&parts.headers) {
         parts.headers.remove(CONTENT_LENGTH);
-        let translated = Translated::new(body, asked, cancel);
+        let translated = Translated::new(body, Reading::Answer(asked), Some(cancel));
         return Response::from_parts(parts, ProxyBody::new(translated));
     }
     // Whatever else comes is the whole answer (read below, or passed as it is).

@@ -9,7 +9,7 @@ use std::net::SocketAddr;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
-use http::header::{HeaderValue, ALLOW};
+use http::header::{HeaderValue, ACCEPT, ALLOW, CONTENT_TYPE};
 use http::{Method, Response, StatusCode};
 use serde_json::{json, Value};
 
@@ -18,9 +18,11 @@ use super::Proxy;
 use crate::bridge::modern::{self, Local};
 use crate::bridge::{Bridge, Era};
 use crate::metrics::BridgeOutcome;
+use crate::proxy::body::ProxyBody;
+use crate::proxy::bridged::{Reading, Translated};
 use crate::respond;
 use crate::session::token::Contents;
-use crate::session::MCP_SESSION_ID;
+use crate::session::{LAST_EVENT_ID, MCP_SESSION_ID};
 
 /// The access-log action of a request the bridge answered itself.
 const BRIDGED: &str = "bridged";
@@ -50,12 +52,18 @@ impl Proxy {
             return accepted(empty(StatusCode::OK));
         }
         if local.is_some() && parts.method == Method::GET {
-            // No standalone stream until `subscriptions/listen` is bridged: the 405 a 2025
-            // server may give, which clients take as "no stream".
-            let mut resp = empty(StatusCode::METHOD_NOT_ALLOWED);
-            resp.headers_mut()
-                .insert(ALLOW, HeaderValue::from_static("POST, DELETE"));
-            return accepted(resp);
+            let initialize = local.as_ref().map(|c| &c.initialize[..]);
+            return match self.listen(bridge, parts, initialize, peer).await {
+                Some(listening) => (listening, BridgeOutcome::translated),
+                // Nothing to listen for: the 405 a 2025 server may give, which clients take as
+                // "no stream".
+                None => {
+                    let mut resp = empty(StatusCode::METHOD_NOT_ALLOWED);
+                    resp.headers_mut()
+                        .insert(ALLOW, HeaderValue::from_static("POST, DELETE"));
+                    accepted(resp)
+                }
+            };
         }
         let passed = |answered| (answered, BridgeOutcome::passed);
         if bridge.era() == Era::Unknown {
@@ -96,6 +104,44 @@ impl Proxy {
             bridge.unlearn_mirrored();
         }
         (translated, BridgeOutcome::translated)
+    }
+
+    /// A 2025 client's GET stream, as a `subscriptions/listen` of every list change the server
+    /// announces: its events translated as they come. `None` when the server speaks another
+    /// revision, or announces nothing. The stream ends when the server's does (its restart); the
+    /// client opens it again, as it would a 2025 server's.
+    async fn listen(
+        &self,
+        bridge: &Bridge,
+        parts: &http::request::Parts,
+        initialize: Option<&[u8]>,
+        peer: SocketAddr,
+    ) -> Option<Answered> {
+        if bridge.era() == Era::Unknown {
+            let era = self.ask_era(parts, peer, bridge.next_id()).await;
+            bridge.found(era);
+        }
+        let discovered = bridge
+            .discover_result()
+            .filter(|_| bridge.era() == Era::Modern)?;
+        let body = modern::listen_request(&discovered, bridge.next_id(), initialize)?;
+        let mut head = modern_head(parts, "subscriptions/listen", None);
+        *head.method_mut() = Method::POST;
+        let h = head.headers_mut();
+        h.remove(LAST_EVENT_ID);
+        h.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        h.insert(
+            ACCEPT,
+            HeaderValue::from_static("application/json, text/event-stream"),
+        );
+        let (resp, note) = self.inner(head, body.into(), peer).await;
+        if !crate::proxy::headers::is_event_stream(resp.headers()) {
+            return Some((resp, note));
+        }
+        let (mut parts, body) = resp.into_parts();
+        parts.headers.remove(http::header::CONTENT_LENGTH);
+        let stream = Translated::new(body, Reading::Listen, None);
+        Some((Response::from_parts(parts, ProxyBody::new(stream)), note))
     }
 
     /// The `Mcp-Param-*` headers of the `tools/call` `message`, from what the server's tools

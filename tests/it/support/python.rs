@@ -168,6 +168,15 @@ impl PyServer {
         sigterm(&self.child.as_ref().expect("a running server").0);
     }
 
+    /// Kills the process (SIGKILL) and waits for its exit: a container stopped past its grace
+    /// period, or a server whose graceful shutdown would wait for a stream that never ends.
+    pub async fn kill(&mut self) {
+        if let Some(child) = self.child.as_mut() {
+            let _ = child.0.kill();
+        }
+        self.wait_exit().await;
+    }
+
     /// Waits (at most [`LIMIT`]) for the process to exit (after [`PyServer::sigterm`], or a
     /// death [`PyServer::die_at_next`] asked for).
     pub async fn wait_exit(&mut self) {
