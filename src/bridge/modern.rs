@@ -263,7 +263,9 @@ pub fn listen_event(data: &[u8]) -> super::wire::EventOut {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Local {
     /// An empty result (`ping`, `logging/setLevel`: no log level survives the translation, and
-    /// a 2026 server sends no log message to a request that did not opt in).
+    /// a 2026 server sends no log message to a request that did not opt in;
+    /// `resources/subscribe` and `unsubscribe`: the revision has no such methods, and a
+    /// subscription would need the GET stream's listen to name its URI, which it does not yet).
     Empty(Value),
     /// A notification or a response of the client's: taken, nowhere to go (202).
     Accepted,
@@ -276,7 +278,10 @@ pub fn local(body: &[u8]) -> Option<Local> {
         .get("id")
         .filter(|id| id.is_string() || id.is_number());
     match (message.get("method").and_then(Value::as_str), id) {
-        (Some("ping" | "logging/setLevel"), Some(id)) => Some(Local::Empty(id.clone())),
+        (
+            Some("ping" | "logging/setLevel" | "resources/subscribe" | "resources/unsubscribe"),
+            Some(id),
+        ) => Some(Local::Empty(id.clone())),
         // Notifications (initialized, cancelled, roots changed) and answers to requests.
         (Some(_), None) | (None, Some(_)) => Some(Local::Accepted),
         _ => None,
@@ -446,5 +451,9 @@ mod tests {
             local(br#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#),
             None
         );
+        // A 2026 server has no such method: its 404 would fail the client's subscribe.
+        let subscribe =
+            br#"{"jsonrpc":"2.0","id":2,"method":"resources/subscribe","params":{"uri":"n://1"}}"#;
+        assert_eq!(local(subscribe), Some(Local::Empty(json!(2))));
     }
 }
