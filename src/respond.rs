@@ -186,8 +186,13 @@ pub fn bridge_failed(why: &str) -> Response<ProxyBody> {
 /// 202 with no body: a notification taken (the era bridge's answer to one a 2026-07-28 client
 /// sends, which has nothing to go to).
 pub fn accepted() -> Response<ProxyBody> {
+    empty(StatusCode::ACCEPTED)
+}
+
+/// `status` with no body (the era bridge's answers for what has nothing behind it upstream).
+pub fn empty(status: StatusCode) -> Response<ProxyBody> {
     let mut resp = Response::new(full(Bytes::new()));
-    *resp.status_mut() = StatusCode::ACCEPTED;
+    *resp.status_mut() = status;
     resp
 }
 
@@ -237,8 +242,9 @@ pub fn admin_method_not_allowed(allow: &'static str) -> Response<ProxyBody> {
     resp
 }
 
-/// A JSON answer from the admin port (`/status`, `/pause`, `/resume`).
-pub fn admin_json(status: StatusCode, body: &serde_json::Value) -> Response<ProxyBody> {
+/// `body` as an `application/json` answer: the admin port's (`/status`, `/pause`, `/resume`),
+/// the era bridge's own JSON-RPC answers.
+pub fn json(status: StatusCode, body: &serde_json::Value) -> Response<ProxyBody> {
     build(status, "application/json", format!("{body}\n").into())
 }
 

@@ -54,7 +54,7 @@ impl Control {
 
     /// `GET /status`.
     pub fn status(&self) -> Response<ProxyBody> {
-        respond::admin_json(StatusCode::OK, &self.state())
+        respond::json(StatusCode::OK, &self.state())
     }
 
     /// `POST /pause`: pauses (or finds a pause in progress), then waits for the drain.
@@ -114,7 +114,7 @@ impl Control {
         state["started"] = json!(started);
         state["drained"] = json!(drained);
         state["drain_timeout_secs"] = json!(drain.as_secs_f64());
-        respond::admin_json(StatusCode::OK, &state)
+        respond::json(StatusCode::OK, &state)
     }
 
     /// `POST /resume`.
@@ -125,7 +125,7 @@ impl Control {
         let resumed = self.proxy().unpause(&peer.to_string());
         let mut state = self.state();
         state["resumed"] = json!(resumed);
-        respond::admin_json(StatusCode::OK, &state)
+        respond::json(StatusCode::OK, &state)
     }
 
     /// Whether the caller may change state: the token, or without one a loopback peer.
@@ -224,7 +224,7 @@ fn drain_timeout(query: Option<&str>) -> Result<Duration, String> {
 }
 
 fn refused(status: StatusCode, message: String) -> Response<ProxyBody> {
-    respond::admin_json(status, &json!({ "error": message }))
+    respond::json(status, &json!({ "error": message }))
 }
 
 #[cfg(test)]

@@ -369,6 +369,36 @@ impl Table {
         }
     }
 
+    /// Seals a token for a session no server keeps (the era bridge's sessions for 2025 clients of
+    /// a 2026-07-28-only server, src/proxy/forward/modern.rs): the token is all there is of it,
+    /// so it is not tracked. `None` when the `initialize` does not fit a token.
+    pub fn seal_untracked(
+        &self,
+        upstream_id: HeaderValue,
+        initialize: Bytes,
+        uri: &Uri,
+        protocol_version: Option<HeaderValue>,
+    ) -> Option<HeaderValue> {
+        let contents = Contents {
+            issued: unix_now(),
+            upstream_id,
+            protocol_version,
+            endpoint: uri.path().to_owned(),
+            initialize,
+        };
+        HeaderValue::try_from(self.keys.current().seal(&contents)?).ok()
+    }
+
+    /// What an untracked session's token ([`Table::seal_untracked`]) carries, unless it does not
+    /// open, was ended here (DELETE) or is older than `sessions.token_max_age_secs`.
+    pub fn open_untracked(&self, token: &[u8]) -> Option<Contents> {
+        let contents = self.keys.current().open(token).ok()?;
+        let age = Duration::from_secs(unix_now().saturating_sub(contents.issued));
+        let nonce = token::nonce(token)?;
+        let ended = self.lock().ended.contains(&nonce);
+        (!ended && age <= self.token_max_age()).then_some(contents)
+    }
+
     /// The client ended the session (DELETE): forgotten, and its token never opened here again.
     pub fn end(&self, client_id: &HeaderValue) {
         let mut inner = self.lock();

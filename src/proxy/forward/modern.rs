@@ -6,7 +6,6 @@
 //! dropped (ping, log levels, notifications, DELETE) is answered here.
 
 use std::net::SocketAddr;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use http::header::{HeaderValue, ACCEPT, ALLOW, CONTENT_TYPE};
@@ -28,12 +27,9 @@ use crate::session::{LAST_EVENT_ID, MCP_SESSION_ID};
 const BRIDGED: &str = "bridged";
 
 impl Proxy {
-    /// The contents of a session token of holdfast's, when `token` is one and not too old.
+    /// The contents of a session token of holdfast's that no server keeps, while it is valid.
     pub(super) fn open_token(&self, token: &[u8]) -> Option<Contents> {
-        let sessions = &self.keeper.sessions;
-        let contents = sessions.keys().current().open(token).ok()?;
-        let age = unix_now().saturating_sub(contents.issued);
-        (Duration::from_secs(age) <= sessions.token_max_age()).then_some(contents)
+        self.keeper.sessions.open_untracked(token)
     }
 
     /// [`Proxy::bridged`] for a 2025 client: `local` is its session's token, when it names one
@@ -48,8 +44,12 @@ impl Proxy {
     ) -> (Answered, BridgeOutcome) {
         let accepted = |resp| ((resp, note(None, BRIDGED)), BridgeOutcome::accepted);
         if local.is_some() && parts.method == Method::DELETE {
-            // Nothing stands behind the session upstream: ending it is forgetting the token.
-            return accepted(empty(StatusCode::OK));
+            // Nothing stands behind the session upstream: ending it is refusing its token from
+            // now on, as for any session the client ended.
+            if let Some(token) = parts.headers.get(MCP_SESSION_ID) {
+                self.keeper.sessions.end(token);
+            }
+            return accepted(respond::empty(StatusCode::OK));
         }
         if local.is_some() && parts.method == Method::GET {
             let initialize = local.as_ref().map(|c| &c.initialize[..]);
@@ -58,7 +58,7 @@ impl Proxy {
                 // Nothing to listen for: the 405 a 2025 server may give, which clients take as
                 // "no stream".
                 None => {
-                    let mut resp = empty(StatusCode::METHOD_NOT_ALLOWED);
+                    let mut resp = respond::empty(StatusCode::METHOD_NOT_ALLOWED);
                     resp.headers_mut()
                         .insert(ALLOW, HeaderValue::from_static("POST, DELETE"));
                     accepted(resp)
@@ -83,7 +83,7 @@ impl Proxy {
         match modern::local(&body) {
             Some(Local::Empty(id)) => {
                 let answer = json!({"jsonrpc": "2.0", "id": id, "result": {}});
-                return accepted(respond::admin_json(StatusCode::OK, &answer));
+                return accepted(respond::json(StatusCode::OK, &answer));
             }
             Some(Local::Accepted) => return accepted(respond::accepted()),
             None => {}
@@ -214,18 +214,13 @@ impl Proxy {
         let requested = message["params"]["protocolVersion"].as_str();
         let result = modern::initialize_result(discovered, requested);
         let answer = json!({"jsonrpc": "2.0", "id": message["id"], "result": result});
-        let mut resp = respond::admin_json(StatusCode::OK, &answer);
-        let contents = Contents {
-            issued: unix_now(),
-            upstream_id: HeaderValue::from_static(modern::LOCAL_SESSION),
-            protocol_version: result["protocolVersion"]
-                .as_str()
-                .and_then(|v| HeaderValue::from_str(v).ok()),
-            endpoint: parts.uri.path().to_owned(),
-            initialize: body.clone(),
-        };
-        let sealed = self.keeper.sessions.keys().current().seal(&contents);
-        match sealed.and_then(|t| HeaderValue::try_from(t).ok()) {
+        let mut resp = respond::json(StatusCode::OK, &answer);
+        let version = result["protocolVersion"]
+            .as_str()
+            .and_then(|v| HeaderValue::from_str(v).ok());
+        let local = HeaderValue::from_static(modern::LOCAL_SESSION);
+        let sessions = &self.keeper.sessions;
+        match sessions.seal_untracked(local, body.clone(), &parts.uri, version) {
             Some(token) => {
                 resp.headers_mut().insert(MCP_SESSION_ID, token);
             }
@@ -254,18 +249,4 @@ fn modern_head(
         h.insert(header, value);
     }
     head
-}
-
-/// An answer with no body.
-fn empty(status: StatusCode) -> Response<crate::proxy::body::ProxyBody> {
-    let mut resp = respond::accepted();
-    *resp.status_mut() = status;
-    resp
-}
-
-/// Seconds since the Unix epoch.
-fn unix_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
 }

@@ -397,3 +397,25 @@ fn removing_a_key_ends_the_sessions_sealed_with_it_here_too() {
     store.keys().replace(&keys(&[2, 3]).keys);
     assert!(store.lookup(&fresh).is_ok());
 }
+
+#[test]
+fn an_untracked_token_opens_until_it_is_ended() {
+    let store = Table::new(settings(), Gauge::default());
+    let initialize = Bytes::from_static(br#"{"method":"initialize"}"#);
+    let uri: Uri = "/mcp".parse().unwrap();
+    let token = store
+        .seal_untracked(
+            HeaderValue::from_static("local"),
+            initialize.clone(),
+            &uri,
+            None,
+        )
+        .expect("fits a token");
+    let opened = store.open_untracked(token.as_bytes()).expect("opens");
+    assert_eq!(opened.upstream_id, "local");
+    assert_eq!(opened.initialize, initialize);
+    assert_eq!(store.len(), 0, "not tracked");
+    assert!(store.open_untracked(b"not a token").is_none());
+    store.end(&token);
+    assert!(store.open_untracked(token.as_bytes()).is_none(), "ended");
+}
