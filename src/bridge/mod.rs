@@ -43,8 +43,6 @@ pub struct Opened {
     pub session: HeaderValue,
     /// The 2025 version the server answered the `initialize` with.
     pub version: String,
-    /// The server's `initialize` result (capabilities, serverInfo, instructions).
-    pub result: Value,
     /// The lowest log level set on the session (a rank of [`wire::level_rank`]): requests that
     /// opted in to a higher one filter what it lets through.
     pub level: Arc<Mutex<Option<usize>>>,
@@ -296,7 +294,8 @@ impl Bridge {
     }
 
     /// Sessions kept now.
-    pub fn sessions(&self) -> usize {
+    #[cfg(test)]
+    fn sessions(&self) -> usize {
         lock(&self.sessions).slots.len()
     }
 

@@ -10,6 +10,7 @@ use http::{HeaderName, HeaderValue};
 use serde_json::{json, Map, Value};
 
 use super::wire::{WireError, LEGACY, MODERN};
+use crate::http1::names::{MCP_METHOD, MCP_NAME, MCP_PROTOCOL_VERSION};
 
 /// The upstream id sealed into the session token of a 2025 client holdfast answered itself: no
 /// server session stands behind it (a 2026-07-28 server has none), and no server ever gives an
@@ -122,14 +123,11 @@ pub fn request_to_modern(body: &[u8], initialize: Option<&[u8]>) -> Result<ToMod
 /// it has a name.
 pub fn routing_headers(method: &str, name: Option<&str>) -> Vec<(HeaderName, HeaderValue)> {
     let mut headers = vec![
-        (
-            HeaderName::from_static("mcp-protocol-version"),
-            HeaderValue::from_static(MODERN),
-        ),
-        (HeaderName::from_static("mcp-method"), header_value(method)),
+        (MCP_PROTOCOL_VERSION, HeaderValue::from_static(MODERN)),
+        (MCP_METHOD, header_value(method)),
     ];
     if let Some(name) = name {
-        headers.push((HeaderName::from_static("mcp-name"), header_value(name)));
+        headers.push((MCP_NAME, header_value(name)));
     }
     headers
 }

@@ -12,6 +12,8 @@
 use http::{HeaderMap, HeaderValue};
 use serde_json::{Map, Value};
 
+use crate::http1::names::{MCP_METHOD, MCP_NAME, MCP_PROTOCOL_VERSION, MCP_SESSION_ID};
+
 /// The 2026 revision's version string.
 pub const MODERN: &str = "2026-07-28";
 
@@ -45,7 +47,7 @@ pub enum WireError {
 /// Whether a request speaks the 2026 revision: its `MCP-Protocol-Version` says so.
 pub fn is_modern(headers: &HeaderMap) -> bool {
     headers
-        .get("mcp-protocol-version")
+        .get(MCP_PROTOCOL_VERSION)
         .is_some_and(|v| v.as_bytes() == MODERN.as_bytes())
 }
 
@@ -262,7 +264,7 @@ pub fn headers_to_legacy(headers: &mut HeaderMap, version: &str, session: Header
         .keys()
         .filter(|name| {
             let n = name.as_str();
-            n == "mcp-method" || n == "mcp-name" || n.starts_with("mcp-param-")
+            *name == MCP_METHOD || *name == MCP_NAME || n.starts_with("mcp-param-")
         })
         .cloned()
         .collect();
@@ -271,8 +273,8 @@ pub fn headers_to_legacy(headers: &mut HeaderMap, version: &str, session: Header
     }
     headers.remove(http::header::CONTENT_LENGTH);
     let version = HeaderValue::from_str(version).expect("a version is a header value");
-    headers.insert("mcp-protocol-version", version);
-    headers.insert("mcp-session-id", session);
+    headers.insert(MCP_PROTOCOL_VERSION, version);
+    headers.insert(MCP_SESSION_ID, session);
 }
 
 /// One JSON-RPC 2.0 message as an object.

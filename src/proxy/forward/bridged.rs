@@ -17,7 +17,8 @@ use http_body_util::BodyExt;
 
 use super::Proxy;
 use crate::bridge::wire::{self, Envelope, Sent, ToLegacy, WireError};
-use crate::bridge::{era, Bridge, Cancel, CancelOnDrop, Direction, Era, Opened, Principal};
+use crate::bridge::{era, Cancel, CancelOnDrop, Direction, Era, Opened, Principal};
+use crate::http1::names::{MCP_METHOD, MCP_PROTOCOL_VERSION, MCP_SESSION_ID};
 use crate::metrics::BridgeOutcome;
 use crate::proxy::body::ProxyBody;
 use crate::proxy::bridged::{Reading, Translated, MAX_EVENT};
@@ -38,7 +39,6 @@ impl Proxy {
     /// translated onto its principal's 2025 session) or a 2025 client's (src/proxy/forward/modern.rs).
     pub(super) async fn bridged(
         &self,
-        bridge: &Bridge,
         req: Request<ClientBody>,
         peer: SocketAddr,
         direction: Direction,
@@ -55,11 +55,8 @@ impl Proxy {
             }
         };
         let (answered, outcome) = match direction {
-            Direction::ToLegacy => self.bridge_request(bridge, &parts, body, peer).await,
-            Direction::ToModern(local) => {
-                self.bridge_to_modern(bridge, &parts, body, local, peer)
-                    .await
-            }
+            Direction::ToLegacy => self.bridge_request(&parts, body, peer).await,
+            Direction::ToModern(local) => self.bridge_to_modern(&parts, body, local, peer).await,
         };
         self.metrics.bridge.count(outcome);
         answered
@@ -68,20 +65,13 @@ impl Proxy {
     /// [`Proxy::bridged`] once the body is in: the answer, and what the bridge did.
     async fn bridge_request(
         &self,
-        bridge: &Bridge,
         parts: &http::request::Parts,
         body: Bytes,
         peer: SocketAddr,
     ) -> (Answered, BridgeOutcome) {
+        let bridge = &*self.bridge;
         let passed = |answered| (answered, BridgeOutcome::passed);
-        if bridge.era() == Era::Unknown {
-            let era = self.ask_era(parts, peer, bridge.next_id()).await;
-            if era != Era::Unknown {
-                tracing::info!(?era, "bridge: the server's era found");
-                bridge.found(era);
-            }
-        }
-        if bridge.era() != Era::Legacy {
+        if self.server_era(parts, peer).await != Era::Legacy {
             return passed(self.inner(head_of(parts), body, peer).await);
         }
         let mut legacy = match wire::request_to_legacy(&body, bridge.next_id()) {
@@ -99,19 +89,20 @@ impl Proxy {
             Err(_) => return passed(self.inner(head_of(parts), body, peer).await),
         };
         let principal = Principal::of(&parts.headers, legacy.envelope.capabilities.as_ref());
-        let opened = match self
-            .session_for(bridge, principal, parts, &legacy, peer)
-            .await
-        {
+        let opened = match self.session_for(principal, parts, &legacy, peer).await {
             Ok(opened) => opened,
             Err(failed) => return (failed, BridgeOutcome::failed),
         };
-        let mut head = head_of(parts);
-        wire::headers_to_legacy(head.headers_mut(), &opened.version, opened.session.clone());
+        let on_session = || {
+            let mut head = head_of(parts);
+            wire::headers_to_legacy(head.headers_mut(), &opened.version, opened.session.clone());
+            head
+        };
+        let head = on_session();
         // Armed until the answer is whole: a client that closes its stream first (2026
         // cancellation), or goes away, has the request cancelled on the session.
         let mut cancel = bridge.cancel_on_drop(Cancel {
-            head: clone_head(&head),
+            head: on_session(),
             upstream_id: legacy.upstream_id,
             peer,
         });
@@ -126,7 +117,7 @@ impl Proxy {
             resp.status(),
             StatusCode::NOT_FOUND | StatusCode::BAD_REQUEST
         );
-        if refused && self.session_refused(bridge, &principal, parts, peer).await {
+        if refused && self.session_refused(&principal, parts, peer).await {
             cancel.answered();
             return passed(self.inner(head_of(parts), body, peer).await);
         }
@@ -144,15 +135,15 @@ impl Proxy {
     /// level lowered first when this request opts in to a lower one.
     async fn session_for(
         &self,
-        bridge: &Bridge,
         principal: Principal,
         parts: &http::request::Parts,
         legacy: &ToLegacy,
         peer: SocketAddr,
     ) -> Result<Opened, Answered> {
+        let bridge = &*self.bridge;
         let slot = bridge.slot(principal);
         let opened = slot
-            .get_or_try_init(|| self.open_session(bridge, parts, &legacy.envelope, peer))
+            .get_or_try_init(|| self.open_session(parts, &legacy.envelope, peer))
             .await;
         let opened = match opened {
             Ok(opened) => opened.clone(),
@@ -178,15 +169,14 @@ impl Proxy {
     /// the client sent it.
     async fn session_refused(
         &self,
-        bridge: &Bridge,
         principal: &Principal,
         parts: &http::request::Parts,
         peer: SocketAddr,
     ) -> bool {
+        let bridge = &*self.bridge;
         bridge.forget(principal);
         bridge.found(Era::Unknown);
-        let era = self.ask_era(parts, peer, bridge.next_id()).await;
-        bridge.found(era);
+        let era = self.server_era(parts, peer).await;
         if era == Era::Modern {
             tracing::info!("bridge: the server now speaks 2026-07-28; passing requests through");
         }
@@ -246,20 +236,28 @@ impl Proxy {
         }
     }
 
+    /// What the server speaks: as known, or asked now when it is not (and recorded, with its
+    /// DiscoverResult, when the answer was clear).
+    pub(super) async fn server_era(&self, parts: &http::request::Parts, peer: SocketAddr) -> Era {
+        let bridge = &*self.bridge;
+        let known = bridge.era();
+        if known != Era::Unknown {
+            return known;
+        }
+        let era = self.ask_era(parts, peer, bridge.next_id()).await;
+        if era != Era::Unknown {
+            tracing::info!(?era, "bridge: the server's era found");
+            bridge.found(era);
+        }
+        era
+    }
+
     /// What the server speaks, asked with a `server/discover` of the 2026 revision.
-    pub(super) async fn ask_era(
-        &self,
-        parts: &http::request::Parts,
-        peer: SocketAddr,
-        id: u64,
-    ) -> Era {
+    async fn ask_era(&self, parts: &http::request::Parts, peer: SocketAddr, id: u64) -> Era {
         let mut head = own_head(parts);
         let h = head.headers_mut();
-        h.insert(
-            "mcp-protocol-version",
-            HeaderValue::from_static(wire::MODERN),
-        );
-        h.insert("mcp-method", HeaderValue::from_static("server/discover"));
+        h.insert(MCP_PROTOCOL_VERSION, HeaderValue::from_static(wire::MODERN));
+        h.insert(MCP_METHOD, HeaderValue::from_static("server/discover"));
         let (resp, _) = self.inner(head, era::discover(id).into(), peer).await;
         let status = resp.status();
         let reply = reply_of(resp).await.unwrap_or(Reply::Nothing);
@@ -275,11 +273,11 @@ impl Proxy {
     /// token the bridge keeps is holdfast's sealed one.
     async fn open_session(
         &self,
-        bridge: &Bridge,
         parts: &http::request::Parts,
         envelope: &Envelope,
         peer: SocketAddr,
     ) -> Result<Opened, Answered> {
+        let bridge = &*self.bridge;
         let head = own_head(parts);
         let body = wire::legacy_initialize(envelope, bridge.next_id());
         let (resp, note) = self.inner(head, body.into(), peer).await;
@@ -287,7 +285,7 @@ impl Proxy {
             // Holdfast's 503 of an outage, the server's refusal: the client gets it as it is.
             return Err((resp, note));
         }
-        let Some(session) = resp.headers().get("mcp-session-id").cloned() else {
+        let Some(session) = resp.headers().get(MCP_SESSION_ID).cloned() else {
             let why = "its answer to initialize named no session (Mcp-Session-Id)";
             return Err((respond::bridge_failed(why), note));
         };
@@ -319,7 +317,6 @@ impl Proxy {
         Ok(Opened {
             session,
             version,
-            result,
             level: Default::default(),
         })
     }
@@ -391,16 +388,6 @@ pub(super) fn head_of(parts: &http::request::Parts) -> Request<()> {
     req
 }
 
-/// A copy of a head of the bridge's.
-fn clone_head(head: &Request<()>) -> Request<()> {
-    let mut req = Request::new(());
-    *req.method_mut() = head.method().clone();
-    *req.uri_mut() = head.uri().clone();
-    *req.version_mut() = head.version();
-    *req.headers_mut() = head.headers().clone();
-    req
-}
-
 /// The head of a request of the bridge's own, sent for the client: its credentials and its
 /// client's headers, without what named the client's own message (the 2026 routing headers,
 /// a session, the version).
@@ -453,7 +440,7 @@ async fn to_modern(
     mut cancel: CancelOnDrop,
 ) -> Response<ProxyBody> {
     let (mut parts, body) = resp.into_parts();
-    parts.headers.remove("mcp-session-id");
+    parts.headers.remove(MCP_SESSION_ID);
     if crate::proxy::headers::is_event_stream(&parts.headers) {
         parts.headers.remove(CONTENT_LENGTH);
         let translated = Translated::new(body, Reading::Answer(asked), Some(cancel));

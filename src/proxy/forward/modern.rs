@@ -15,7 +15,7 @@ use serde_json::{json, Value};
 use super::bridged::{head_of, note, reply_of, Answered};
 use super::Proxy;
 use crate::bridge::modern::{self, Local};
-use crate::bridge::{Bridge, Era};
+use crate::bridge::Era;
 use crate::metrics::BridgeOutcome;
 use crate::proxy::body::ProxyBody;
 use crate::proxy::bridged::{Reading, Translated};
@@ -36,12 +36,12 @@ impl Proxy {
     /// holdfast answered itself.
     pub(super) async fn bridge_to_modern(
         &self,
-        bridge: &Bridge,
         parts: &http::request::Parts,
         body: Bytes,
         local: Option<Box<Contents>>,
         peer: SocketAddr,
     ) -> (Answered, BridgeOutcome) {
+        let bridge = &*self.bridge;
         let accepted = |resp| ((resp, note(None, BRIDGED)), BridgeOutcome::accepted);
         if local.is_some() && parts.method == Method::DELETE {
             // Nothing stands behind the session upstream: ending it is refusing its token from
@@ -53,7 +53,7 @@ impl Proxy {
         }
         if local.is_some() && parts.method == Method::GET {
             let initialize = local.as_ref().map(|c| &c.initialize[..]);
-            return match self.listen(bridge, parts, initialize, peer).await {
+            return match self.listen(parts, initialize, peer).await {
                 Some(listening) => (listening, BridgeOutcome::translated),
                 // Nothing to listen for: the 405 a 2025 server may give, which clients take as
                 // "no stream".
@@ -66,12 +66,8 @@ impl Proxy {
             };
         }
         let passed = |answered| (answered, BridgeOutcome::passed);
-        if bridge.era() == Era::Unknown {
-            let era = self.ask_era(parts, peer, bridge.next_id()).await;
-            bridge.found(era);
-        }
-        let discovered = bridge.discover_result();
-        let (Era::Modern, Some(discovered)) = (bridge.era(), discovered) else {
+        let era = self.server_era(parts, peer).await;
+        let (Era::Modern, Some(discovered)) = (era, bridge.discover_result()) else {
             // A server of the client's revision, or one that said nothing clear: as it came.
             return passed(self.inner(head_of(parts), body, peer).await);
         };
@@ -95,7 +91,7 @@ impl Proxy {
         let mut head = modern_head(parts, &request.method, request.name.as_deref());
         let is_call = request.method == "tools/call";
         if is_call {
-            let params = self.param_headers(bridge, parts, initialize, &message, peer);
+            let params = self.param_headers(parts, initialize, &message, peer);
             head.headers_mut().extend(params.await);
         }
         let translated = self.inner(head, request.body.into(), peer).await;
@@ -112,18 +108,13 @@ impl Proxy {
     /// client opens it again, as it would a 2025 server's.
     async fn listen(
         &self,
-        bridge: &Bridge,
         parts: &http::request::Parts,
         initialize: Option<&[u8]>,
         peer: SocketAddr,
     ) -> Option<Answered> {
-        if bridge.era() == Era::Unknown {
-            let era = self.ask_era(parts, peer, bridge.next_id()).await;
-            bridge.found(era);
-        }
-        let discovered = bridge
-            .discover_result()
-            .filter(|_| bridge.era() == Era::Modern)?;
+        let bridge = &*self.bridge;
+        let era = self.server_era(parts, peer).await;
+        let discovered = bridge.discover_result().filter(|_| era == Era::Modern)?;
         let body = modern::listen_request(&discovered, bridge.next_id(), initialize)?;
         let mut head = modern_head(parts, "subscriptions/listen", None);
         *head.method_mut() = Method::POST;
@@ -148,12 +139,12 @@ impl Proxy {
     /// mirror: listed once (all pages), with the client's envelope, when not known yet.
     async fn param_headers(
         &self,
-        bridge: &Bridge,
         parts: &http::request::Parts,
         initialize: Option<&[u8]>,
         message: &Value,
         peer: SocketAddr,
     ) -> Vec<(http::HeaderName, HeaderValue)> {
+        let bridge = &*self.bridge;
         let mirrored = match bridge.mirrored() {
             Some(known) => known,
             None => {

@@ -153,9 +153,7 @@ impl Proxy {
         // request's own future keeps a pointer where an exchange would be.
         let route = (self.bridge).route(req.method(), req.headers(), |t| self.open_token(t));
         let mut begun = match route {
-            Some(direction) => {
-                Begun::Bridged(Box::pin(self.bridged(&self.bridge, req, peer, direction)))
-            }
+            Some(direction) => Begun::Bridged(Box::pin(self.bridged(req, peer, direction))),
             None => Begun::Exchange(self.begin(req, peer)),
         };
         let answer = async move {
