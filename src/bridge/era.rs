@@ -44,24 +44,29 @@ fn names_modern(result: &Value) -> bool {
         .is_some_and(|versions| versions.iter().any(|v| v.as_str() == Some(MODERN)))
 }
 
-/// The `server/discover` the bridge asks with: the 2026 envelope, holdfast's client info, no
-/// capabilities (it only asks what the server speaks).
-pub fn discover(id: u64) -> Vec<u8> {
-    let message = serde_json::json!({
-        "jsonrpc": "2.0",
-        "id": id,
-        "method": "server/discover",
-        "params": {
-            "_meta": {
-                "io.modelcontextprotocol/protocolVersion": MODERN,
-                "io.modelcontextprotocol/clientInfo": {
-                    "name": "holdfast-bridge",
-                    "version": env!("CARGO_PKG_VERSION"),
-                },
-                "io.modelcontextprotocol/clientCapabilities": {},
-            },
+/// A request of the 2026-07-28 revision of holdfast's own: `method` with `params` (an object)
+/// and the revision's `_meta`, no capabilities, `client` as the client's name. The probe's and
+/// the bridge's, so both ask a server alike.
+pub fn modern_request(id: u64, method: &str, mut params: Value, client: &str) -> Value {
+    params["_meta"] = serde_json::json!({
+        "io.modelcontextprotocol/protocolVersion": MODERN,
+        "io.modelcontextprotocol/clientInfo": {
+            "name": client,
+            "version": env!("CARGO_PKG_VERSION"),
         },
+        "io.modelcontextprotocol/clientCapabilities": {},
     });
+    serde_json::json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params })
+}
+
+/// The `server/discover` the bridge asks with.
+pub fn discover(id: u64) -> Vec<u8> {
+    let message = modern_request(
+        id,
+        "server/discover",
+        serde_json::json!({}),
+        "holdfast-bridge",
+    );
     serde_json::to_vec(&message).expect("a JSON value serializes")
 }
 

@@ -5,14 +5,14 @@
 
 use ::http::header::{HeaderName, HeaderValue};
 use serde::Serialize;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use super::http::Answer;
 use super::verdict::{self, Kind, Verdict};
 use crate::session::rpc::Reply;
 
 /// The revision `server/discover` is asked at.
-pub const MODERN: &str = "2026-07-28";
+pub use crate::bridge::wire::MODERN;
 
 use crate::http1::names::{MCP_METHOD, MCP_PROTOCOL_VERSION};
 
@@ -63,22 +63,9 @@ impl Eras {
     }
 }
 
-/// The `_meta` a 2026-07-28 request carries in its params.
-fn meta() -> Value {
-    json!({
-        "io.modelcontextprotocol/protocolVersion": MODERN,
-        "io.modelcontextprotocol/clientInfo": {
-            "name": "holdfast-probe",
-            "version": env!("CARGO_PKG_VERSION"),
-        },
-        "io.modelcontextprotocol/clientCapabilities": {},
-    })
-}
-
 /// A 2026-07-28 request: `method` with `params` (an object) and the revision's `_meta`.
-pub fn request(id: u64, method: &str, mut params: Value) -> Value {
-    params["_meta"] = meta();
-    json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params })
+pub fn request(id: u64, method: &str, params: Value) -> Value {
+    crate::bridge::era::modern_request(id, method, params, "holdfast-probe")
 }
 
 /// The headers a 2026-07-28 request carries.
