@@ -11,6 +11,8 @@
 //! holdfast's own core, so holding, exactly-once and re-establishment apply to what it sends.
 
 pub mod era;
+pub mod feed;
+pub mod listen;
 pub mod modern;
 pub mod wire;
 
@@ -25,6 +27,10 @@ use tokio::sync::OnceCell;
 
 use crate::config::BridgeMode;
 pub use era::Era;
+
+/// The largest event translated: an answer beyond it (a huge tool result) is cut by the reader
+/// and cannot be rewritten whole.
+pub const MAX_EVENT: usize = 8 * 1024 * 1024;
 
 /// Which way a request goes through the bridge.
 pub enum Direction {
@@ -43,9 +49,17 @@ pub struct Opened {
     pub session: HeaderValue,
     /// The 2025 version the server answered the `initialize` with.
     pub version: String,
+    /// The server's `initialize` result: its capabilities, serverInfo and instructions, what a
+    /// `server/discover` and a listen are answered from.
+    pub server: Arc<Value>,
     /// The lowest log level set on the session (a rank of [`wire::level_rank`]): requests that
     /// opted in to a higher one filter what it lets through.
     pub level: Arc<Mutex<Option<usize>>>,
+    /// The URIs subscribed on the session (`resources/subscribe`, recorded state: a
+    /// re-established session has them again).
+    pub subscribed: Arc<Mutex<std::collections::HashSet<String>>>,
+    /// The session's GET stream, while a listen reads it.
+    pub feed: Arc<tokio::sync::Mutex<Option<Arc<feed::Feed>>>>,
 }
 
 impl Opened {
@@ -53,6 +67,16 @@ impl Opened {
     /// lowered first.
     pub fn needs_level(&self, rank: usize) -> bool {
         lock(&self.level).is_none_or(|set| rank < set)
+    }
+
+    /// Whether `uri` is subscribed on the session.
+    pub fn is_subscribed(&self, uri: &str) -> bool {
+        lock(&self.subscribed).contains(uri)
+    }
+
+    /// Records that `uri` was subscribed on the session.
+    pub fn subscribed_to(&self, uri: &str) {
+        lock(&self.subscribed).insert(uri.to_owned());
     }
 
     /// Records that the session's level was set to `rank`.
@@ -175,6 +199,8 @@ impl Drop for CancelOnDrop {
 pub struct Bridge {
     /// `mode = "auto"`: read on every POST, so a load and nothing more when off.
     on: AtomicBool,
+    /// `answer_discover`: a 2026-07-28 client's `server/discover` is answered for a 2025 server.
+    answer_discover: AtomicBool,
     era: Mutex<Era>,
     /// The server's DiscoverResult, when it speaks 2026-07-28: what `initialize` is answered
     /// from for 2025 clients.
@@ -198,6 +224,7 @@ impl Bridge {
             cancels,
             cancelled: Mutex::new(Some(cancelled)),
             on: AtomicBool::new(cfg.mode == BridgeMode::Auto),
+            answer_discover: AtomicBool::new(cfg.answer_discover),
             era: Mutex::new(Era::Unknown),
             discovered: Mutex::new(None),
             mirrored: Mutex::new(None),
@@ -215,6 +242,8 @@ impl Bridge {
     pub fn reconfigure(&self, cfg: &crate::config::Bridge) {
         self.on
             .store(cfg.mode == BridgeMode::Auto, Ordering::Relaxed);
+        self.answer_discover
+            .store(cfg.answer_discover, Ordering::Relaxed);
         lock(&self.sessions).max = cfg.max_sessions;
     }
 
@@ -245,6 +274,13 @@ impl Bridge {
             None if method == http::Method::POST => Some(Direction::ToModern(None)),
             None => None,
         }
+    }
+
+    /// Whether a 2026-07-28 client's `server/discover` is answered for a 2025 server (its
+    /// client then speaks 2026-07-28 through the bridge), or passed to get the server's refusal
+    /// (a dual-era client then falls back to the handshake).
+    pub fn answers_discover(&self) -> bool {
+        self.answer_discover.load(Ordering::Relaxed)
     }
 
     /// What the server is known to speak.
@@ -364,6 +400,7 @@ mod tests {
             &crate::config::Bridge {
                 mode: BridgeMode::Auto,
                 max_sessions: 2,
+                answer_discover: false,
             },
             gauge.clone(),
         );
@@ -412,6 +449,7 @@ mod tests {
             &crate::config::Bridge {
                 mode: BridgeMode::Auto,
                 max_sessions: 2,
+                answer_discover: false,
             },
             Gauge::default(),
         );

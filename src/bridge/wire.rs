@@ -229,6 +229,35 @@ pub fn event_to_modern(data: &[u8], sent: &Sent) -> EventOut {
     }
 }
 
+/// The DiscoverResult of a 2025 server, from its answer to `initialize`: the 2026 revision (the
+/// bridge speaks it for the server), the server's capabilities, instructions and serverInfo, not
+/// cached by the client (a 2025 server says nothing of how long they hold).
+pub fn discover_result(initialized: &Value) -> Value {
+    let mut result = Map::new();
+    result.insert("supportedVersions".into(), serde_json::json!([MODERN]));
+    let capabilities = initialized.get("capabilities").cloned();
+    result.insert(
+        "capabilities".into(),
+        capabilities.unwrap_or_else(|| Value::Object(Map::new())),
+    );
+    if let Some(instructions) = initialized.get("instructions") {
+        result.insert("instructions".into(), instructions.clone());
+    }
+    result.insert("resultType".into(), "complete".into());
+    result.insert("ttlMs".into(), 0.into());
+    result.insert("cacheScope".into(), "private".into());
+    if let Some(info) = initialized.get("serverInfo") {
+        let meta = serde_json::json!({ format!("{ENVELOPE_PREFIX}serverInfo"): info });
+        result.insert("_meta".into(), meta);
+    }
+    Value::Object(result)
+}
+
+/// A JSON-RPC response to request `id` with `result`.
+pub fn result_for(id: &Value, result: Value) -> Value {
+    serde_json::json!({"jsonrpc": "2.0", "id": id, "result": result})
+}
+
 /// The `initialize` the bridge opens a 2025 session with for a 2026 client: its capabilities
 /// (without `roots.listChanged`, a notification a 2026 client never sends) and its `clientInfo`
 /// (holdfast's when it gave none), at [`LEGACY`].

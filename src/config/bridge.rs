@@ -24,6 +24,8 @@ pub struct RawBridge {
     pub mode: String,
     /// Most upstream sessions opened for 2026-07-28 clients kept at once.
     pub max_sessions: usize,
+    /// Answer a 2026-07-28 client's `server/discover` for a 2025 server.
+    pub answer_discover: bool,
 }
 
 impl Default for RawBridge {
@@ -31,6 +33,7 @@ impl Default for RawBridge {
         RawBridge {
             mode: "off".into(),
             max_sessions: DEFAULT_MAX_SESSIONS,
+            answer_discover: false,
         }
     }
 }
@@ -49,6 +52,9 @@ pub enum BridgeMode {
 pub struct Bridge {
     pub mode: BridgeMode,
     pub max_sessions: usize,
+    /// A dual-era client's `server/discover` is answered (it then speaks 2026-07-28 through the
+    /// bridge) rather than refused by the 2025 server (it then falls back to the handshake).
+    pub answer_discover: bool,
 }
 
 impl Default for Bridge {
@@ -56,6 +62,7 @@ impl Default for Bridge {
         Bridge {
             mode: BridgeMode::Off,
             max_sessions: DEFAULT_MAX_SESSIONS,
+            answer_discover: false,
         }
     }
 }
@@ -83,6 +90,7 @@ impl Validator<'_> {
         Some(Bridge {
             mode,
             max_sessions: raw.max_sessions,
+            answer_discover: raw.answer_discover,
         })
     }
 }

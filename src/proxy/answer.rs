@@ -20,8 +20,7 @@ use crate::replay::BodyHandle;
 use crate::respond;
 use crate::upstream::{ClientBodyFault, UpstreamBody};
 
-/// Header added to SSE responses so nginx in front does not buffer them.
-const X_ACCEL_BUFFERING: &str = "x-accel-buffering";
+use super::headers::X_ACCEL_BUFFERING;
 
 /// A response head with its (peeked) body.
 pub(super) type Answer = (http::response::Parts, Peeked);

@@ -17,9 +17,7 @@ use crate::bridge::CancelOnDrop;
 use crate::errors::BoxError;
 use crate::sse;
 
-/// The largest event translated: an answer beyond it (a huge tool result) is cut by the reader
-/// and cannot be rewritten whole.
-pub const MAX_EVENT: usize = 8 * 1024 * 1024;
+pub use crate::bridge::MAX_EVENT;
 
 pin_project_lite::pin_project! {
     /// An SSE answer to a bridged request, rewritten event by event.

@@ -15,6 +15,7 @@ use tokio::time::Instant;
 mod bridged;
 mod build;
 mod control;
+mod listen;
 mod modern;
 mod moves;
 mod service;

@@ -14,6 +14,9 @@ use http::header::{
     TRAILER, TRANSFER_ENCODING, UPGRADE,
 };
 
+/// Header added to SSE responses so nginx in front does not buffer them.
+pub const X_ACCEL_BUFFERING: &str = "x-accel-buffering";
+
 /// Always hop-by-hop (RFC 9110 §7.6.1, plus the RFC 2616 §13.5.1 proxy-auth pair and the
 /// non-standard `Proxy-Connection` that old clients still send). As `HeaderName`s, so finding
 /// one is a comparison, not a parse and a hash; a `static`, not a `const`, so that it is not

@@ -53,6 +53,7 @@ pub mod headers;
 mod health;
 pub mod in_flight;
 mod life;
+mod listening;
 #[cfg(test)]
 mod props;
 mod request;

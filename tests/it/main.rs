@@ -27,6 +27,7 @@ mod deploy_systemd;
 mod docs;
 mod dual_era;
 mod era_bridge;
+mod era_bridge_listen;
 mod exactly_once;
 mod forwarding;
 mod graceful;

@@ -1,9 +1,9 @@
 """The official MCP Python SDK's client pinned to the final 2026-07-28 revision, as a test peer
 for holdfast's era bridge (tests/it/era_bridge.rs).
 
-Usage: python modern_client.py URL [--log-level=LEVEL] OP...
+Usage: python modern_client.py URL [--mode=MODE] [--log-level=LEVEL] OP...
   OP: list | call:NAME:JSONARGS | progress:NAME:JSONARGS | cancel:NAME:JSONARGS | prompts
-      | prompt:NAME:JSONARGS | read:URI | wait
+      | prompt:NAME:JSONARGS | read:URI | listen:TOOL:URI | wait
 
 A pinned client sends no `server/discover` and no handshake: every request carries the revision
 in its headers and `_meta`. Prints `era <version>` once connected (or `connect-failed <error>`),
@@ -13,7 +13,10 @@ reads one line from stdin before it goes on (the test restarts the server meanwh
 prints `log <level> <data>`; `progress:` calls a tool with a progress callback and prints how
 many progress notifications arrived before its result; `cancel:` calls a tool and cancels the
 call at its first progress notification (at 2026-07-28 the client closes the call's stream),
-printing `ok <op> cancelled`.
+printing `ok <op> cancelled`. `listen:` opens a `subscriptions/listen` for updates of URI, calls
+TOOL (with no arguments) once acknowledged, and prints what was honoured and the first update
+that arrived (waiting at most 30 s). `--mode` is the SDK's connect mode (default the pinned
+`2026-07-28`; `auto` asks `server/discover` first and falls back to the handshake).
 """
 
 import asyncio
@@ -23,6 +26,7 @@ import sys
 import anyio
 
 from mcp import Client
+from mcp.client.subscriptions import ResourceUpdated
 
 
 async def run(client: Client, op: str) -> str:
@@ -48,6 +52,16 @@ async def run(client: Client, op: str) -> str:
             await client.call_tool(name, json.loads(args or "{}"), progress_callback=first_progress)
             return "answered"
         return "cancelled"
+    if kind == "listen":
+        tool, _, uri = rest.partition(":")
+        async with client.listen(resource_subscriptions=[uri]) as subscription:
+            honoured = ",".join(subscription.honored.resource_subscriptions or [])
+            await client.call_tool(tool, {})
+            with anyio.fail_after(30):
+                async for event in subscription:
+                    if isinstance(event, ResourceUpdated):
+                        return f"honoured {honoured} updated {event.uri}"
+        return f"honoured {honoured} ended"
     if kind == "prompts":
         listed = await client.list_prompts()
         return ",".join(sorted(prompt.name for prompt in listed.prompts))
@@ -74,6 +88,9 @@ async def run(client: Client, op: str) -> str:
 async def main() -> None:
     url, ops = sys.argv[1], sys.argv[2:]
     options = {}
+    mode = "2026-07-28"
+    if ops and ops[0].startswith("--mode="):
+        mode = ops.pop(0).split("=", 1)[1]
     if ops and ops[0].startswith("--log-level="):
         options["log_level"] = ops.pop(0).split("=", 1)[1]
 
@@ -82,7 +99,7 @@ async def main() -> None:
 
         options["logging_callback"] = logged
     try:
-        async with Client(url, mode="2026-07-28", **options) as client:
+        async with Client(url, mode=mode, **options) as client:
             print("era", client.protocol_version, flush=True)
             for op in ops:
                 if op == "wait":

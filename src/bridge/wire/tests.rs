@@ -196,3 +196,34 @@ fn log_messages_pass_only_from_the_level_the_request_opted_in_to() {
     assert_eq!(level_rank("debug"), Some(0));
     assert!(level_rank("notice") < level_rank("warning"));
 }
+
+#[test]
+fn a_legacy_servers_discover_answer_is_made_from_its_initialize_result() {
+    let initialized = json!({
+        "protocolVersion": "2025-11-25",
+        "capabilities": {"tools": {}, "resources": {"subscribe": true}},
+        "serverInfo": {"name": "everything", "version": "2"},
+        "instructions": "be kind",
+    });
+    let result = discover_result(&initialized);
+    assert_eq!(result["supportedVersions"], json!([MODERN]));
+    assert_eq!(result["capabilities"], initialized["capabilities"]);
+    assert_eq!(result["instructions"], "be kind");
+    assert_eq!(
+        result["_meta"]["io.modelcontextprotocol/serverInfo"],
+        initialized["serverInfo"]
+    );
+    assert_eq!(result["resultType"], "complete");
+    assert_eq!(
+        (result["ttlMs"].clone(), result["cacheScope"].clone()),
+        (json!(0), json!("private"))
+    );
+    let bare = discover_result(&json!({}));
+    assert_eq!(bare["capabilities"], json!({}));
+    assert!(bare.get("_meta").is_none() && bare.get("instructions").is_none());
+    let answer = result_for(&json!("d1"), bare);
+    assert_eq!(
+        (answer["id"].clone(), answer["jsonrpc"].clone()),
+        (json!("d1"), json!("2.0"))
+    );
+}

@@ -31,7 +31,7 @@ use crate::session::rpc::{self, Reply};
 pub(super) type Answered = (Response<ProxyBody>, Note);
 
 /// The access-log action of a request the bridge answered itself.
-const BRIDGED: &str = "bridged";
+pub(super) const BRIDGED: &str = "bridged";
 
 impl Proxy {
     /// Answers a request [`Bridge::route`] gave the bridge, its body read whole first: a
@@ -75,9 +75,9 @@ impl Proxy {
             return passed(self.inner(head_of(parts), body, peer).await);
         }
         let mut legacy = match wire::request_to_legacy(&body, bridge.next_id()) {
-            // Not 2026 methods, nor anything a 2025 server reads the same: passed as they came
-            // (`server/discover` gets the server's refusal, and its client goes on in 2025).
-            Ok(legacy) if legacy.method == "server/discover" => {
+            // Unless answered (`bridge.answer_discover`), `server/discover` gets the server's
+            // refusal, and its client goes on in 2025.
+            Ok(legacy) if legacy.method == "server/discover" && !bridge.answers_discover() => {
                 return passed(self.inner(head_of(parts), body, peer).await)
             }
             Ok(legacy) => legacy,
@@ -93,6 +93,20 @@ impl Proxy {
             Ok(opened) => opened,
             Err(failed) => return (failed, BridgeOutcome::failed),
         };
+        match legacy.method.as_str() {
+            "server/discover" => {
+                let result = wire::discover_result(&opened.server);
+                let answer = wire::result_for(&legacy.client_id, result);
+                let answered = (respond::json(StatusCode::OK, &answer), note(None, BRIDGED));
+                return (answered, BridgeOutcome::translated);
+            }
+            "subscriptions/listen" => {
+                return self
+                    .listen_legacy(parts, &body, &legacy, &opened, peer)
+                    .await
+            }
+            _ => {}
+        }
         let on_session = || {
             let mut head = head_of(parts);
             wire::headers_to_legacy(head.headers_mut(), &opened.version, opened.session.clone());
@@ -317,7 +331,10 @@ impl Proxy {
         Ok(Opened {
             session,
             version,
+            server: std::sync::Arc::new(result),
             level: Default::default(),
+            subscribed: Default::default(),
+            feed: Default::default(),
         })
     }
 
@@ -391,7 +408,7 @@ pub(super) fn head_of(parts: &http::request::Parts) -> Request<()> {
 /// The head of a request of the bridge's own, sent for the client: its credentials and its
 /// client's headers, without what named the client's own message (the 2026 routing headers,
 /// a session, the version).
-fn own_head(parts: &http::request::Parts) -> Request<()> {
+pub(super) fn own_head(parts: &http::request::Parts) -> Request<()> {
     let mut req = head_of(parts);
     let h = req.headers_mut();
     let named: Vec<_> = h

@@ -1,0 +1,136 @@
+//! A 2026-07-28 client's `subscriptions/listen`, bridged to its principal's 2025 session
+//! (docs/design/era-bridge.md 3.4): the URIs it names subscribed on the session with
+//! `resources/subscribe` (recorded state, so a re-established session has them again), the
+//! session's GET stream opened once and shared by the principal's listens (src/bridge/feed.rs),
+//! and the answer an event stream of what the listen asked for (src/proxy/listening.rs).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::header::{HeaderValue, ACCEPT, CACHE_CONTROL, CONTENT_TYPE};
+use http::{Method, Response, StatusCode};
+use serde_json::Value;
+
+use super::bridged::{note, own_head, reply_of, Answered, BRIDGED};
+use super::Proxy;
+use crate::bridge::feed::{Feed, Reader};
+use crate::bridge::listen::Filter;
+use crate::bridge::wire::{self, ToLegacy};
+use crate::bridge::Opened;
+use crate::metrics::BridgeOutcome;
+use crate::proxy::body::ProxyBody;
+use crate::proxy::listening::Listening;
+use crate::session::rpc::Reply;
+
+impl Proxy {
+    /// Answers the listen `legacy` (its 2026 request `body`) on the session `opened`.
+    pub(super) async fn listen_legacy(
+        &self,
+        parts: &http::request::Parts,
+        body: &Bytes,
+        legacy: &ToLegacy,
+        opened: &Opened,
+        peer: SocketAddr,
+    ) -> (Answered, BridgeOutcome) {
+        let params = serde_json::from_slice::<Value>(body)
+            .ok()
+            .and_then(|mut m| m.get_mut("params").map(Value::take));
+        let asked = Filter::of_request(params.as_ref());
+        let mut honoured = asked.honoured(&opened.server["capabilities"]);
+        let mut subscribed = Vec::with_capacity(honoured.uris.len());
+        for uri in std::mem::take(&mut honoured.uris) {
+            if opened.is_subscribed(&uri) || self.subscribe(parts, opened, &uri, peer).await {
+                subscribed.push(uri);
+            }
+        }
+        honoured.uris = subscribed;
+        let reader = if honoured == Filter::default() {
+            None
+        } else {
+            match self.feed_of(parts, opened, peer).await {
+                Ok(Some(reader)) => Some(reader),
+                // The server has no GET stream: nothing it sends can reach the listen.
+                Ok(None) => {
+                    honoured = Filter::default();
+                    None
+                }
+                Err(failed) => return (failed, BridgeOutcome::failed),
+            }
+        };
+        let stream = Listening::new(legacy.client_id.clone(), honoured, reader);
+        let mut resp = Response::new(ProxyBody::new(stream));
+        let h = resp.headers_mut();
+        h.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+        h.insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+        h.insert(
+            crate::proxy::headers::X_ACCEL_BUFFERING,
+            HeaderValue::from_static("no"),
+        );
+        ((resp, note(None, BRIDGED)), BridgeOutcome::translated)
+    }
+
+    /// `resources/subscribe` of `uri` on the session: whether the server took it.
+    async fn subscribe(
+        &self,
+        parts: &http::request::Parts,
+        opened: &Opened,
+        uri: &str,
+        peer: SocketAddr,
+    ) -> bool {
+        let mut head = own_head(parts);
+        wire::headers_to_legacy(head.headers_mut(), &opened.version, opened.session.clone());
+        let body = serde_json::json!({
+            "jsonrpc": "2.0",
+            "id": self.bridge.next_id(),
+            "method": "resources/subscribe",
+            "params": {"uri": uri},
+        });
+        let (resp, _) = self.inner(head, body.to_string().into(), peer).await;
+        let status = resp.status();
+        match reply_of(resp).await {
+            Ok(Reply::Result(_)) if status.is_success() => {
+                opened.subscribed_to(uri);
+                true
+            }
+            reply => {
+                tracing::warn!(%status, ?reply, uri, "bridge: resources/subscribe refused");
+                false
+            }
+        }
+    }
+
+    /// A place on the session's GET stream, opened if no listen reads it now: `None` when the
+    /// server has none (405), the answer for the client when it could not be opened (an outage).
+    async fn feed_of(
+        &self,
+        parts: &http::request::Parts,
+        opened: &Opened,
+        peer: SocketAddr,
+    ) -> Result<Option<Reader>, Answered> {
+        let mut current = opened.feed.lock().await;
+        if let Some(reader) = current.as_ref().and_then(Feed::join) {
+            return Ok(Some(reader));
+        }
+        let mut head = own_head(parts);
+        *head.method_mut() = Method::GET;
+        let h = head.headers_mut();
+        h.remove(CONTENT_TYPE);
+        h.insert(ACCEPT, HeaderValue::from_static("text/event-stream"));
+        wire::headers_to_legacy(h, &opened.version, opened.session.clone());
+        let (resp, note) = self.inner(head, Bytes::new(), peer).await;
+        let status = resp.status();
+        if status == StatusCode::SERVICE_UNAVAILABLE {
+            return Err((resp, note));
+        }
+        if !status.is_success() || !crate::proxy::headers::is_event_stream(resp.headers()) {
+            tracing::info!(%status, "bridge: the session's GET stream refused; listens get nothing");
+            return Ok(None);
+        }
+        let feed = Arc::new(Feed::default());
+        let reader = feed.join();
+        tokio::spawn(feed.clone().pump(resp.into_body()));
+        *current = Some(feed);
+        Ok(reader)
+    }
+}

@@ -1,0 +1,114 @@
+//! The era bridge (issue 48) for what a 2026-07-28 client asks beyond calls: its
+//! `subscriptions/listen` on a 2025 session (its URIs subscribed there with `resources/subscribe`,
+//! the session's GET stream read for it), and its `server/discover` answered for a 2025 server
+//! when `[bridge] answer_discover` says so, so that a dual-era client speaks 2026-07-28 through
+//! the bridge. The peers are the official Python SDK's client and the reference everything
+//! server or the TypeScript SDK 1.x server.
+
+use crate::support::files::TempDir;
+use crate::support::modern::ModernClient;
+use crate::support::node::TsServer;
+use crate::support::proxy::{raw_config, Holdfast};
+use crate::support::router::FakeRouter;
+use crate::support::stacks::{Stack, StackServer};
+
+/// holdfast in front of `upstream` with the bridge on, answering discover if `discover`.
+async fn bridging(upstream: &str, discover: bool) -> Holdfast {
+    let mut raw = raw_config(upstream);
+    raw.bridge.mode = "auto".into();
+    raw.bridge.answer_discover = discover;
+    Holdfast::start_with(raw).await
+}
+
+/// The client's lines that are failures.
+fn failures(out: &[String]) -> Vec<&String> {
+    out.iter()
+        .filter(|l| l.starts_with("err ") || l.starts_with("connect-failed"))
+        .collect()
+}
+
+const DOCUMENT: &str = "demo://resource/static/document/architecture.md";
+
+#[tokio::test]
+async fn a_2026_client_listens_to_a_resource_on_a_2025_session_again_after_the_servers_restart() {
+    let mut server = StackServer::start(Stack::Everything).await;
+    let router = FakeRouter::start(server.addr()).await;
+    let holdfast = bridging(&format!("http://{}", router.addr), false).await;
+    // The everything server's tool starts sending the session's subscribed URIs' updates on
+    // its GET stream, the first at once.
+    let listen = format!("listen:toggle-subscriber-updates:{DOCUMENT}");
+    let ops = [listen.as_str(), "wait", listen.as_str()];
+    let out = ModernClient::start(&holdfast.url("/mcp"), &ops)
+        .across(server.restart())
+        .await;
+    assert!(failures(&out).is_empty(), "{out:?}\n{}", server.trace());
+    let got = format!("ok {listen} honoured {DOCUMENT} updated {DOCUMENT}");
+    assert_eq!(out[1], got, "{out:?}");
+    // After the restart the session was re-established with its subscription (recorded
+    // state), and the GET stream opened again on it.
+    assert_eq!(out[3], got, "{out:?}\n{}", server.trace());
+    let methods: Vec<Option<String>> = router.log().iter().map(|r| r.rpc_method()).collect();
+    let subscribes = methods
+        .iter()
+        .filter(|m| m.as_deref() == Some("resources/subscribe"))
+        .count();
+    assert_eq!(
+        subscribes, 2,
+        "once, and once more re-established: {methods:?}"
+    );
+    let gets = router.log().iter().filter(|r| r.method == "GET").count();
+    assert!(gets >= 2, "a GET stream for each listen: {methods:?}");
+    assert!(
+        !methods
+            .iter()
+            .any(|m| m.as_deref() == Some("subscriptions/listen")),
+        "no 2026 method reached the 2025 server: {methods:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_listen_for_what_the_server_cannot_send_is_acknowledged_empty_and_ends() {
+    let dir = TempDir::new("bridge-listen-ts");
+    let (ledger, levels) = (dir.path().join("ledger"), dir.path().join("levels"));
+    // The TypeScript SDK server declares no resources: nothing it sends could reach the listen.
+    let server = TsServer::start(crate::support::ports::quiet(), &ledger, &levels).await;
+    let holdfast = bridging(&format!("http://{}", server.addr()), false).await;
+    let listen = format!("listen:echo:{DOCUMENT}");
+    let out = ModernClient::start(&holdfast.url("/mcp"), &[listen.as_str()])
+        .output()
+        .await;
+    assert_eq!(out[1], format!("ok {listen} honoured  ended"), "{out:?}");
+}
+
+#[tokio::test]
+async fn a_dual_era_client_speaks_2026_through_the_bridge_when_discover_is_answered() {
+    let dir = TempDir::new("bridge-discover");
+    let (ledger, levels) = (dir.path().join("ledger"), dir.path().join("levels"));
+    let server = TsServer::start(crate::support::ports::quiet(), &ledger, &levels).await;
+    let ops = ["--mode=auto", r#"call:echo:{"text":"hi"}"#, "call:count"];
+
+    // Answered: the client learns 2026-07-28 from holdfast, and its calls are bridged.
+    let holdfast = bridging(&format!("http://{}", server.addr()), true).await;
+    let out = ModernClient::start(&holdfast.url("/mcp"), &ops)
+        .output()
+        .await;
+    assert!(failures(&out).is_empty(), "{out:?}");
+    assert_eq!(out[0], "era 2026-07-28", "{out:?}");
+    assert_eq!(out[2], "ok call:count 1", "{out:?}");
+    let translated = "holdfast_bridge_requests_total{outcome=\"translated\"}";
+    assert!(
+        holdfast.metric(translated).await >= 3.0,
+        "discover and the calls"
+    );
+
+    // Not answered (the default): the server refuses discover, and the client falls back to
+    // the handshake, passed as it is.
+    let holdfast = bridging(&format!("http://{}", server.addr()), false).await;
+    let out = ModernClient::start(&holdfast.url("/mcp"), &ops)
+        .output()
+        .await;
+    assert!(failures(&out).is_empty(), "{out:?}");
+    assert_eq!(out[0], "era 2025-11-25", "{out:?}");
+    assert_eq!(out[2], "ok call:count 2", "{out:?}");
+    assert_eq!(holdfast.metric(translated).await, 0.0);
+}
