@@ -14,6 +14,7 @@ pub mod era;
 pub mod feed;
 pub mod listen;
 pub mod modern;
+pub mod rounds;
 pub mod wire;
 
 use std::collections::{HashMap, VecDeque};
@@ -210,6 +211,8 @@ pub struct Bridge {
     sessions: Mutex<Sessions>,
     /// Ids of the requests the bridge sends: unique on a session shared by several clients.
     ids: AtomicU64,
+    /// Input rounds parked until their clients call again.
+    rounds: rounds::Rounds,
     /// Where dropped requests' cancellations go, and (until the task that sends them takes it)
     /// where they come out.
     cancels: tokio::sync::mpsc::Sender<Cancel>,
@@ -235,6 +238,7 @@ impl Bridge {
                 gauge,
             }),
             ids: AtomicU64::new(1),
+            rounds: rounds::Rounds::default(),
         }
     }
 
@@ -346,6 +350,11 @@ impl Bridge {
     /// The cancellations to send, once: for the one task that sends them.
     pub fn take_cancellations(&self) -> Option<tokio::sync::mpsc::Receiver<Cancel>> {
         lock(&self.cancelled).take()
+    }
+
+    /// The parked input rounds.
+    pub fn rounds(&self) -> &rounds::Rounds {
+        &self.rounds
     }
 
     /// A fresh id for a request the bridge sends.

@@ -165,6 +165,9 @@ pub enum EventOut {
     Drop,
     /// The answer to the bridged request, translated by [`answer_to_modern`].
     Answer(Vec<u8>),
+    /// The server asks the client for input during a call: an input round
+    /// (src/bridge/rounds.rs).
+    Ask(Ask),
 }
 
 /// The log levels of MCP (syslog's), least severe first.
@@ -218,7 +221,7 @@ pub fn event_to_modern(data: &[u8], sent: &Sent) -> EventOut {
             }
         }
         (Some(_), None) => EventOut::Pass,
-        (Some(_), Some(_)) => EventOut::Drop,
+        (Some(_), Some(_)) => ask_of(&message, sent).map_or(EventOut::Drop, EventOut::Ask),
         (None, Some(id)) if id.as_u64() == Some(upstream_id) => {
             match answer_to_modern(data, client_id, method) {
                 Ok(answer) => EventOut::Answer(answer),
@@ -227,6 +230,56 @@ pub fn event_to_modern(data: &[u8], sent: &Sent) -> EventOut {
         }
         (None, _) => EventOut::Pass,
     }
+}
+
+/// A server's requests to its client that a 2026 client answers in an input round.
+const INPUT_METHODS: [&str; 3] = ["elicitation/create", "sampling/createMessage", "roots/list"];
+
+/// The requests a 2026 server may answer with an input round (the spec's "Supported Requests").
+const ROUND_METHODS: [&str; 3] = ["tools/call", "prompts/get", "resources/read"];
+
+/// A server's request for input, read off the stream answering a call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Ask {
+    /// The id the server gave it: its answer goes back with it.
+    pub id: Value,
+    pub method: String,
+    pub params: Option<Value>,
+}
+
+/// The server's request in the event `message`, when the call `sent` may be answered with an
+/// input round.
+pub fn ask_of(message: &Map<String, Value>, sent: &Sent) -> Option<Ask> {
+    let method = message.get("method")?.as_str()?;
+    let id = message.get("id")?;
+    if !INPUT_METHODS.contains(&method) || !ROUND_METHODS.contains(&sent.method.as_str()) {
+        return None;
+    }
+    Some(Ask {
+        id: id.clone(),
+        method: method.to_owned(),
+        params: message.get("params").cloned(),
+    })
+}
+
+/// The answer that ends the client's stream: an input round asking `ask`, resumed with `state`.
+/// The key of its one input request is the method asked.
+pub fn input_required(client_id: &Value, ask: &Ask, state: &str) -> Vec<u8> {
+    let mut request = Map::new();
+    request.insert("method".into(), Value::from(ask.method.as_str()));
+    if let Some(params) = &ask.params {
+        request.insert("params".into(), params.clone());
+    }
+    let message = serde_json::json!({
+        "jsonrpc": "2.0",
+        "id": client_id,
+        "result": {
+            "resultType": "input_required",
+            "inputRequests": {ask.method.as_str(): request},
+            "requestState": state,
+        },
+    });
+    serde_json::to_vec(&message).expect("a JSON value serializes")
 }
 
 /// The DiscoverResult of a 2025 server, from its answer to `initialize`: the 2026 revision (the

@@ -8,12 +8,17 @@
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
 use bytes::{BufMut, Bytes, BytesMut};
 use http_body::{Body, Frame, SizeHint};
+use http_body_util::BodyExt;
 
 use super::body::ProxyBody;
-use crate::bridge::wire::{self, EventOut, Sent};
-use crate::bridge::CancelOnDrop;
+use crate::bridge::rounds::{Parked, Rounds};
+use crate::bridge::wire::{self, Ask, EventOut, Sent};
+use crate::bridge::{Bridge, CancelOnDrop, Principal};
 use crate::errors::BoxError;
 use crate::sse;
 
@@ -21,6 +26,7 @@ pub use crate::bridge::MAX_EVENT;
 
 pin_project_lite::pin_project! {
     /// An SSE answer to a bridged request, rewritten event by event.
+    #[project = TranslatedProj]
     pub struct Translated {
         #[pin]
         inner: ProxyBody,
@@ -28,6 +34,11 @@ pin_project_lite::pin_project! {
         reading: Reading,
         // Cancels the request if the stream is dropped before its answer went by.
         cancel: Option<CancelOnDrop>,
+        // Where the rest of the stream is parked when the server asks the client for input;
+        // none where no input round can be (a listen, a call of no round's method).
+        park: Option<Park>,
+        // Events read before, still to translate (a resumed round's).
+        pending: Vec<sse::Event>,
         // Trailers that arrived, sent after the last event.
         trailers: Option<Frame<Bytes>>,
         done: bool,
@@ -42,6 +53,17 @@ pub enum Reading {
     Listen,
 }
 
+/// What parking an input round takes (src/bridge/rounds.rs).
+pub struct Park {
+    pub bridge: Arc<Bridge>,
+    pub principal: Principal,
+    /// The call's head: the server's request is answered with it.
+    pub head: http::Request<()>,
+    pub peer: std::net::SocketAddr,
+    /// How long a round waits for its client's retry.
+    pub wait: Duration,
+}
+
 impl Translated {
     pub fn new(inner: ProxyBody, reading: Reading, cancel: Option<CancelOnDrop>) -> Translated {
         Translated {
@@ -49,6 +71,32 @@ impl Translated {
             parser: sse::Parser::new(MAX_EVENT),
             reading,
             cancel,
+            park: None,
+            pending: Vec::new(),
+            trailers: None,
+            done: false,
+        }
+    }
+
+    /// Parks the stream at the server's first request for input, per `park`.
+    pub fn parking(mut self, park: Park) -> Translated {
+        self.park = Some(park);
+        self
+    }
+
+    /// The rest of a parked round's stream, answering its client's retry `client_id`.
+    pub fn resume(parked: Parked, client_id: serde_json::Value, park: Park) -> Translated {
+        let sent = Sent {
+            client_id,
+            ..parked.sent
+        };
+        Translated {
+            inner: parked.body,
+            parser: parked.parser,
+            reading: Reading::Answer(sent),
+            cancel: parked.cancel,
+            park: Some(park),
+            pending: parked.after,
             trailers: None,
             done: false,
         }
@@ -77,21 +125,31 @@ fn write_event(out: &mut BytesMut, event: &sse::Event, data: &[u8]) {
     out.put_u8(b'\n');
 }
 
-/// The translation of the events `bytes` complete; `answered` once the request's answer was one.
-fn translate(
-    parser: &mut sse::Parser,
-    reading: &Reading,
-    bytes: &[u8],
-    answered: &mut bool,
-) -> BytesMut {
-    let mut out = BytesMut::new();
-    parser.feed(bytes, |event| {
+/// What translating some events came to.
+#[derive(Default)]
+struct Translation {
+    out: BytesMut,
+    /// The request's answer was among them.
+    answered: bool,
+    /// The server asked for input: the round, and the events after it (left untranslated).
+    asked: Option<(Ask, Vec<sse::Event>)>,
+}
+
+/// The translation of `events`; a request for input stops it when `parks` (what follows is
+/// left for the round's retry), else it is dropped.
+fn translate(events: Vec<sse::Event>, reading: &Reading, parks: bool) -> Translation {
+    let mut done = Translation::default();
+    for event in events {
+        if let Some((_, after)) = done.asked.as_mut() {
+            after.push(event);
+            continue;
+        }
         if event.cut {
             tracing::warn!(
                 limit = MAX_EVENT,
                 "bridge: an event longer than the limit was dropped from a translated stream"
             );
-            return;
+            continue;
         }
         let data = event.data.as_bytes();
         let translated = match reading {
@@ -99,15 +157,19 @@ fn translate(
             Reading::Listen => crate::bridge::modern::listen_event(data),
         };
         match translated {
-            EventOut::Pass => write_event(&mut out, &event, data),
+            EventOut::Pass => write_event(&mut done.out, &event, data),
             EventOut::Drop => {}
             EventOut::Answer(answer) => {
-                *answered = true;
-                write_event(&mut out, &event, &answer);
+                done.answered = true;
+                write_event(&mut done.out, &event, &answer);
+            }
+            EventOut::Ask(ask) if parks => done.asked = Some((ask, Vec::new())),
+            EventOut::Ask(ask) => {
+                tracing::debug!(method = ask.method, "bridge: a server's request dropped");
             }
         }
-    });
-    out
+    }
+    done
 }
 
 impl Body for Translated {
@@ -123,32 +185,39 @@ impl Body for Translated {
             if *this.done {
                 return Poll::Ready(this.trailers.take().map(Ok));
             }
-            match std::task::ready!(this.inner.as_mut().poll_frame(cx)) {
-                Some(Ok(frame)) => match frame.into_data() {
-                    Ok(data) => {
-                        let mut answered = false;
-                        let out = translate(this.parser, this.reading, &data, &mut answered);
-                        if let (true, Some(cancel)) = (answered, this.cancel.as_mut()) {
+            let events = if this.pending.is_empty() {
+                match std::task::ready!(this.inner.as_mut().poll_frame(cx)) {
+                    Some(Ok(frame)) => match frame.into_data() {
+                        Ok(data) => this.parser.events(&data),
+                        Err(trailers) => {
+                            *this.trailers = Some(trailers);
+                            *this.done = true;
+                            continue;
+                        }
+                    },
+                    // An event cut off by the end is no event (the reader never completes it).
+                    // The server ended the stream: nothing is left running to cancel.
+                    None => {
+                        if let Some(cancel) = this.cancel.as_mut() {
                             cancel.answered();
                         }
-                        if !out.is_empty() {
-                            return Poll::Ready(Some(Ok(Frame::data(out.freeze()))));
-                        }
-                    }
-                    Err(trailers) => {
-                        *this.trailers = Some(trailers);
                         *this.done = true;
+                        continue;
                     }
-                },
-                // An event cut off by the end is no event (the reader never completes it). The
-                // server ended the stream: nothing is left running to cancel.
-                None => {
-                    if let Some(cancel) = this.cancel.as_mut() {
-                        cancel.answered();
-                    }
-                    *this.done = true;
+                    Some(Err(e)) => return Poll::Ready(Some(Err(e))),
                 }
-                Some(Err(e)) => return Poll::Ready(Some(Err(e))),
+            } else {
+                std::mem::take(this.pending)
+            };
+            let mut done = translate(events, this.reading, this.park.is_some());
+            if let (true, Some(cancel)) = (done.answered, this.cancel.as_mut()) {
+                cancel.answered();
+            }
+            if let Some((ask, after)) = done.asked.take() {
+                park(&mut this, ask, after, &mut done.out);
+            }
+            if !done.out.is_empty() {
+                return Poll::Ready(Some(Ok(Frame::data(done.out.freeze()))));
             }
         }
     }
@@ -162,10 +231,40 @@ impl Body for Translated {
     }
 }
 
+/// Ends the client's stream with an input round asking `ask`, written to `out`, and parks the
+/// rest of the upstream stream (`after` first) until the client calls again.
+fn park(this: &mut TranslatedProj<'_>, ask: Ask, after: Vec<sse::Event>, out: &mut BytesMut) {
+    let (Some(park), Reading::Answer(sent)) = (this.park.take(), &*this.reading) else {
+        return;
+    };
+    let handle = Rounds::handle();
+    let answer = wire::input_required(&sent.client_id, &ask, &handle);
+    out.put_slice(b"data: ");
+    out.put_slice(&answer);
+    out.put_slice(b"\n\n");
+    let empty = http_body_util::Empty::new()
+        .map_err(|never| match never {})
+        .boxed_unsync();
+    let parked = Parked {
+        body: std::mem::replace(this.inner.as_mut().get_mut(), empty),
+        parser: std::mem::replace(this.parser, sse::Parser::new(MAX_EVENT)),
+        after,
+        ask,
+        sent: sent.clone(),
+        head: park.head,
+        peer: park.peer,
+        cancel: this.cancel.take(),
+        principal: park.principal,
+        until: Instant::now() + park.wait,
+    };
+    tracing::debug!(method = parked.ask.method, "bridge: an input round parked");
+    park.bridge.rounds().park(handle, parked);
+    *this.done = true;
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use http_body_util::BodyExt;
 
     fn asked() -> Sent {
         Sent {

@@ -18,6 +18,7 @@ mod control;
 mod listen;
 mod modern;
 mod moves;
+mod rounds;
 mod service;
 #[cfg(test)]
 mod sizes;

@@ -112,3 +112,82 @@ async fn a_dual_era_client_speaks_2026_through_the_bridge_when_discover_is_answe
     assert_eq!(out[2], "ok call:count 2", "{out:?}");
     assert_eq!(holdfast.metric(translated).await, 0.0);
 }
+
+#[tokio::test]
+async fn a_2025_servers_requests_for_input_reach_a_2026_client_as_input_rounds() {
+    let server = StackServer::start(Stack::Everything).await;
+    let router = FakeRouter::start(server.addr()).await;
+    let holdfast = bridging(&format!("http://{}", router.addr), false).await;
+    let elicit = "call:trigger-elicitation-request:{}";
+    let sample = r#"call:trigger-sampling-request:{"prompt":"hi","maxTokens":10}"#;
+    let out = ModernClient::start(&holdfast.url("/mcp"), &["--input", elicit, sample])
+        .output()
+        .await;
+    assert!(failures(&out).is_empty(), "{out:?}\n{}", server.trace());
+    // Each request reached the client's callback once, as an input round, and the call
+    // finished with what it answered: the server's own request got the client's response.
+    assert_eq!(out[1], "asked elicitation/create", "{out:?}");
+    let elicited = out[2]
+        .strip_prefix(&format!("ok {elicit} "))
+        .expect("answered");
+    assert!(elicited.contains("Ada"), "{elicited}");
+    assert_eq!(out[3], "asked sampling/createMessage", "{out:?}");
+    let sampled = out[4]
+        .strip_prefix(&format!("ok {sample} "))
+        .expect("answered");
+    assert!(sampled.contains("sampled"), "{sampled}");
+    let methods: Vec<Option<String>> = router.log().iter().map(|r| r.rpc_method()).collect();
+    let calls = methods
+        .iter()
+        .filter(|m| m.as_deref() == Some("tools/call"))
+        .count();
+    assert_eq!(
+        calls, 2,
+        "each call sent once, its retry resumed it: {methods:?}"
+    );
+    // The client's responses went upstream as JSON-RPC responses (no method).
+    let responses = router
+        .log()
+        .iter()
+        .filter(|r| r.method == "POST" && r.rpc_method().is_none())
+        .count();
+    assert_eq!(responses, 2, "{methods:?}");
+}
+
+#[tokio::test]
+async fn a_retry_of_a_round_holdfast_does_not_have_is_refused_and_sends_nothing() {
+    let server = StackServer::start(Stack::Everything).await;
+    let router = FakeRouter::start(server.addr()).await;
+    let holdfast = bridging(&format!("http://{}", router.addr), false).await;
+    let body = serde_json::json!({
+        "jsonrpc": "2.0", "id": 9, "method": "tools/call",
+        "params": {"name": "echo", "arguments": {"message": "x"},
+            "requestState": "hf1.unknown", "inputResponses": {},
+            "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                      "io.modelcontextprotocol/clientCapabilities": {}}},
+    });
+    let url = holdfast.url("/mcp");
+    let req = http::Request::post(&url)
+        .header("host", crate::support::http::host_of(&url))
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "tools/call")
+        .header("mcp-name", "echo")
+        .body(http_body_util::Full::new(bytes::Bytes::from(
+            body.to_string(),
+        )))
+        .unwrap();
+    let got = crate::support::http::call(req).await;
+    assert_eq!(got.status, 400, "{}", got.text());
+    let message: serde_json::Value = serde_json::from_str(got.text()).unwrap();
+    assert_eq!(message["id"], 9);
+    assert_eq!(message["error"]["code"], -32602);
+    assert!(
+        !router
+            .log()
+            .iter()
+            .any(|r| r.rpc_method().as_deref() == Some("tools/call")),
+        "the call was not sent without its round"
+    );
+}

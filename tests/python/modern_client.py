@@ -1,7 +1,7 @@
 """The official MCP Python SDK's client pinned to the final 2026-07-28 revision, as a test peer
 for holdfast's era bridge (tests/it/era_bridge.rs).
 
-Usage: python modern_client.py URL [--mode=MODE] [--log-level=LEVEL] OP...
+Usage: python modern_client.py URL [--mode=MODE] [--input] [--log-level=LEVEL] OP...
   OP: list | call:NAME:JSONARGS | progress:NAME:JSONARGS | cancel:NAME:JSONARGS | prompts
       | prompt:NAME:JSONARGS | read:URI | listen:TOOL:URI | wait
 
@@ -16,7 +16,10 @@ call at its first progress notification (at 2026-07-28 the client closes the cal
 printing `ok <op> cancelled`. `listen:` opens a `subscriptions/listen` for updates of URI, calls
 TOOL (with no arguments) once acknowledged, and prints what was honoured and the first update
 that arrived (waiting at most 30 s). `--mode` is the SDK's connect mode (default the pinned
-`2026-07-28`; `auto` asks `server/discover` first and falls back to the handshake).
+`2026-07-28`; `auto` asks `server/discover` first and falls back to the handshake). With
+`--input`, the client takes a server's requests for input (elicitation: accepts with the name
+`Ada`; sampling: answers `sampled`), printing `asked <method>` for each; at 2026-07-28 they come
+as input rounds, answered by calling again.
 """
 
 import asyncio
@@ -25,6 +28,7 @@ import sys
 
 import anyio
 
+import mcp_types as types
 from mcp import Client
 from mcp.client.subscriptions import ResourceUpdated
 
@@ -78,7 +82,7 @@ async def run(client: Client, op: str) -> str:
     if kind == "call":
         name, _, args = rest.partition(":")
         result = await client.call_tool(name, json.loads(args or "{}"))
-        text = " ".join(c.text for c in result.content if getattr(c, "text", None))
+        text = " ".join(c.text for c in result.content if getattr(c, "text", None)).replace("\n", " ")
         if result.is_error:
             raise RuntimeError(f"tool error: {text}")
         return text
@@ -91,6 +95,21 @@ async def main() -> None:
     mode = "2026-07-28"
     if ops and ops[0].startswith("--mode="):
         mode = ops.pop(0).split("=", 1)[1]
+    if ops and ops[0] == "--input":
+        ops.pop(0)
+
+        async def elicit(context, params):
+            print("asked elicitation/create", flush=True)
+            return types.ElicitResult(action="accept", content={"name": "Ada", "check": True})
+
+        async def sample(context, params):
+            print("asked sampling/createMessage", flush=True)
+            return types.CreateMessageResult(
+                role="assistant", content=types.TextContent(type="text", text="sampled"), model="test"
+            )
+
+        options["elicitation_callback"] = elicit
+        options["sampling_callback"] = sample
     if ops and ops[0].startswith("--log-level="):
         options["log_level"] = ops.pop(0).split("=", 1)[1]
 

@@ -151,7 +151,7 @@ fn headers_lose_the_modern_routing_and_carry_the_session() {
 }
 
 #[test]
-fn a_bridged_streams_answer_is_translated_its_progress_passed_and_the_rest_dropped() {
+fn a_bridged_streams_answer_is_translated_its_progress_passed_its_asks_kept_and_the_rest_dropped() {
     let sent = |upstream_id, log_level: Option<&str>| Sent {
         upstream_id,
         client_id: json!("c-1"),
@@ -169,8 +169,12 @@ fn a_bridged_streams_answer_is_translated_its_progress_passed_and_the_rest_dropp
     assert_eq!(event_to_modern(answer, &sent(10, None)), EventOut::Pass);
     let progress = br#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":1,"progress":1}}"#;
     assert_eq!(event_to_modern(progress, &sent(9, None)), EventOut::Pass);
+    // A request for input during a call is an input round's; any other request of the
+    // server's has no 2026 carrier.
     let asks = br#"{"jsonrpc":"2.0","id":1,"method":"elicitation/create","params":{}}"#;
-    assert_eq!(event_to_modern(asks, &sent(9, None)), EventOut::Drop);
+    assert!(matches!(event_to_modern(asks, &sent(9, None)), EventOut::Ask(_)));
+    let ping = br#"{"jsonrpc":"2.0","id":2,"method":"ping"}"#;
+    assert_eq!(event_to_modern(ping, &sent(9, None)), EventOut::Drop);
     assert_eq!(event_to_modern(b"", &sent(9, None)), EventOut::Pass);
 }
 
@@ -225,5 +229,45 @@ fn a_legacy_servers_discover_answer_is_made_from_its_initialize_result() {
     assert_eq!(
         (answer["id"].clone(), answer["jsonrpc"].clone()),
         (json!("d1"), json!("2.0"))
+    );
+}
+
+fn sent(method: &str) -> Sent {
+    Sent {
+        upstream_id: 5,
+        client_id: json!(1),
+        method: method.into(),
+        log_level: None,
+    }
+}
+
+fn message(text: &str) -> Map<String, Value> {
+    serde_json::from_str(text).unwrap()
+}
+
+#[test]
+fn a_servers_request_for_input_during_a_call_becomes_an_input_round() {
+    let elicit = message(
+        r#"{"jsonrpc":"2.0","id":0,"method":"elicitation/create","params":{"message":"Name?"}}"#,
+    );
+    let ask = ask_of(&elicit, &sent("tools/call")).expect("asked during a call");
+    assert_eq!(ask.method, "elicitation/create");
+    assert_eq!(
+        ask_of(&elicit, &sent("tools/list")),
+        None,
+        "not a round's method"
+    );
+    let ping = message(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#);
+    assert_eq!(ask_of(&ping, &sent("tools/call")), None);
+    let note = message(r#"{"jsonrpc":"2.0","method":"elicitation/create"}"#);
+    assert_eq!(ask_of(&note, &sent("tools/call")), None, "no id");
+
+    let out: Value = serde_json::from_slice(&input_required(&json!(7), &ask, "hf1.x")).unwrap();
+    assert_eq!(out["id"], 7);
+    assert_eq!(out["result"]["resultType"], "input_required");
+    assert_eq!(out["result"]["requestState"], "hf1.x");
+    assert_eq!(
+        out["result"]["inputRequests"]["elicitation/create"],
+        json!({"method": "elicitation/create", "params": {"message": "Name?"}})
     );
 }

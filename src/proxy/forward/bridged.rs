@@ -21,7 +21,7 @@ use crate::bridge::{era, Cancel, CancelOnDrop, Direction, Era, Opened, Principal
 use crate::http1::names::{MCP_METHOD, MCP_PROTOCOL_VERSION, MCP_SESSION_ID};
 use crate::metrics::BridgeOutcome;
 use crate::proxy::body::ProxyBody;
-use crate::proxy::bridged::{Reading, Translated, MAX_EVENT};
+use crate::proxy::bridged::{Park, Reading, Translated, MAX_EVENT};
 use crate::proxy::Note;
 use crate::replay::ClientBody;
 use crate::respond;
@@ -89,6 +89,9 @@ impl Proxy {
             Err(_) => return passed(self.inner(head_of(parts), body, peer).await),
         };
         let principal = Principal::of(&parts.headers, legacy.envelope.capabilities.as_ref());
+        if let Some(retry) = crate::bridge::rounds::retry_of(&body) {
+            return self.resume_round(retry, &legacy, principal, peer).await;
+        }
         let opened = match self.session_for(principal, parts, &legacy, peer).await {
             Ok(opened) => opened,
             Err(failed) => return (failed, BridgeOutcome::failed),
@@ -141,7 +144,14 @@ impl Proxy {
             method: legacy.method,
             log_level: legacy.envelope.log_level,
         };
-        let translated = (to_modern(resp, asked, cancel).await, note);
+        let park = Park {
+            bridge: self.bridge.clone(),
+            principal,
+            head: on_session(),
+            peer,
+            wait: self.timeouts.stream_idle,
+        };
+        let translated = (to_modern(resp, asked, cancel, park).await, note);
         (translated, BridgeOutcome::translated)
     }
 
@@ -395,6 +405,16 @@ pub(super) fn note(upstream_status: Option<StatusCode>, action: &'static str) ->
     }
 }
 
+/// A copy of a request head of the bridge's.
+pub(super) fn copy(head: &Request<()>) -> Request<()> {
+    let mut req = Request::new(());
+    *req.method_mut() = head.method().clone();
+    *req.uri_mut() = head.uri().clone();
+    *req.version_mut() = head.version();
+    *req.headers_mut() = head.headers().clone();
+    req
+}
+
 /// A copy of the client's request head.
 pub(super) fn head_of(parts: &http::request::Parts) -> Request<()> {
     let mut req = Request::new(());
@@ -455,12 +475,13 @@ async fn to_modern(
     resp: Response<ProxyBody>,
     asked: Sent,
     mut cancel: CancelOnDrop,
+    park: Park,
 ) -> Response<ProxyBody> {
     let (mut parts, body) = resp.into_parts();
     parts.headers.remove(MCP_SESSION_ID);
     if crate::proxy::headers::is_event_stream(&parts.headers) {
         parts.headers.remove(CONTENT_LENGTH);
-        let translated = Translated::new(body, Reading::Answer(asked), Some(cancel));
+        let translated = Translated::new(body, Reading::Answer(asked), Some(cancel)).parking(park);
         return Response::from_parts(parts, ProxyBody::new(translated));
     }
     // Whatever else comes is the whole answer (read below, or passed as it is).
