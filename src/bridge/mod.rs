@@ -1,10 +1,11 @@
 //! The era bridge (issue 48, docs/design/era-bridge.md): 2026-07-28 clients in front of 2025
 //! servers, and 2025 clients in front of 2026-07-28-only servers.
 //!
-//! Built so far (build order step 1, `[bridge] mode = "auto"`): a 2026-07-28 client's requests
-//! to a server that speaks only the 2025 revision. [`wire`] translates bodies and headers (pure
-//! functions); [`era`] reads what the server speaks from its answer to `server/discover`; this
-//! module owns the state: the era verdict, and one upstream session per principal (a client's
+//! Behind `[bridge] mode = "auto"`. [`wire`] translates bodies and headers (pure functions),
+//! [`modern`] the other way; [`era`] reads what the server speaks from its answer to
+//! `server/discover`; [`listen`] and [`feed`] carry a 2026 client's `subscriptions/listen` on a
+//! 2025 session's GET stream; [`rounds`] parks a call whose server asked for input until the
+//! client's retry. This module owns the state: the era verdict, and one upstream session per principal (a client's
 //! credentials and capabilities), opened with an `initialize` of holdfast's and carried by the
 //! session table like any client's, so a server's restart re-establishes it. The exchanges
 //! themselves are the proxy's (src/proxy/forward/bridged.rs): the bridge is a client of

@@ -2,8 +2,8 @@
 //!
 //! Off by default while it covers part of the protocol: a 2026-07-28 client's requests to a
 //! server that speaks only the 2025 revision, and a 2025 client's to a server of 2026-07-28
-//! only, are bridged; what it does not bridge yet (`subscriptions/listen` and the GET stream,
-//! server-to-client requests as input rounds) is refused or dropped as the design says.
+//! only, are bridged; what it does not bridge yet (a 2025 client's resource subscriptions, log
+//! messages and server requests) is answered locally or passed as the design says.
 
 use serde::{Deserialize, Serialize};
 

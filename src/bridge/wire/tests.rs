@@ -172,7 +172,10 @@ fn a_bridged_streams_answer_is_translated_its_progress_passed_its_asks_kept_and_
     // A request for input during a call is an input round's; any other request of the
     // server's has no 2026 carrier.
     let asks = br#"{"jsonrpc":"2.0","id":1,"method":"elicitation/create","params":{}}"#;
-    assert!(matches!(event_to_modern(asks, &sent(9, None)), EventOut::Ask(_)));
+    assert!(matches!(
+        event_to_modern(asks, &sent(9, None)),
+        EventOut::Ask(_)
+    ));
     let ping = br#"{"jsonrpc":"2.0","id":2,"method":"ping"}"#;
     assert_eq!(event_to_modern(ping, &sent(9, None)), EventOut::Drop);
     assert_eq!(event_to_modern(b"", &sent(9, None)), EventOut::Pass);
