@@ -196,6 +196,20 @@ pub fn empty(status: StatusCode) -> Response<ProxyBody> {
     resp
 }
 
+/// 200 with an event stream holdfast writes itself (the era bridge's listens and resumed input
+/// rounds): not cached, not buffered by an nginx in front.
+pub fn event_stream(body: ProxyBody) -> Response<ProxyBody> {
+    let mut resp = Response::new(body);
+    let h = resp.headers_mut();
+    h.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    h.insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    h.insert(
+        crate::proxy::headers::X_ACCEL_BUFFERING,
+        HeaderValue::from_static("no"),
+    );
+    resp
+}
+
 /// `parts` with `body` whole: an upstream answer whose body holdfast rewrote (the era bridge's
 /// translations). Its length is the new body's.
 pub fn rewritten(mut parts: http::response::Parts, body: Bytes) -> Response<ProxyBody> {

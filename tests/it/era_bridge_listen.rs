@@ -27,6 +27,14 @@ fn failures(out: &[String]) -> Vec<&String> {
         .collect()
 }
 
+/// How many of the requests the server got were `method`.
+fn sent(methods: &[Option<String>], method: &str) -> usize {
+    methods
+        .iter()
+        .filter(|m| m.as_deref() == Some(method))
+        .count()
+}
+
 const DOCUMENT: &str = "demo://resource/static/document/architecture.md";
 
 #[tokio::test]
@@ -48,10 +56,7 @@ async fn a_2026_client_listens_to_a_resource_on_a_2025_session_again_after_the_s
     // state), and the GET stream opened again on it.
     assert_eq!(out[3], got, "{out:?}\n{}", server.trace());
     let methods: Vec<Option<String>> = router.log().iter().map(|r| r.rpc_method()).collect();
-    let subscribes = methods
-        .iter()
-        .filter(|m| m.as_deref() == Some("resources/subscribe"))
-        .count();
+    let subscribes = sent(&methods, "resources/subscribe");
     assert_eq!(
         subscribes, 2,
         "once, and once more re-established: {methods:?}"
@@ -137,10 +142,7 @@ async fn a_2025_servers_requests_for_input_reach_a_2026_client_as_input_rounds()
         .expect("answered");
     assert!(sampled.contains("sampled"), "{sampled}");
     let methods: Vec<Option<String>> = router.log().iter().map(|r| r.rpc_method()).collect();
-    let calls = methods
-        .iter()
-        .filter(|m| m.as_deref() == Some("tools/call"))
-        .count();
+    let calls = sent(&methods, "tools/call");
     assert_eq!(
         calls, 2,
         "each call sent once, its retry resumed it: {methods:?}"

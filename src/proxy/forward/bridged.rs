@@ -244,20 +244,39 @@ impl Proxy {
         peer: SocketAddr,
     ) {
         let level = wire::LEVELS[rank];
+        let params = serde_json::json!({ "level": level });
+        match self
+            .on_session(parts, opened, "logging/setLevel", params, peer)
+            .await
+        {
+            (status, Ok(Reply::Result(_))) if status.is_success() => opened.level_set(rank),
+            (status, reply) => {
+                tracing::warn!(%status, ?reply, level, "bridge: logging/setLevel refused");
+            }
+        }
+    }
+
+    /// A request of the bridge's own, `method` with `params`, on `opened`'s session with the
+    /// client's credentials: the status and the JSON-RPC reply of its answer.
+    pub(super) async fn on_session(
+        &self,
+        parts: &http::request::Parts,
+        opened: &Opened,
+        method: &str,
+        params: serde_json::Value,
+        peer: SocketAddr,
+    ) -> (StatusCode, Result<Reply, ()>) {
         let mut head = own_head(parts);
         wire::headers_to_legacy(head.headers_mut(), &opened.version, opened.session.clone());
         let body = serde_json::json!({
             "jsonrpc": "2.0",
             "id": self.bridge.next_id(),
-            "method": "logging/setLevel",
-            "params": {"level": level},
+            "method": method,
+            "params": params,
         });
         let (resp, _) = self.inner(head, body.to_string().into(), peer).await;
         let status = resp.status();
-        match reply_of(resp).await {
-            Ok(Reply::Result(_)) if status.is_success() => opened.level_set(rank),
-            reply => tracing::warn!(%status, ?reply, level, "bridge: logging/setLevel refused"),
-        }
+        (status, reply_of(resp).await)
     }
 
     /// What the server speaks: as known, or asked now when it is not (and recorded, with its

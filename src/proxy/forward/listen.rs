@@ -8,11 +8,11 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http::header::{HeaderValue, ACCEPT, CACHE_CONTROL, CONTENT_TYPE};
-use http::{Method, Response, StatusCode};
+use http::header::{HeaderValue, ACCEPT, CONTENT_TYPE};
+use http::{Method, StatusCode};
 use serde_json::Value;
 
-use super::bridged::{note, own_head, reply_of, Answered, BRIDGED};
+use super::bridged::{note, own_head, Answered, BRIDGED};
 use super::Proxy;
 use crate::bridge::feed::{Feed, Reader};
 use crate::bridge::listen::Filter;
@@ -21,6 +21,7 @@ use crate::bridge::Opened;
 use crate::metrics::BridgeOutcome;
 use crate::proxy::body::ProxyBody;
 use crate::proxy::listening::Listening;
+use crate::respond;
 use crate::session::rpc::Reply;
 
 impl Proxy {
@@ -59,14 +60,7 @@ impl Proxy {
             }
         };
         let stream = Listening::new(legacy.client_id.clone(), honoured, reader);
-        let mut resp = Response::new(ProxyBody::new(stream));
-        let h = resp.headers_mut();
-        h.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
-        h.insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-        h.insert(
-            crate::proxy::headers::X_ACCEL_BUFFERING,
-            HeaderValue::from_static("no"),
-        );
+        let resp = respond::event_stream(ProxyBody::new(stream));
         ((resp, note(None, BRIDGED)), BridgeOutcome::translated)
     }
 
@@ -78,22 +72,14 @@ impl Proxy {
         uri: &str,
         peer: SocketAddr,
     ) -> bool {
-        let mut head = own_head(parts);
-        wire::headers_to_legacy(head.headers_mut(), &opened.version, opened.session.clone());
-        let body = serde_json::json!({
-            "jsonrpc": "2.0",
-            "id": self.bridge.next_id(),
-            "method": "resources/subscribe",
-            "params": {"uri": uri},
-        });
-        let (resp, _) = self.inner(head, body.to_string().into(), peer).await;
-        let status = resp.status();
-        match reply_of(resp).await {
-            Ok(Reply::Result(_)) if status.is_success() => {
+        let params = serde_json::json!({ "uri": uri });
+        let asked = self.on_session(parts, opened, "resources/subscribe", params, peer);
+        match asked.await {
+            (status, Ok(Reply::Result(_))) if status.is_success() => {
                 opened.subscribed_to(uri);
                 true
             }
-            reply => {
+            (status, reply) => {
                 tracing::warn!(%status, ?reply, uri, "bridge: resources/subscribe refused");
                 false
             }

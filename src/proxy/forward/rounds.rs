@@ -4,8 +4,7 @@
 
 use std::net::SocketAddr;
 
-use http::header::{HeaderValue, CACHE_CONTROL, CONTENT_TYPE};
-use http::{Response, StatusCode};
+use http::StatusCode;
 
 use super::bridged::{copy, note, read_whole, Answered, BRIDGED};
 use super::Proxy;
@@ -59,14 +58,7 @@ impl Proxy {
             wait: self.timeouts.stream_idle,
         };
         let stream = Translated::resume(parked, legacy.client_id.clone(), park);
-        let mut resp = Response::new(ProxyBody::new(stream));
-        let h = resp.headers_mut();
-        h.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
-        h.insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-        h.insert(
-            crate::proxy::headers::X_ACCEL_BUFFERING,
-            HeaderValue::from_static("no"),
-        );
+        let resp = respond::event_stream(ProxyBody::new(stream));
         ((resp, note(None, BRIDGED)), BridgeOutcome::translated)
     }
 }
