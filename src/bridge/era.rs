@@ -13,10 +13,25 @@ pub enum Era {
     /// Not asked yet, or its answer said nothing (an outage, a server error).
     Unknown,
     /// It answers `server/discover` naming 2026-07-28: a 2026 client's requests pass unchanged.
+    /// Whether it takes the 2025 handshake too is not known yet: the next 2025 `initialize` is
+    /// sent to find out (a server lists only its 2026 revisions in its DiscoverResult, the
+    /// Python SDK's among them, even when it speaks both).
     Modern,
+    /// It speaks 2026-07-28 and refused a 2025 `initialize`: a 2025 client's requests are
+    /// bridged to 2026-07-28.
+    ModernOnly,
+    /// It speaks 2026-07-28 and took a 2025 `initialize`: every client passes in its revision.
+    Both,
     /// It refuses `server/discover` as a 2025 server does (a 4xx, a JSON-RPC error, no such
     /// method): a 2026 client's requests are bridged to a session of the 2025 revision.
     Legacy,
+}
+
+impl Era {
+    /// Whether the server speaks 2026-07-28 (whatever else it speaks).
+    pub fn speaks_modern(self) -> bool {
+        matches!(self, Era::Modern | Era::ModernOnly | Era::Both)
+    }
 }
 
 /// The era a `server/discover` answered with `status` and `reply` shows. Only a clear answer

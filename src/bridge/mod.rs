@@ -269,7 +269,7 @@ impl Bridge {
         if method == http::Method::POST && wire::is_modern(headers) {
             return Some(Direction::ToLegacy);
         }
-        if self.era() == Era::Legacy {
+        if matches!(self.era(), Era::Legacy | Era::Both) {
             return None;
         }
         match headers.get(crate::session::MCP_SESSION_ID) {
@@ -479,6 +479,12 @@ mod tests {
         bridge.found(Era::Legacy);
         assert_eq!(route(http::Method::POST, &legacy), "pass");
         assert_eq!(route(http::Method::POST, &modern), "to legacy");
+        // A server of 2026-07-28 whose handshake was refused bridges 2025 clients; one that
+        // took it, none.
+        bridge.found(Era::ModernOnly);
+        assert_eq!(route(http::Method::POST, &legacy), "to modern");
+        bridge.found(Era::Both);
+        assert_eq!(route(http::Method::POST, &legacy), "pass");
         bridge.reconfigure(&crate::config::Bridge::default());
         assert_eq!(route(http::Method::POST, &modern), "pass");
     }

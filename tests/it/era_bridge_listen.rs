@@ -193,3 +193,33 @@ async fn a_retry_of_a_round_holdfast_does_not_have_is_refused_and_sends_nothing(
         "the call was not sent without its round"
     );
 }
+
+#[tokio::test]
+async fn a_2025_client_of_a_server_of_both_revisions_passes_untranslated() {
+    let dir = TempDir::new("bridge-both");
+    // The Python SDK's server lists only 2026-07-28 in its DiscoverResult, and takes the
+    // handshake too: its 2025 clients need no bridge.
+    let server = crate::support::python::PyServer::start(&dir.path().join("ledger")).await;
+    let router = FakeRouter::start(server.addr()).await;
+    let holdfast = bridging(&format!("http://{}", router.addr), false).await;
+    for round in 1..=2 {
+        let mut client = crate::support::clients::PeerClient::start(&holdfast.url("/mcp")).await;
+        let n = serde_json::json!({"n": round});
+        assert_eq!(
+            client.call("lookup", n).await,
+            Ok(format!("lookup {round}")),
+            "{}",
+            client.trace()
+        );
+        client.close().await.expect("DELETE passed to the server");
+    }
+    let methods: Vec<Option<String>> = router.log().iter().map(|r| r.rpc_method()).collect();
+    // holdfast asked the revision once, and sent the first handshake to learn that the
+    // server takes it; from then on both clients' handshakes and calls went as they came.
+    assert_eq!(sent(&methods, "server/discover"), 1, "{methods:?}");
+    assert_eq!(sent(&methods, "initialize"), 2, "{methods:?}");
+    let deletes = router.log().iter().filter(|r| r.method == "DELETE").count();
+    assert_eq!(deletes, 2, "each session the server's own: {methods:?}");
+    let translated = "holdfast_bridge_requests_total{outcome=\"translated\"}";
+    assert_eq!(holdfast.metric(translated).await, 0.0);
+}

@@ -201,10 +201,10 @@ impl Proxy {
         bridge.forget(principal);
         bridge.found(Era::Unknown);
         let era = self.server_era(parts, peer).await;
-        if era == Era::Modern {
+        if era.speaks_modern() {
             tracing::info!("bridge: the server now speaks 2026-07-28; passing requests through");
         }
-        era == Era::Modern
+        era.speaks_modern()
     }
 
     /// Sends the cancellations of bridged requests whose clients gave up on them, each with the

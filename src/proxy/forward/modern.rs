@@ -12,7 +12,7 @@ use http::header::{HeaderValue, ACCEPT, ALLOW, CONTENT_TYPE};
 use http::{Method, Response, StatusCode};
 use serde_json::{json, Value};
 
-use super::bridged::{head_of, note, reply_of, Answered};
+use super::bridged::{head_of, note, read_whole, reply_of, Answered};
 use super::Proxy;
 use crate::bridge::modern::{self, Local};
 use crate::bridge::Era;
@@ -20,6 +20,7 @@ use crate::metrics::BridgeOutcome;
 use crate::proxy::body::ProxyBody;
 use crate::proxy::bridged::{Reading, Translated};
 use crate::respond;
+use crate::session::rpc::{self, Reply};
 use crate::session::token::Contents;
 use crate::session::{LAST_EVENT_ID, MCP_SESSION_ID};
 
@@ -67,12 +68,19 @@ impl Proxy {
         }
         let passed = |answered| (answered, BridgeOutcome::passed);
         let era = self.server_era(parts, peer).await;
-        let (Era::Modern, Some(discovered)) = (era, bridge.discover_result()) else {
+        let discovered = bridge.discover_result().filter(|_| era.speaks_modern());
+        let Some(discovered) = discovered.filter(|_| era != Era::Both || local.is_some()) else {
             // A server of the client's revision, or one that said nothing clear: as it came.
             return passed(self.inner(head_of(parts), body, peer).await);
         };
         let message: Value = serde_json::from_slice(&body).unwrap_or_default();
         if local.is_none() && message["method"] == "initialize" && message.get("id").is_some() {
+            if era == Era::Modern {
+                // Whether it takes the handshake as well: then the client needs no bridge.
+                if let Some(taken) = self.try_handshake(parts, &body, peer).await {
+                    return passed(taken);
+                }
+            }
             let resp = self.answer_initialize(parts, &body, &message, &discovered);
             return accepted(resp);
         }
@@ -114,7 +122,7 @@ impl Proxy {
     ) -> Option<Answered> {
         let bridge = &*self.bridge;
         let era = self.server_era(parts, peer).await;
-        let discovered = bridge.discover_result().filter(|_| era == Era::Modern)?;
+        let discovered = bridge.discover_result().filter(|_| era.speaks_modern())?;
         let body = modern::listen_request(&discovered, bridge.next_id(), initialize)?;
         let mut head = modern_head(parts, "subscriptions/listen", None);
         *head.method_mut() = Method::POST;
@@ -191,6 +199,44 @@ impl Proxy {
             }
         }
         tools
+    }
+
+    /// Sends a 2025 client's `initialize` to a server that speaks 2026-07-28, to learn whether it
+    /// takes the handshake too: its answer when it did (the server is [`Era::Both`] from then
+    /// on, and 2025 clients pass as they came), `None` when it refused ([`Era::ModernOnly`]: they
+    /// are bridged). An answer that says neither (an outage's 503, a server's error) is the
+    /// client's as it is, and decides nothing.
+    async fn try_handshake(
+        &self,
+        parts: &http::request::Parts,
+        body: &Bytes,
+        peer: SocketAddr,
+    ) -> Option<Answered> {
+        let (resp, note) = self.inner(head_of(parts), body.clone(), peer).await;
+        let status = resp.status();
+        if status.is_server_error() {
+            return Some((resp, note));
+        }
+        let (answer, answer_body) = resp.into_parts();
+        let is_sse = crate::proxy::headers::is_event_stream(&answer.headers);
+        let Ok(bytes) = read_whole(answer_body).await else {
+            let failed = respond::bad_gateway(crate::classify::FailReason::Protocol, parts.version);
+            return Some((failed, note));
+        };
+        let took = match rpc::reply(is_sse, &bytes) {
+            Reply::Result(result) => status.is_success() && result.get("protocolVersion").is_some(),
+            Reply::Error(..) | Reply::Nothing => false,
+        };
+        if took {
+            tracing::info!(
+                "bridge: the server takes both revisions; 2025 clients pass as they come"
+            );
+            self.bridge.found(Era::Both);
+            return Some((respond::rewritten(answer, bytes), note));
+        }
+        tracing::info!(%status, "bridge: the server refused the 2025 handshake; 2025 clients are bridged");
+        self.bridge.found(Era::ModernOnly);
+        None
     }
 
     /// The answer to a 2025 client's `initialize` for a 2026-07-28-only server, with a session
