@@ -214,6 +214,9 @@ pub struct Bridge {
     ids: AtomicU64,
     /// Input rounds parked until their clients call again.
     rounds: rounds::Rounds,
+    /// The log level each 2025 client's local session was set to (`logging/setLevel`), by the
+    /// session's token: its requests opt in to log messages from it.
+    local_levels: Mutex<HashMap<Vec<u8>, &'static str>>,
     /// Where dropped requests' cancellations go, and (until the task that sends them takes it)
     /// where they come out.
     cancels: tokio::sync::mpsc::Sender<Cancel>,
@@ -240,6 +243,7 @@ impl Bridge {
             }),
             ids: AtomicU64::new(1),
             rounds: rounds::Rounds::default(),
+            local_levels: Mutex::new(HashMap::new()),
         }
     }
 
@@ -351,6 +355,30 @@ impl Bridge {
     /// The cancellations to send, once: for the one task that sends them.
     pub fn take_cancellations(&self) -> Option<tokio::sync::mpsc::Receiver<Cancel>> {
         lock(&self.cancelled).take()
+    }
+
+    /// Records the log level a local session was set to; beyond `max_sessions` sessions with
+    /// a level, one of the others forgets its own (its requests then get no log messages).
+    pub fn set_local_level(&self, token: &[u8], level: &'static str) {
+        let max = lock(&self.sessions).max;
+        let mut levels = lock(&self.local_levels);
+        if levels.len() >= max && !levels.contains_key(token) {
+            let some = levels.keys().next().cloned();
+            if let Some(some) = some {
+                levels.remove(&some);
+            }
+        }
+        levels.insert(token.to_vec(), level);
+    }
+
+    /// The log level a local session was set to, if any.
+    pub fn local_level(&self, token: &[u8]) -> Option<&'static str> {
+        lock(&self.local_levels).get(token).copied()
+    }
+
+    /// Forgets a local session's level (the client ended the session).
+    pub fn forget_local(&self, token: &[u8]) {
+        lock(&self.local_levels).remove(token);
     }
 
     /// The parked input rounds.

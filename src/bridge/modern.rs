@@ -56,7 +56,11 @@ pub struct ToModern {
 
 /// The 2026 form of the 2025 request `body` of a client whose `initialize` was `initialize`
 /// (its capabilities and identity go in every request's `_meta`, as the revision requires).
-pub fn request_to_modern(body: &[u8], initialize: Option<&[u8]>) -> Result<ToModern, WireError> {
+pub fn request_to_modern(
+    body: &[u8],
+    initialize: Option<&[u8]>,
+    log_level: Option<&str>,
+) -> Result<ToModern, WireError> {
     let mut message = match serde_json::from_slice::<Value>(body) {
         Ok(Value::Object(m)) if m.get("jsonrpc") == Some(&Value::from("2.0")) => m,
         Ok(_) => return Err(WireError::NotJsonRpc("not a JSON-RPC 2.0 object".into())),
@@ -110,6 +114,11 @@ pub fn request_to_modern(body: &[u8], initialize: Option<&[u8]>) -> Result<ToMod
                 "io.modelcontextprotocol/clientInfo".into(),
                 hello["params"]["clientInfo"].clone(),
             );
+        }
+        // The level the session was set to: 2026 sends a request's log messages only when it
+        // opts in.
+        if let Some(level) = log_level {
+            meta.insert("io.modelcontextprotocol/logLevel".into(), level.into());
         }
     }
     Ok(ToModern {
@@ -235,7 +244,7 @@ pub fn listen_request(discovered: &Value, id: u64, initialize: Option<&[u8]>) ->
         "method": "subscriptions/listen",
         "params": {"notifications": notifications},
     });
-    request_to_modern(listen.to_string().as_bytes(), initialize)
+    request_to_modern(listen.to_string().as_bytes(), initialize, None)
         .ok()
         .map(|r| r.body)
 }
@@ -260,11 +269,13 @@ pub fn listen_event(data: &[u8]) -> super::wire::EventOut {
 /// messages the revision dropped.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Local {
-    /// An empty result (`ping`, `logging/setLevel`: no log level survives the translation, and
-    /// a 2026 server sends no log message to a request that did not opt in;
-    /// `resources/subscribe` and `unsubscribe`: the revision has no such methods, and a
-    /// subscription would need the GET stream's listen to name its URI, which it does not yet).
+    /// An empty result (`ping`; `resources/subscribe` and `unsubscribe`: the revision has no
+    /// such methods, and a subscription would need the GET stream's listen to name its URI,
+    /// which it does not yet).
     Empty(Value),
+    /// `logging/setLevel` to a level of [`super::wire::LEVELS`]: an empty result, and the
+    /// session's later requests opt in to log messages from that level (`logLevel`).
+    SetLevel(Value, &'static str),
     /// A notification or a response of the client's: taken, nowhere to go (202).
     Accepted,
 }
@@ -276,10 +287,18 @@ pub fn local(body: &[u8]) -> Option<Local> {
         .get("id")
         .filter(|id| id.is_string() || id.is_number());
     match (message.get("method").and_then(Value::as_str), id) {
-        (
-            Some("ping" | "logging/setLevel" | "resources/subscribe" | "resources/unsubscribe"),
-            Some(id),
-        ) => Some(Local::Empty(id.clone())),
+        (Some("logging/setLevel"), Some(id)) => {
+            let level = message["params"]["level"]
+                .as_str()
+                .and_then(super::wire::level_rank);
+            Some(match level {
+                Some(rank) => Local::SetLevel(id.clone(), super::wire::LEVELS[rank]),
+                None => Local::Empty(id.clone()),
+            })
+        }
+        (Some("ping" | "resources/subscribe" | "resources/unsubscribe"), Some(id)) => {
+            Some(Local::Empty(id.clone()))
+        }
         // Notifications (initialized, cancelled, roots changed) and answers to requests.
         (Some(_), None) | (None, Some(_)) => Some(Local::Accepted),
         _ => None,
@@ -314,7 +333,7 @@ mod tests {
     fn a_request_gets_the_clients_envelope_and_its_name() {
         let hello = br#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{"sampling":{}},"clientInfo":{"name":"c","version":"2"}}}"#;
         let call = br#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"echo","arguments":{"text":"x"},"_meta":{"progressToken":7}}}"#;
-        let out = request_to_modern(call, Some(hello)).unwrap();
+        let out = request_to_modern(call, Some(hello), Some("warning")).unwrap();
         assert_eq!(out.method, "tools/call");
         assert_eq!(out.name.as_deref(), Some("echo"));
         let body: Value = serde_json::from_slice(&out.body).unwrap();
@@ -325,6 +344,7 @@ mod tests {
             json!({})
         );
         assert_eq!(meta["io.modelcontextprotocol/clientInfo"]["name"], "c");
+        assert_eq!(meta["io.modelcontextprotocol/logLevel"], "warning");
         assert_eq!(meta["progressToken"], 7, "kept");
         assert_eq!(
             body["id"], 5,
@@ -332,11 +352,14 @@ mod tests {
         );
         let read =
             br#"{"jsonrpc":"2.0","id":"r","method":"resources/read","params":{"uri":"note://1"}}"#;
-        let out = request_to_modern(read, None).unwrap();
+        let out = request_to_modern(read, None, None).unwrap();
         assert_eq!(out.name.as_deref(), Some("note://1"));
         let list = br#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#;
-        let out = request_to_modern(list, None).unwrap();
+        let out = request_to_modern(list, None, None).unwrap();
         let body: Value = serde_json::from_slice(&out.body).unwrap();
+        assert!(body["params"]["_meta"]
+            .get("io.modelcontextprotocol/logLevel")
+            .is_none());
         assert_eq!(
             body["params"]["_meta"]["io.modelcontextprotocol/clientCapabilities"],
             json!({})
@@ -345,6 +368,7 @@ mod tests {
         assert_eq!(
             request_to_modern(
                 br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+                None,
                 None
             ),
             Err(WireError::NotRequest)
@@ -435,7 +459,12 @@ mod tests {
         );
         assert_eq!(
             local(br#"{"jsonrpc":"2.0","id":"a","method":"logging/setLevel","params":{"level":"info"}}"#),
-            Some(Local::Empty(json!("a")))
+            Some(Local::SetLevel(json!("a"), "info"))
+        );
+        assert_eq!(
+            local(br#"{"jsonrpc":"2.0","id":"b","method":"logging/setLevel","params":{"level":"loud"}}"#),
+            Some(Local::Empty(json!("b"))),
+            "no level to keep"
         );
         assert_eq!(
             local(br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#),

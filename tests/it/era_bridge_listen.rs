@@ -2,8 +2,10 @@
 //! `subscriptions/listen` on a 2025 session (its URIs subscribed there with `resources/subscribe`,
 //! the session's GET stream read for it), and its `server/discover` answered for a 2025 server
 //! when `[bridge] answer_discover` says so, so that a dual-era client speaks 2026-07-28 through
-//! the bridge. The peers are the official Python SDK's client and the reference everything
-//! server or the TypeScript SDK 1.x server.
+//! the bridge; a server's requests for input as input rounds; a server of both revisions; and a
+//! 2025 client's log level in front of a 2026-07-28-only server. The peers are the official
+//! Python SDK's client and server, the TypeScript SDK 1.x client and server, and the reference
+//! everything server.
 
 use crate::support::files::TempDir;
 use crate::support::modern::ModernClient;
@@ -222,4 +224,42 @@ async fn a_2025_client_of_a_server_of_both_revisions_passes_untranslated() {
     assert_eq!(deletes, 2, "each session the server's own: {methods:?}");
     let translated = "holdfast_bridge_requests_total{outcome=\"translated\"}";
     assert_eq!(holdfast.metric(translated).await, 0.0);
+}
+
+#[tokio::test]
+async fn a_2025_clients_log_level_goes_with_each_request_to_a_2026_only_server() {
+    let dir = TempDir::new("bridge-modern-log");
+    let ledger = dir.path().join("ledger");
+    let server = crate::support::python::PyServer::start_script(
+        "tests/python/modern_only_server.py",
+        &ledger,
+    )
+    .await;
+    let holdfast = bridging(&format!("http://{}", server.addr()), false).await;
+    let mut client = crate::support::clients::PeerClient::start(&holdfast.url("/mcp")).await;
+    let logs = async |client: &mut crate::support::clients::PeerClient| {
+        client.send(serde_json::json!({"op": "logs"}));
+        client.result().await
+    };
+    let call = serde_json::json!({});
+    assert_eq!(client.call("log", call.clone()).await, Ok("logged".into()));
+    assert_eq!(
+        logs(&mut client).await,
+        Ok(String::new()),
+        "no level set: none sent"
+    );
+    client.send(serde_json::json!({"op": "setLevel", "level": "warning"}));
+    assert_eq!(
+        client.result().await,
+        Ok(String::new()),
+        "{}",
+        client.trace()
+    );
+    assert_eq!(client.call("log", call).await, Ok("logged".into()));
+    assert_eq!(
+        logs(&mut client).await,
+        Ok("warning:a warning message,error:an error message".into()),
+        "{}",
+        client.trace()
+    );
 }

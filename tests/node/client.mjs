@@ -19,7 +19,8 @@
 //         is the tool names, comma-separated), {"op":"setLevel","level":"debug"},
 //         {"op":"close"} (DELETE the session, then exit), {"op":"toolsChanged"} (waits until a
 //         notifications/tools/list_changed arrived, on the GET stream or elsewhere; the text is
-//         how many did). EOF closes without a DELETE.
+//         how many did), {"op":"logs"} (the log messages received since the last `logs`, as
+//         `level:data`, comma-separated). EOF closes without a DELETE.
 // stderr: a trace of every HTTP request the SDK makes and of the SDK's own errors, for the
 //         test's failure messages and for reading what the client does around a restart.
 import { createInterface } from 'node:readline';
@@ -27,7 +28,10 @@ import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { SSEClientTransport } from '@modelcontextprotocol/sdk/client/sse.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
-import { ToolListChangedNotificationSchema } from '@modelcontextprotocol/sdk/types.js';
+import {
+    LoggingMessageNotificationSchema,
+    ToolListChangedNotificationSchema
+} from '@modelcontextprotocol/sdk/types.js';
 import { fileURLToPath } from 'node:url';
 
 const legacy = process.argv[2] === '--legacy';
@@ -101,6 +105,12 @@ client.setNotificationHandler(ToolListChangedNotificationSchema, () => {
     onToolsChanged();
 });
 
+// Log messages the server sent, as `level:data`, until a `logs` command takes them.
+const logs = [];
+client.setNotificationHandler(LoggingMessageNotificationSchema, notification => {
+    logs.push(`${notification.params.level}:${notification.params.data}`);
+});
+
 try {
     await client.connect(transport);
 } catch (error) {
@@ -128,6 +138,8 @@ async function perform(command) {
         case 'setLevel':
             await client.setLoggingLevel(command.level);
             return '';
+        case 'logs':
+            return logs.splice(0).join(',');
         case 'toolsChanged':
             if (toolsChanged === 0) {
                 await new Promise(resolve => {

@@ -12,7 +12,8 @@ Usage: python modern_only_server.py PORT LEDGER
 Tools: echo(text) returns text; lookup(n) appends `lookup <n> <pid> <time>` to LEDGER (the
 ledger format of ledger_server.py) and returns `lookup <n>`; region(region, q) returns
 `<q>@<region>`, its `region` marked `x-mcp-header: Region` (a request must mirror it in
-`Mcp-Param-Region`, or the server refuses it); touch() announces that the tool list changed
+`Mcp-Param-Region`, or the server refuses it); log() sends a log message at debug, info,
+warning and error, as far as the request's logLevel lets it, and returns `logged`; touch() announces that the tool list changed
 (on the subscriptions/listen streams that asked for it) and returns `touched`.
 """
 
@@ -48,6 +49,16 @@ def lookup(n: int) -> str:
 def region(region: Annotated[str, Field(json_schema_extra={"x-mcp-header": "Region"})], q: str) -> str:
     """Runs q in region (which the request mirrors in Mcp-Param-Region)."""
     return f"{q}@{region}"
+
+
+@server.tool()
+async def log(ctx: Context) -> str:
+    """Sends a log message at debug, info, warning and error (the server sends those at or above
+    the level the request opted in to with its logLevel, none without), then returns."""
+    for level in ("debug", "info", "warning", "error"):
+        article = "an" if level == "error" else "a"
+        await ctx.log(level, f"{article} {level} message")
+    return "logged"
 
 
 @server.tool()

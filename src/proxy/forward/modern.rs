@@ -49,6 +49,7 @@ impl Proxy {
             // now on, as for any session the client ended.
             if let Some(token) = parts.headers.get(MCP_SESSION_ID) {
                 self.keeper.sessions.end(token);
+                bridge.forget_local(token.as_bytes());
             }
             return accepted(respond::empty(StatusCode::OK));
         }
@@ -84,8 +85,16 @@ impl Proxy {
             let resp = self.answer_initialize(parts, &body, &message, &discovered);
             return accepted(resp);
         }
+        let token = parts.headers.get(MCP_SESSION_ID).map(HeaderValue::as_bytes);
         match modern::local(&body) {
-            Some(Local::Empty(id)) => {
+            Some(Local::SetLevel(id, level)) if local.is_some() => {
+                if let Some(token) = token {
+                    bridge.set_local_level(token, level);
+                }
+                let answer = json!({"jsonrpc": "2.0", "id": id, "result": {}});
+                return accepted(respond::json(StatusCode::OK, &answer));
+            }
+            Some(Local::Empty(id) | Local::SetLevel(id, _)) => {
                 let answer = json!({"jsonrpc": "2.0", "id": id, "result": {}});
                 return accepted(respond::json(StatusCode::OK, &answer));
             }
@@ -93,7 +102,10 @@ impl Proxy {
             None => {}
         }
         let initialize = local.as_ref().map(|c| &c.initialize[..]);
-        let Ok(request) = modern::request_to_modern(&body, initialize) else {
+        let level = token
+            .filter(|_| local.is_some())
+            .and_then(|t| bridge.local_level(t));
+        let Ok(request) = modern::request_to_modern(&body, initialize, level) else {
             return passed(self.inner(head_of(parts), body, peer).await);
         };
         let mut head = modern_head(parts, &request.method, request.name.as_deref());
@@ -183,7 +195,8 @@ impl Proxy {
                 params["cursor"] = json!(cursor);
             }
             let list = json!({"jsonrpc": "2.0", "id": format!("hf-list-{page}"), "method": "tools/list", "params": params});
-            let Ok(request) = modern::request_to_modern(list.to_string().as_bytes(), initialize)
+            let Ok(request) =
+                modern::request_to_modern(list.to_string().as_bytes(), initialize, None)
             else {
                 break;
             };
