@@ -11,6 +11,7 @@
 //! themselves are the proxy's (src/proxy/forward/bridged.rs): the bridge is a client of
 //! holdfast's own core, so holding, exactly-once and re-establishment apply to what it sends.
 
+pub mod asks;
 pub mod era;
 pub mod feed;
 pub mod listen;
@@ -169,6 +170,24 @@ pub struct Cancel {
     pub peer: std::net::SocketAddr,
 }
 
+/// A 2025 client's call that a 2026-07-28 server answered with an input round: what asking the
+/// client and calling again needs (src/bridge/asks.rs).
+pub struct Asking {
+    /// The head the call went upstream with, for its retries.
+    pub head: http::Request<()>,
+    /// The call as the server got it.
+    pub sent: bytes::Bytes,
+    /// The client's id for the call.
+    pub client_id: Value,
+    /// The server's `input_required` result.
+    pub first: Value,
+    /// The client's session token: its answers come on it.
+    pub token: Vec<u8>,
+    /// The client's stream: the questions, then the result.
+    pub out: tokio::sync::mpsc::Sender<bytes::Bytes>,
+    pub peer: std::net::SocketAddr,
+}
+
 /// Most cancellations waiting to be sent: beyond, one is dropped (the server finishes that
 /// request for nobody, as it would without holdfast).
 const MAX_CANCELS: usize = 1024;
@@ -221,13 +240,23 @@ pub struct Bridge {
     /// where they come out.
     cancels: tokio::sync::mpsc::Sender<Cancel>,
     cancelled: Mutex<Option<tokio::sync::mpsc::Receiver<Cancel>>>,
+    /// Where calls whose clients are to be asked for input go, and where they come out (for
+    /// the task that drives them).
+    asking: tokio::sync::mpsc::Sender<Asking>,
+    asked: Mutex<Option<tokio::sync::mpsc::Receiver<Asking>>>,
+    /// The questions waiting for 2025 clients' answers.
+    asks: asks::Asks,
 }
 
 impl Bridge {
     /// The bridge `cfg` says, counting its sessions in `gauge`.
     pub fn new(cfg: &crate::config::Bridge, gauge: Gauge) -> Bridge {
         let (cancels, cancelled) = tokio::sync::mpsc::channel(MAX_CANCELS);
+        let (asking, asked) = tokio::sync::mpsc::channel(MAX_CANCELS);
         Bridge {
+            asking,
+            asked: Mutex::new(Some(asked)),
+            asks: asks::Asks::default(),
             cancels,
             cancelled: Mutex::new(Some(cancelled)),
             on: AtomicBool::new(cfg.mode == BridgeMode::Auto),
@@ -379,6 +408,22 @@ impl Bridge {
     /// Forgets a local session's level (the client ended the session).
     pub fn forget_local(&self, token: &[u8]) {
         lock(&self.local_levels).remove(token);
+    }
+
+    /// Hands a call whose client is to be asked for input to the task that drives such calls:
+    /// false when too many wait (it is dropped).
+    pub fn ask(&self, asking: Asking) -> bool {
+        self.asking.try_send(asking).is_ok()
+    }
+
+    /// The calls to drive, once: for the one task that drives them.
+    pub fn take_asking(&self) -> Option<tokio::sync::mpsc::Receiver<Asking>> {
+        lock(&self.asked).take()
+    }
+
+    /// The questions waiting for 2025 clients' answers.
+    pub fn asks(&self) -> &asks::Asks {
+        &self.asks
     }
 
     /// The parked input rounds.

@@ -12,6 +12,7 @@ use http::header::HOST;
 use http::{Method, Request, Response, StatusCode, Version};
 use tokio::time::Instant;
 
+mod asks;
 mod bridged;
 mod build;
 mod control;

@@ -40,6 +40,7 @@
 
 mod access;
 mod answer;
+mod asking;
 mod attempt;
 pub mod body;
 mod bridged;

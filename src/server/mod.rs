@@ -150,6 +150,8 @@ pub async fn run(
     // The era bridge's cancellations, sent by the proxy current when each comes.
     let _cancellations =
         AbortOnDropHandle::new(tokio::spawn(Proxy::bridge_cancellations(current.clone())));
+    // And its calls whose 2025 clients are asked for a 2026 server's input, likewise.
+    let _asks = AbortOnDropHandle::new(tokio::spawn(Proxy::bridge_asks(current.clone())));
     let ready = Arc::new(Readiness::default());
 
     let admin_addr = admin_listener.local_addr()?;

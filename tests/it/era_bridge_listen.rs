@@ -263,3 +263,52 @@ async fn a_2025_clients_log_level_goes_with_each_request_to_a_2026_only_server()
         client.trace()
     );
 }
+
+#[tokio::test]
+async fn a_2026_only_servers_input_round_reaches_a_2025_client_as_its_request() {
+    let dir = TempDir::new("bridge-modern-ask");
+    let ledger = dir.path().join("ledger");
+    let server = crate::support::python::PyServer::start_script(
+        "tests/python/modern_only_server.py",
+        &ledger,
+    )
+    .await;
+    let router = FakeRouter::start(server.addr()).await;
+    let holdfast = bridging(&format!("http://{}", router.addr), false).await;
+    let url = holdfast.url("/mcp");
+    let peer = crate::support::clients::Peer::TsSdkEliciting;
+    let mut client = crate::support::clients::PeerClient::start_peer(peer, &url).await;
+    let call = serde_json::json!({"item": "car"});
+    // The server answers the call with an input round; the client is asked (an elicitation on
+    // the call's stream), answers, and the call is sent again with its answer.
+    assert_eq!(
+        client.call("confirm", call).await,
+        Ok("car: yes".into()),
+        "{}",
+        client.trace()
+    );
+    assert!(
+        client.trace().contains("asked: Confirm car?"),
+        "{}",
+        client.trace()
+    );
+    assert_eq!(
+        server.ledger().len(),
+        1,
+        "the tool ran once, with its answer"
+    );
+    let calls: Vec<serde_json::Value> = router
+        .log()
+        .iter()
+        .filter(|r| r.rpc_method().as_deref() == Some("tools/call"))
+        .filter_map(|r| serde_json::from_slice(&r.body).ok())
+        .collect();
+    assert_eq!(calls.len(), 2, "the call, and its retry with the answer");
+    let retry = &calls[1]["params"];
+    assert_eq!(
+        retry["inputResponses"].as_object().map(|r| r.len()),
+        Some(1)
+    );
+    assert!(retry["requestState"].is_string(), "{retry}");
+    assert_ne!(calls[0]["id"], calls[1]["id"], "a retry has a new id");
+}

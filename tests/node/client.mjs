@@ -1,7 +1,9 @@
 // The official MCP TypeScript SDK client, driven one command at a time by a Rust test
 // (tests/it/support/node.rs) so the test decides when each call happens.
 //
-// Usage: node client.mjs [--legacy | --mcp-remote CONFIG_DIR] URL
+// Usage: node client.mjs [--legacy | --elicit | --mcp-remote CONFIG_DIR] URL
+//   --elicit: the client declares the elicitation capability and accepts every elicitation
+//   with `{"ok": true}`.
 //   --legacy: the deprecated 2024-11-05 HTTP+SSE transport (SSEClientTransport): URL is the
 //   server's GET stream (e.g. /sse); its `endpoint` event names where the client POSTs.
 //   --mcp-remote: the SDK client over stdio to `mcp-remote` (npm, pinned in package-lock.json),
@@ -29,16 +31,18 @@ import { SSEClientTransport } from '@modelcontextprotocol/sdk/client/sse.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import {
+    ElicitRequestSchema,
     LoggingMessageNotificationSchema,
     ToolListChangedNotificationSchema
 } from '@modelcontextprotocol/sdk/types.js';
 import { fileURLToPath } from 'node:url';
 
 const legacy = process.argv[2] === '--legacy';
+const eliciting = process.argv[2] === '--elicit';
 const remoteConfig = process.argv[2] === '--mcp-remote' ? process.argv[3] : undefined;
-const url = process.argv[legacy ? 3 : remoteConfig ? 4 : 2];
+const url = process.argv[legacy || eliciting ? 3 : remoteConfig ? 4 : 2];
 if (!url) {
-    console.error('usage: node client.mjs [--legacy | --mcp-remote CONFIG_DIR] URL');
+    console.error('usage: node client.mjs [--legacy | --elicit | --mcp-remote CONFIG_DIR] URL');
     process.exit(2);
 }
 
@@ -92,7 +96,17 @@ const transport = legacy
     : remoteConfig
       ? remoteTransport()
       : new StreamableHTTPClientTransport(new URL(url), { fetch: tracedFetch });
-const client = new Client({ name: 'holdfast-ts-test-client', version: '1.0.0' });
+const client = new Client(
+    { name: 'holdfast-ts-test-client', version: '1.0.0' },
+    eliciting ? { capabilities: { elicitation: {} } } : undefined
+);
+if (eliciting) {
+    // Every question is accepted, with `ok: true` (the schema of the test server's confirm).
+    client.setRequestHandler(ElicitRequestSchema, request => {
+        trace(`asked: ${request.params.message}`);
+        return { action: 'accept', content: { ok: true } };
+    });
+}
 // Errors the SDK reports out of band (the GET stream dropping, its reconnects failing): not a
 // command's result, but what the client went through.
 client.onerror = error => trace(`onerror: ${error.message}`);

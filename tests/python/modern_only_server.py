@@ -13,7 +13,10 @@ Tools: echo(text) returns text; lookup(n) appends `lookup <n> <pid> <time>` to L
 ledger format of ledger_server.py) and returns `lookup <n>`; region(region, q) returns
 `<q>@<region>`, its `region` marked `x-mcp-header: Region` (a request must mirror it in
 `Mcp-Param-Region`, or the server refuses it); log() sends a log message at debug, info,
-warning and error, as far as the request's logLevel lets it, and returns `logged`; touch() announces that the tool list changed
+warning and error, as far as the request's logLevel lets it, and returns `logged`; confirm(item)
+asks the client to confirm item with an elicitation (at 2026-07-28 an input round: the call is
+answered `input_required`, and the retry carries the answer), appends `confirm 0 <pid> <time>` to
+LEDGER (n 0) once answered, and returns `<item>: yes` or `no`; touch() announces that the tool list changed
 (on the subscriptions/listen streams that asked for it) and returns `touched`.
 """
 
@@ -25,7 +28,8 @@ from typing import Annotated
 from mcp.server import streamable_http_manager as manager
 from mcp.server._streamable_http_modern import handle_modern_request
 from mcp.server.mcpserver import Context, MCPServer
-from pydantic import Field
+from mcp.server.mcpserver.resolve import Elicit, Resolve
+from pydantic import BaseModel, Field
 
 port, ledger = int(sys.argv[1]), sys.argv[2]
 server = MCPServer("modern-only")
@@ -59,6 +63,22 @@ async def log(ctx: Context) -> str:
         article = "an" if level == "error" else "a"
         await ctx.log(level, f"{article} {level} message")
     return "logged"
+
+
+class Confirmed(BaseModel):
+    ok: bool
+
+
+def ask(item: str):
+    return Elicit(f"Confirm {item}?", Confirmed)
+
+
+@server.tool()
+def confirm(item: str, answer: Annotated[Confirmed, Resolve(ask)]) -> str:
+    """Asks the client to confirm item (an input round: the 2026-07-28 form of elicitation)."""
+    with open(ledger, "a") as f:
+        f.write(f"confirm 0 {os.getpid()} {time.time():.3f}\n")
+    return f"{item}: {'yes' if answer.ok else 'no'}"
 
 
 @server.tool()

@@ -12,11 +12,12 @@ use http::header::{HeaderValue, ACCEPT, ALLOW, CONTENT_TYPE};
 use http::{Method, Response, StatusCode};
 use serde_json::{json, Value};
 
-use super::bridged::{head_of, note, read_whole, reply_of, Answered};
+use super::bridged::{copy, head_of, note, read_whole, reply_of, Answered};
 use super::Proxy;
 use crate::bridge::modern::{self, Local};
 use crate::bridge::Era;
 use crate::metrics::BridgeOutcome;
+use crate::proxy::asking::Start;
 use crate::proxy::body::ProxyBody;
 use crate::proxy::bridged::{Reading, Translated};
 use crate::respond;
@@ -98,7 +99,13 @@ impl Proxy {
                 let answer = json!({"jsonrpc": "2.0", "id": id, "result": {}});
                 return accepted(respond::json(StatusCode::OK, &answer));
             }
-            Some(Local::Accepted) => return accepted(respond::accepted()),
+            Some(Local::Accepted) => {
+                // Perhaps the client's answer to a question holdfast asked it for the server.
+                if let (Some(token), Some(_)) = (token, &local) {
+                    bridge.asks().answer(token, message.clone());
+                }
+                return accepted(respond::accepted());
+            }
             None => {}
         }
         let initialize = local.as_ref().map(|c| &c.initialize[..]);
@@ -114,12 +121,27 @@ impl Proxy {
             let params = self.param_headers(parts, initialize, &message, peer);
             head.headers_mut().extend(params.await);
         }
-        let translated = self.inner(head, request.body.into(), peer).await;
-        if is_call && translated.0.status() == StatusCode::BAD_REQUEST {
+        let sent = Bytes::from(request.body);
+        let start = token.filter(|_| local.is_some()).map(|token| Start {
+            bridge: self.bridge.clone(),
+            head: copy(&head),
+            sent: sent.clone(),
+            client_id: message["id"].clone(),
+            token: token.to_vec(),
+            peer,
+        });
+        let (resp, note) = self.inner(head, sent, peer).await;
+        if is_call && resp.status() == StatusCode::BAD_REQUEST {
             // Perhaps a header the server now wants (its tools changed): listed again next time.
             bridge.unlearn_mirrored();
         }
-        (translated, BridgeOutcome::translated)
+        // A call of a session holdfast answered may be answered with an input round: its
+        // client is asked on the call's stream.
+        let resp = match start {
+            Some(start) => self.watch_for_rounds(&request.method, resp, start).await,
+            None => resp,
+        };
+        ((resp, note), BridgeOutcome::translated)
     }
 
     /// A 2025 client's GET stream, as a `subscriptions/listen` of every list change the server

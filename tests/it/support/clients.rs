@@ -32,6 +32,9 @@ pub enum Peer {
     TsSdk,
     /// The official TypeScript SDK client over the 2024-11-05 HTTP+SSE transport.
     TsSdkLegacySse,
+    /// The official TypeScript SDK client over Streamable HTTP, taking elicitations (it
+    /// accepts each with `{"ok": true}`).
+    TsSdkEliciting,
     /// The TypeScript SDK client through `mcp-remote`.
     McpRemote,
     /// The official Python SDK client (`mcp.Client`, default mode: 2026-07-28 where the server
@@ -49,6 +52,7 @@ impl Peer {
         match self {
             Peer::TsSdk => "the TypeScript SDK client",
             Peer::TsSdkLegacySse => "the TypeScript SDK's legacy SSE client",
+            Peer::TsSdkEliciting => "the TypeScript SDK client (taking elicitations)",
             Peer::McpRemote => "mcp-remote",
             Peer::PySdk => "the Python SDK client",
             Peer::PySdkHandshake => "the Python SDK client (2025 handshake)",
@@ -103,6 +107,9 @@ impl PeerClient {
             Peer::TsSdk => node_script(name, "client.mjs", &[url], Stdio::piped()),
             Peer::TsSdkLegacySse => {
                 node_script(name, "client.mjs", &["--legacy", url], Stdio::piped())
+            }
+            Peer::TsSdkEliciting => {
+                node_script(name, "client.mjs", &["--elicit", url], Stdio::piped())
             }
             Peer::McpRemote => {
                 let dir = config.as_ref().expect("made above").path();
