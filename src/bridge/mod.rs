@@ -170,6 +170,18 @@ pub struct Cancel {
     pub peer: std::net::SocketAddr,
 }
 
+/// What a 2025 client's local session (one holdfast answered for a 2026-07-28-only server)
+/// set, and its GET stream.
+#[derive(Default)]
+struct LocalState {
+    /// `logging/setLevel`: each request opts in to log messages from it.
+    level: Option<&'static str>,
+    /// `resources/subscribe`: the URIs its GET stream's listens name.
+    uris: std::collections::BTreeSet<String>,
+    /// Where its GET stream's events go while it is open.
+    stream: Option<tokio::sync::mpsc::WeakSender<bytes::Bytes>>,
+}
+
 /// A 2025 client's call that a 2026-07-28 server answered with an input round: what asking the
 /// client and calling again needs (src/bridge/asks.rs).
 pub struct Asking {
@@ -233,9 +245,9 @@ pub struct Bridge {
     ids: AtomicU64,
     /// Input rounds parked until their clients call again.
     rounds: rounds::Rounds,
-    /// The log level each 2025 client's local session was set to (`logging/setLevel`), by the
-    /// session's token: its requests opt in to log messages from it.
-    local_levels: Mutex<HashMap<Vec<u8>, &'static str>>,
+    /// What each 2025 client's local session set (its log level, its subscriptions) and its
+    /// open GET stream, by the session's token.
+    locals: Mutex<HashMap<Vec<u8>, LocalState>>,
     /// Where dropped requests' cancellations go, and (until the task that sends them takes it)
     /// where they come out.
     cancels: tokio::sync::mpsc::Sender<Cancel>,
@@ -272,7 +284,7 @@ impl Bridge {
             }),
             ids: AtomicU64::new(1),
             rounds: rounds::Rounds::default(),
-            local_levels: Mutex::new(HashMap::new()),
+            locals: Mutex::new(HashMap::new()),
         }
     }
 
@@ -386,28 +398,73 @@ impl Bridge {
         lock(&self.cancelled).take()
     }
 
-    /// Records the log level a local session was set to; beyond `max_sessions` sessions with
-    /// a level, one of the others forgets its own (its requests then get no log messages).
-    pub fn set_local_level(&self, token: &[u8], level: &'static str) {
+    /// What the local session `token` set, made if it has none; beyond `max_sessions`
+    /// sessions, one of the others forgets its own.
+    fn local(&self, token: &[u8], change: impl FnOnce(&mut LocalState)) {
         let max = lock(&self.sessions).max;
-        let mut levels = lock(&self.local_levels);
-        if levels.len() >= max && !levels.contains_key(token) {
-            let some = levels.keys().next().cloned();
+        let mut locals = lock(&self.locals);
+        if locals.len() >= max && !locals.contains_key(token) {
+            let some = locals.keys().next().cloned();
             if let Some(some) = some {
-                levels.remove(&some);
+                locals.remove(&some);
             }
         }
-        levels.insert(token.to_vec(), level);
+        change(locals.entry(token.to_vec()).or_default());
+    }
+
+    /// Records the log level a local session was set to: its requests then get log messages
+    /// from it.
+    pub fn set_local_level(&self, token: &[u8], level: &'static str) {
+        self.local(token, |l| l.level = Some(level));
     }
 
     /// The log level a local session was set to, if any.
     pub fn local_level(&self, token: &[u8]) -> Option<&'static str> {
-        lock(&self.local_levels).get(token).copied()
+        lock(&self.locals).get(token).and_then(|l| l.level)
     }
 
-    /// Forgets a local session's level (the client ended the session).
+    /// Records that a local session subscribed to `uri`: its GET stream's listens name it. The
+    /// stream open now, to which a listen of `uri` is to be added, if there is one.
+    pub fn subscribe_local(
+        &self,
+        token: &[u8],
+        uri: &str,
+    ) -> Option<tokio::sync::mpsc::Sender<bytes::Bytes>> {
+        let mut stream = None;
+        self.local(token, |l| {
+            if l.uris.insert(uri.to_owned()) {
+                stream = l.stream.as_ref().and_then(|s| s.upgrade());
+            }
+        });
+        stream
+    }
+
+    /// Records that a local session unsubscribed from `uri` (its next GET stream's listen
+    /// leaves it out).
+    pub fn unsubscribe_local(&self, token: &[u8], uri: &str) {
+        if let Some(l) = lock(&self.locals).get_mut(token) {
+            l.uris.remove(uri);
+        }
+    }
+
+    /// The URIs a local session subscribed to.
+    pub fn local_uris(&self, token: &[u8]) -> Vec<String> {
+        let locals = lock(&self.locals);
+        locals
+            .get(token)
+            .map(|l| l.uris.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Records the local session's open GET stream (weakly: it ends when its listens do).
+    pub fn local_stream(&self, token: &[u8], stream: &tokio::sync::mpsc::Sender<bytes::Bytes>) {
+        let weak = stream.downgrade();
+        self.local(token, |l| l.stream = Some(weak));
+    }
+
+    /// Forgets a local session (the client ended it).
     pub fn forget_local(&self, token: &[u8]) {
-        lock(&self.local_levels).remove(token);
+        lock(&self.locals).remove(token);
     }
 
     /// Hands a call whose client is to be asked for input to the task that drives such calls:

@@ -220,20 +220,44 @@ pub fn param_headers(mirrored: &Mirrored, arguments: &Value) -> Vec<(HeaderName,
         .collect()
 }
 
-/// The `subscriptions/listen` a 2025 client's GET stream becomes: every list change the server's
-/// capabilities say it announces (a 2026 server sends only what was asked for). `None` when it
-/// announces none: there is nothing to listen for.
-pub fn listen_request(discovered: &Value, id: u64, initialize: Option<&[u8]>) -> Option<Vec<u8>> {
+/// What a listen for a 2025 client's GET stream asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Listen<'a> {
+    /// The stream's own listen: every list change the server's capabilities say it announces
+    /// (a 2026 server sends only what was asked for), and the updates of the URIs the session
+    /// subscribed to.
+    Everything(&'a [String]),
+    /// One more listen on an open stream, for the updates of a URI subscribed since.
+    Updates(&'a str),
+}
+
+/// The `subscriptions/listen` request of `what`. `None` when the server announces none of it:
+/// there is nothing to listen for.
+pub fn listen_request(
+    discovered: &Value,
+    id: u64,
+    initialize: Option<&[u8]>,
+    what: Listen<'_>,
+) -> Option<Vec<u8>> {
     let capabilities = &discovered["capabilities"];
     let mut notifications = Map::new();
-    for (capability, kind) in [
-        ("tools", "toolsListChanged"),
-        ("prompts", "promptsListChanged"),
-        ("resources", "resourcesListChanged"),
-    ] {
-        if capabilities[capability]["listChanged"] == true {
-            notifications.insert(kind.into(), Value::Bool(true));
+    let uris: Vec<&str> = match what {
+        Listen::Everything(uris) => {
+            for (capability, kind) in [
+                ("tools", "toolsListChanged"),
+                ("prompts", "promptsListChanged"),
+                ("resources", "resourcesListChanged"),
+            ] {
+                if capabilities[capability]["listChanged"] == true {
+                    notifications.insert(kind.into(), Value::Bool(true));
+                }
+            }
+            uris.iter().map(String::as_str).collect()
         }
+        Listen::Updates(uri) => vec![uri],
+    };
+    if capabilities["resources"]["subscribe"] == true && !uris.is_empty() {
+        notifications.insert("resourceSubscriptions".into(), json!(uris));
     }
     if notifications.is_empty() {
         return None;
@@ -269,13 +293,17 @@ pub fn listen_event(data: &[u8]) -> super::wire::EventOut {
 /// messages the revision dropped.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Local {
-    /// An empty result (`ping`; `resources/subscribe` and `unsubscribe`: the revision has no
-    /// such methods, and a subscription would need the GET stream's listen to name its URI,
-    /// which it does not yet).
+    /// An empty result (`ping`, and what names nothing to keep).
     Empty(Value),
     /// `logging/setLevel` to a level of [`super::wire::LEVELS`]: an empty result, and the
     /// session's later requests opt in to log messages from that level (`logLevel`).
     SetLevel(Value, &'static str),
+    /// `resources/subscribe` of a URI: an empty result, and the session's GET stream listens
+    /// for its updates.
+    Subscribe(Value, String),
+    /// `resources/unsubscribe` of a URI: an empty result, and the session's next GET stream
+    /// leaves it out.
+    Unsubscribe(Value, String),
     /// A notification or a response of the client's: taken, nowhere to go (202).
     Accepted,
 }
@@ -296,9 +324,15 @@ pub fn local(body: &[u8]) -> Option<Local> {
                 None => Local::Empty(id.clone()),
             })
         }
-        (Some("ping" | "resources/subscribe" | "resources/unsubscribe"), Some(id)) => {
-            Some(Local::Empty(id.clone()))
+        (Some(method @ ("resources/subscribe" | "resources/unsubscribe")), Some(id)) => {
+            let uri = message["params"]["uri"].as_str().map(str::to_owned);
+            Some(match (method, uri) {
+                ("resources/subscribe", Some(uri)) => Local::Subscribe(id.clone(), uri),
+                (_, Some(uri)) => Local::Unsubscribe(id.clone(), uri),
+                (_, None) => Local::Empty(id.clone()),
+            })
         }
+        (Some("ping"), Some(id)) => Some(Local::Empty(id.clone())),
         // Notifications (initialized, cancelled, roots changed) and answers to requests.
         (Some(_), None) | (None, Some(_)) => Some(Local::Accepted),
         _ => None,
@@ -427,7 +461,7 @@ mod tests {
             "prompts": {"listChanged": false},
             "resources": {"subscribe": true},
         }});
-        let body = listen_request(&discovered, 3, None).expect("tools change");
+        let body = listen_request(&discovered, 3, None, Listen::Everything(&[])).expect("tools");
         let body: Value = serde_json::from_slice(&body).unwrap();
         assert_eq!(body["method"], "subscriptions/listen");
         assert_eq!(body["id"], "hf-listen-3");
@@ -439,7 +473,30 @@ mod tests {
             body["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"],
             MODERN
         );
-        assert_eq!(listen_request(&json!({"capabilities": {}}), 1, None), None);
+        let nothing = json!({"capabilities": {}});
+        assert_eq!(
+            listen_request(&nothing, 1, None, Listen::Everything(&[])),
+            None
+        );
+        // The session's subscriptions, on its stream and one more on an open one.
+        let uris = ["note://1".to_owned()];
+        let body = listen_request(&discovered, 4, None, Listen::Everything(&uris)).unwrap();
+        let body: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(
+            body["params"]["notifications"],
+            json!({"toolsListChanged": true, "resourceSubscriptions": ["note://1"]})
+        );
+        let body = listen_request(&discovered, 5, None, Listen::Updates("note://2")).unwrap();
+        let body: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(
+            body["params"]["notifications"],
+            json!({"resourceSubscriptions": ["note://2"]})
+        );
+        assert_eq!(
+            listen_request(&nothing, 6, None, Listen::Updates("note://2")),
+            None,
+            "the server takes no subscriptions"
+        );
         use crate::bridge::wire::EventOut;
         let ack =
             br#"{"jsonrpc":"2.0","method":"notifications/subscriptions/acknowledged","params":{}}"#;
@@ -481,6 +538,17 @@ mod tests {
         // A 2026 server has no such method: its 404 would fail the client's subscribe.
         let subscribe =
             br#"{"jsonrpc":"2.0","id":2,"method":"resources/subscribe","params":{"uri":"n://1"}}"#;
-        assert_eq!(local(subscribe), Some(Local::Empty(json!(2))));
+        assert_eq!(
+            local(subscribe),
+            Some(Local::Subscribe(json!(2), "n://1".into()))
+        );
+        let unsubscribe =
+            br#"{"jsonrpc":"2.0","id":3,"method":"resources/unsubscribe","params":{"uri":"n://1"}}"#;
+        assert_eq!(
+            local(unsubscribe),
+            Some(Local::Unsubscribe(json!(3), "n://1".into()))
+        );
+        let no_uri = br#"{"jsonrpc":"2.0","id":4,"method":"resources/subscribe"}"#;
+        assert_eq!(local(no_uri), Some(Local::Empty(json!(4))));
     }
 }

@@ -81,12 +81,30 @@ impl Relayed {
         }
     }
 
-    /// A stream the task asking the client writes from the start.
-    pub fn asking(stream: mpsc::Receiver<Bytes>) -> Relayed {
+    /// A stream a task writes from the start (the task asking the client; the listens of a
+    /// client's GET stream).
+    pub fn written(stream: mpsc::Receiver<Bytes>) -> Relayed {
         Relayed {
             upstream: None,
             start: None,
             asking: Some(stream),
+        }
+    }
+}
+
+/// Sends what `body` carries to `to`, until either ends.
+pub async fn pump<B: Body<Data = Bytes>>(body: B, to: mpsc::Sender<Bytes>) {
+    let mut body = std::pin::pin!(body);
+    loop {
+        tokio::select! {
+            frame = http_body_util::BodyExt::frame(&mut body) => {
+                let Some(Ok(frame)) = frame else { break };
+                let Ok(data) = frame.into_data() else { continue };
+                if to.send(data).await.is_err() {
+                    break;
+                }
+            }
+            () = to.closed() => break,
         }
     }
 }

@@ -312,3 +312,66 @@ async fn a_2026_only_servers_input_round_reaches_a_2025_client_as_its_request() 
     assert!(retry["requestState"].is_string(), "{retry}");
     assert_ne!(calls[0]["id"], calls[1]["id"], "a retry has a new id");
 }
+
+#[tokio::test]
+async fn a_2025_clients_subscription_reaches_a_2026_only_server_on_its_get_stream() {
+    let dir = TempDir::new("bridge-modern-subscribe");
+    let ledger = dir.path().join("ledger");
+    let mut server = crate::support::python::PyServer::start_script(
+        "tests/python/modern_only_server.py",
+        &ledger,
+    )
+    .await;
+    let holdfast = bridging(&format!("http://{}", server.addr()), false).await;
+    let mut client = crate::support::clients::PeerClient::start(&holdfast.url("/mcp")).await;
+    // The client's GET stream is open (a listen for list changes) before it subscribes: the
+    // subscription is one more listen on it.
+    holdfast
+        .metric_until("holdfast_sse_streams_active", |v| v >= 1.0)
+        .await;
+    client.send(serde_json::json!({"op": "subscribe", "uri": "note://1"}));
+    assert_eq!(
+        client.result().await,
+        Ok(String::new()),
+        "{}",
+        client.trace()
+    );
+    holdfast
+        .metric_until("holdfast_sse_streams_active", |v| v >= 2.0)
+        .await;
+    let update = |uri: &str| serde_json::json!({ "uri": uri });
+    assert_eq!(
+        client.call("update", update("note://2")).await,
+        Ok("updated".into())
+    );
+    assert_eq!(
+        client.call("update", update("note://1")).await,
+        Ok("updated".into())
+    );
+    client.send(serde_json::json!({"op": "updated"}));
+    assert_eq!(
+        client.result().await,
+        Ok("note://1".into()),
+        "only the URI subscribed to: {}",
+        client.trace()
+    );
+    // After the server's restart the client opens its GET stream again, and its listen names
+    // the subscription from the start.
+    // Nothing but that GET is sent meanwhile: once it is answered, the listen is open.
+    let translated = "holdfast_bridge_requests_total{outcome=\"translated\"}";
+    let before = holdfast.metric(translated).await;
+    server.kill().await;
+    server.start_again().await;
+    holdfast.metric_until(translated, |v| v > before).await;
+    assert_eq!(
+        client.call("update", update("note://1")).await,
+        Ok("updated".into())
+    );
+    client.send(serde_json::json!({"op": "updated"}));
+    assert_eq!(
+        client.result().await,
+        Ok("note://1".into()),
+        "{}",
+        client.trace()
+    );
+}

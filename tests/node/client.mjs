@@ -22,7 +22,9 @@
 //         {"op":"close"} (DELETE the session, then exit), {"op":"toolsChanged"} (waits until a
 //         notifications/tools/list_changed arrived, on the GET stream or elsewhere; the text is
 //         how many did), {"op":"logs"} (the log messages received since the last `logs`, as
-//         `level:data`, comma-separated). EOF closes without a DELETE.
+//         `level:data`, comma-separated), {"op":"subscribe","uri":U} (resources/subscribe),
+//         {"op":"updated"} (waits until a notifications/resources/updated arrived; the text is
+//         the URIs updated since the last `updated`). EOF closes without a DELETE.
 // stderr: a trace of every HTTP request the SDK makes and of the SDK's own errors, for the
 //         test's failure messages and for reading what the client does around a restart.
 import { createInterface } from 'node:readline';
@@ -33,6 +35,7 @@ import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/
 import {
     ElicitRequestSchema,
     LoggingMessageNotificationSchema,
+    ResourceUpdatedNotificationSchema,
     ToolListChangedNotificationSchema
 } from '@modelcontextprotocol/sdk/types.js';
 import { fileURLToPath } from 'node:url';
@@ -119,6 +122,15 @@ client.setNotificationHandler(ToolListChangedNotificationSchema, () => {
     onToolsChanged();
 });
 
+// URIs the server said were updated, and who waits for the next one.
+const updated = [];
+let onUpdated = () => {};
+client.setNotificationHandler(ResourceUpdatedNotificationSchema, notification => {
+    updated.push(notification.params.uri);
+    trace(`notification: resources/updated ${notification.params.uri}`);
+    onUpdated();
+});
+
 // Log messages the server sent, as `level:data`, until a `logs` command takes them.
 const logs = [];
 client.setNotificationHandler(LoggingMessageNotificationSchema, notification => {
@@ -152,6 +164,16 @@ async function perform(command) {
         case 'setLevel':
             await client.setLoggingLevel(command.level);
             return '';
+        case 'subscribe':
+            await client.subscribeResource({ uri: command.uri });
+            return '';
+        case 'updated':
+            if (updated.length === 0) {
+                await new Promise(resolve => {
+                    onUpdated = resolve;
+                });
+            }
+            return updated.splice(0).join(',');
         case 'logs':
             return logs.splice(0).join(',');
         case 'toolsChanged':

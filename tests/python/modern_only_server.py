@@ -16,7 +16,9 @@ ledger format of ledger_server.py) and returns `lookup <n>`; region(region, q) r
 warning and error, as far as the request's logLevel lets it, and returns `logged`; confirm(item)
 asks the client to confirm item with an elicitation (at 2026-07-28 an input round: the call is
 answered `input_required`, and the retry carries the answer), appends `confirm 0 <pid> <time>` to
-LEDGER (n 0) once answered, and returns `<item>: yes` or `no`; touch() announces that the tool list changed
+LEDGER (n 0) once answered, and returns `<item>: yes` or `no`; update(uri) announces that the
+resource at uri (the template note://{n}) was updated (to the listens that subscribed to it) and
+returns `updated`; touch() announces that the tool list changed
 (on the subscriptions/listen streams that asked for it) and returns `touched`.
 """
 
@@ -79,6 +81,19 @@ def confirm(item: str, answer: Annotated[Confirmed, Resolve(ask)]) -> str:
     with open(ledger, "a") as f:
         f.write(f"confirm 0 {os.getpid()} {time.time():.3f}\n")
     return f"{item}: {'yes' if answer.ok else 'no'}"
+
+
+@server.tool()
+async def update(ctx: Context, uri: str) -> str:
+    """Announces that the resource at uri was updated."""
+    await ctx.notify_resource_updated(uri)
+    return "updated"
+
+
+@server.resource("note://{n}")
+def note(n: str) -> str:
+    """A note, to subscribe to."""
+    return f"note {n}"
 
 
 @server.tool()

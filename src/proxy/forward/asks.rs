@@ -43,7 +43,9 @@ impl Proxy {
             return respond::bad_gateway(crate::classify::FailReason::Protocol, parts.version);
         };
         match round_answer(&bytes) {
-            Some(first) => respond::event_stream(ProxyBody::new(Relayed::asking(start.ask(first)))),
+            Some(first) => {
+                respond::event_stream(ProxyBody::new(Relayed::written(start.ask(first))))
+            }
             None => respond::rewritten(parts, bytes),
         }
     }

@@ -17,7 +17,7 @@ use super::Proxy;
 use crate::bridge::modern::{self, Local};
 use crate::bridge::Era;
 use crate::metrics::BridgeOutcome;
-use crate::proxy::asking::Start;
+use crate::proxy::asking::{Relayed, Start};
 use crate::proxy::body::ProxyBody;
 use crate::proxy::bridged::{Reading, Translated};
 use crate::respond;
@@ -87,18 +87,39 @@ impl Proxy {
             return accepted(resp);
         }
         let token = parts.headers.get(MCP_SESSION_ID).map(HeaderValue::as_bytes);
+        let initialize = local.as_ref().map(|c| &c.initialize[..]);
+        let empty = |id| {
+            let answer = json!({"jsonrpc": "2.0", "id": id, "result": {}});
+            accepted(respond::json(StatusCode::OK, &answer))
+        };
         match modern::local(&body) {
             Some(Local::SetLevel(id, level)) if local.is_some() => {
                 if let Some(token) = token {
                     bridge.set_local_level(token, level);
                 }
-                let answer = json!({"jsonrpc": "2.0", "id": id, "result": {}});
-                return accepted(respond::json(StatusCode::OK, &answer));
+                return empty(id);
             }
-            Some(Local::Empty(id) | Local::SetLevel(id, _)) => {
-                let answer = json!({"jsonrpc": "2.0", "id": id, "result": {}});
-                return accepted(respond::json(StatusCode::OK, &answer));
+            Some(Local::Subscribe(id, uri)) if local.is_some() => {
+                let open = token.and_then(|token| bridge.subscribe_local(token, &uri));
+                if let Some(stream) = open {
+                    let more = modern::Listen::Updates(&uri);
+                    self.listen_into(parts, initialize, more, stream, peer)
+                        .await;
+                }
+                return empty(id);
             }
+            Some(Local::Unsubscribe(id, uri)) if local.is_some() => {
+                if let Some(token) = token {
+                    bridge.unsubscribe_local(token, &uri);
+                }
+                return empty(id);
+            }
+            Some(
+                Local::Empty(id)
+                | Local::SetLevel(id, _)
+                | Local::Subscribe(id, _)
+                | Local::Unsubscribe(id, _),
+            ) => return empty(id),
             Some(Local::Accepted) => {
                 // Perhaps the client's answer to a question holdfast asked it for the server.
                 if let (Some(token), Some(_)) = (token, &local) {
@@ -108,7 +129,6 @@ impl Proxy {
             }
             None => {}
         }
-        let initialize = local.as_ref().map(|c| &c.initialize[..]);
         let level = token
             .filter(|_| local.is_some())
             .and_then(|t| bridge.local_level(t));
@@ -145,9 +165,11 @@ impl Proxy {
     }
 
     /// A 2025 client's GET stream, as a `subscriptions/listen` of every list change the server
-    /// announces: its events translated as they come. `None` when the server speaks another
-    /// revision, or announces nothing. The stream ends when the server's does (its restart); the
-    /// client opens it again, as it would a 2025 server's.
+    /// announces and of the updates of the URIs the session subscribed to: its events
+    /// translated as they come, and those of the listens added by later subscriptions. `None`
+    /// when the server speaks another revision, or announces nothing. The stream ends when the
+    /// server's listens do (its restart); the client opens it again, as it would a 2025
+    /// server's.
     async fn listen(
         &self,
         parts: &http::request::Parts,
@@ -155,9 +177,56 @@ impl Proxy {
         peer: SocketAddr,
     ) -> Option<Answered> {
         let bridge = &*self.bridge;
+        let token = parts.headers.get(MCP_SESSION_ID)?.as_bytes();
+        let uris = bridge.local_uris(token);
+        let what = modern::Listen::Everything(&uris);
+        let (resp, note) = self.open_listen(parts, initialize, what, peer).await?;
+        if !crate::proxy::headers::is_event_stream(resp.headers()) {
+            return Some((resp, note));
+        }
+        let (mut parts, body) = resp.into_parts();
+        parts.headers.remove(http::header::CONTENT_LENGTH);
+        let (to, stream) = tokio::sync::mpsc::channel(crate::bridge::feed::LISTEN_BACKLOG);
+        bridge.local_stream(token, &to);
+        let translated = Translated::new(body, Reading::Listen, None);
+        tokio::spawn(crate::proxy::asking::pump(translated, to));
+        let body = ProxyBody::new(Relayed::written(stream));
+        Some((Response::from_parts(parts, body), note))
+    }
+
+    /// Adds a listen of `what` to the client's open GET stream `to` (a URI it subscribed to).
+    async fn listen_into(
+        &self,
+        parts: &http::request::Parts,
+        initialize: Option<&[u8]>,
+        what: modern::Listen<'_>,
+        to: tokio::sync::mpsc::Sender<Bytes>,
+        peer: SocketAddr,
+    ) {
+        let Some((resp, _)) = self.open_listen(parts, initialize, what, peer).await else {
+            return;
+        };
+        if !crate::proxy::headers::is_event_stream(resp.headers()) {
+            tracing::warn!(status = %resp.status(), "bridge: a listen for a subscription refused");
+            return;
+        }
+        let translated = Translated::new(resp.into_body(), Reading::Listen, None);
+        tokio::spawn(crate::proxy::asking::pump(translated, to));
+    }
+
+    /// The server's answer to a `subscriptions/listen` of `what`, `None` when there is nothing
+    /// to listen for.
+    async fn open_listen(
+        &self,
+        parts: &http::request::Parts,
+        initialize: Option<&[u8]>,
+        what: modern::Listen<'_>,
+        peer: SocketAddr,
+    ) -> Option<Answered> {
+        let bridge = &*self.bridge;
         let era = self.server_era(parts, peer).await;
         let discovered = bridge.discover_result().filter(|_| era.speaks_modern())?;
-        let body = modern::listen_request(&discovered, bridge.next_id(), initialize)?;
+        let body = modern::listen_request(&discovered, bridge.next_id(), initialize, what)?;
         let mut head = modern_head(parts, "subscriptions/listen", None);
         *head.method_mut() = Method::POST;
         let h = head.headers_mut();
@@ -167,14 +236,7 @@ impl Proxy {
             ACCEPT,
             HeaderValue::from_static("application/json, text/event-stream"),
         );
-        let (resp, note) = self.inner(head, body.into(), peer).await;
-        if !crate::proxy::headers::is_event_stream(resp.headers()) {
-            return Some((resp, note));
-        }
-        let (mut parts, body) = resp.into_parts();
-        parts.headers.remove(http::header::CONTENT_LENGTH);
-        let stream = Translated::new(body, Reading::Listen, None);
-        Some((Response::from_parts(parts, ProxyBody::new(stream)), note))
+        Some(self.inner(head, body.into(), peer).await)
     }
 
     /// The `Mcp-Param-*` headers of the `tools/call` `message`, from what the server's tools
