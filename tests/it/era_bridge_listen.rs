@@ -375,3 +375,41 @@ async fn a_2025_clients_subscription_reaches_a_2026_only_server_on_its_get_strea
         client.trace()
     );
 }
+
+#[tokio::test]
+async fn a_call_refused_for_headers_of_a_tool_added_since_goes_again_with_them() {
+    let dir = TempDir::new("bridge-modern-grow");
+    let ledger = dir.path().join("ledger");
+    let server = crate::support::python::PyServer::start_script(
+        "tests/python/modern_only_server.py",
+        &ledger,
+    )
+    .await;
+    let router = FakeRouter::start(server.addr()).await;
+    let holdfast = bridging(&format!("http://{}", router.addr), false).await;
+    let mut client = crate::support::clients::PeerClient::start(&holdfast.url("/mcp")).await;
+    // The first call lists the tools to learn what they mirror in headers; zone is not yet one.
+    let hi = serde_json::json!({"text": "hi"});
+    assert_eq!(client.call("echo", hi).await, Ok("hi".into()));
+    assert_eq!(
+        client.call("grow", serde_json::json!({})).await,
+        Ok("grown".into())
+    );
+    let args = serde_json::json!({"zone": "z1", "q": "x"});
+    assert_eq!(
+        client.call("zone", args).await,
+        Ok("x#z1".into()),
+        "{}",
+        client.trace()
+    );
+    let zone_calls: Vec<_> = router
+        .log()
+        .iter()
+        .filter(|r| r.rpc_method().as_deref() == Some("tools/call"))
+        .filter(|r| std::str::from_utf8(&r.body).is_ok_and(|b| b.contains("\"zone\"")))
+        .map(|r| r.status.map(|s| s.as_u16()))
+        .collect();
+    // Refused without the header (the server's -32020: the tool did not run), then sent again
+    // with it, the tools listed anew.
+    assert_eq!(zone_calls, [Some(400), Some(200)]);
+}

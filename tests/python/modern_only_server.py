@@ -18,7 +18,8 @@ asks the client to confirm item with an elicitation (at 2026-07-28 an input roun
 answered `input_required`, and the retry carries the answer), appends `confirm 0 <pid> <time>` to
 LEDGER (n 0) once answered, and returns `<item>: yes` or `no`; update(uri) announces that the
 resource at uri (the template note://{n}) was updated (to the listens that subscribed to it) and
-returns `updated`; touch() announces that the tool list changed
+returns `updated`; grow() adds the tool zone(zone, q) (returning `<q>#<zone>`, its `zone` marked
+`x-mcp-header: Zone`) and returns `grown`; touch() announces that the tool list changed
 (on the subscriptions/listen streams that asked for it) and returns `touched`.
 """
 
@@ -65,6 +66,18 @@ async def log(ctx: Context) -> str:
         article = "an" if level == "error" else "a"
         await ctx.log(level, f"{article} {level} message")
     return "logged"
+
+
+def zone(zone: Annotated[str, Field(json_schema_extra={"x-mcp-header": "Zone"})], q: str) -> str:
+    """Runs q in zone (which the request mirrors in Mcp-Param-Zone)."""
+    return f"{q}#{zone}"
+
+
+@server.tool()
+def grow() -> str:
+    """Adds the tool zone, whose zone argument is mirrored in a header."""
+    server.add_tool(zone)
+    return "grown"
 
 
 class Confirmed(BaseModel):

@@ -39,6 +39,13 @@ impl Proxy {
             let watched = Relayed::watching(body, start);
             return Response::from_parts(parts, ProxyBody::new(watched));
         }
+        // An input round is small; an answer too long to read whole is the call's result, as
+        // it is.
+        let length = parts.headers.get(http::header::CONTENT_LENGTH);
+        let length = length.and_then(|v| v.to_str().ok()?.parse::<usize>().ok());
+        if length.is_some_and(|n| n > crate::bridge::MAX_EVENT) {
+            return Response::from_parts(parts, body);
+        }
         let Ok(bytes) = read_whole(body).await else {
             return respond::bad_gateway(crate::classify::FailReason::Protocol, parts.version);
         };

@@ -135,26 +135,37 @@ impl Proxy {
         let Ok(request) = modern::request_to_modern(&body, initialize, level) else {
             return passed(self.inner(head_of(parts), body, peer).await);
         };
-        let mut head = modern_head(parts, &request.method, request.name.as_deref());
         let is_call = request.method == "tools/call";
-        if is_call {
-            let params = self.param_headers(parts, initialize, &message, peer);
-            head.headers_mut().extend(params.await);
+        let call_head = || async {
+            let mut head = modern_head(parts, &request.method, request.name.as_deref());
+            if is_call {
+                let params = self.param_headers(parts, initialize, &message, peer);
+                head.headers_mut().extend(params.await);
+            }
+            head
+        };
+        let sent = Bytes::from(request.body.clone());
+        let mut head = call_head().await;
+        let (mut resp, mut note) = self.inner(copy(&head), sent.clone(), peer).await;
+        if is_call && resp.status() == StatusCode::BAD_REQUEST {
+            let mismatch;
+            (resp, mismatch) = header_mismatch(resp).await;
+            if mismatch {
+                // The server checks a call's headers before it runs it: the call did not run.
+                // Its tools changed since they were listed; listed anew, the call goes again.
+                bridge.unlearn_mirrored();
+                head = call_head().await;
+                (resp, note) = self.inner(copy(&head), sent.clone(), peer).await;
+            }
         }
-        let sent = Bytes::from(request.body);
         let start = token.filter(|_| local.is_some()).map(|token| Start {
             bridge: self.bridge.clone(),
-            head: copy(&head),
-            sent: sent.clone(),
+            head,
+            sent,
             client_id: message["id"].clone(),
             token: token.to_vec(),
             peer,
         });
-        let (resp, note) = self.inner(head, sent, peer).await;
-        if is_call && resp.status() == StatusCode::BAD_REQUEST {
-            // Perhaps a header the server now wants (its tools changed): listed again next time.
-            bridge.unlearn_mirrored();
-        }
         // A call of a session holdfast answered may be answered with an input round: its
         // client is asked on the call's stream.
         let resp = match start {
@@ -369,6 +380,24 @@ impl Proxy {
 
 /// Pages of `tools/list` read for what the tools mirror in headers, at most.
 const MAX_PAGES: usize = 16;
+
+/// A 400 of the server's, read, and whether it refused a call for its `Mcp-Param-*` headers
+/// (`-32020`, header mismatch).
+async fn header_mismatch(resp: Response<ProxyBody>) -> (Response<ProxyBody>, bool) {
+    let (parts, body) = resp.into_parts();
+    let Ok(bytes) = read_whole(body).await else {
+        let failed = respond::bad_gateway(crate::classify::FailReason::Protocol, parts.version);
+        return (failed, false);
+    };
+    let is_sse = crate::proxy::headers::is_event_stream(&parts.headers);
+    let reply = rpc::reply(is_sse, &bytes);
+    let mismatch = matches!(reply, Reply::Error(code, _) if code == HEADER_MISMATCH);
+    (respond::rewritten(parts, bytes), mismatch)
+}
+
+/// The JSON-RPC error a 2026-07-28 server refuses a request with whose headers do not say what
+/// its body does.
+const HEADER_MISMATCH: i64 = -32020;
 
 /// A 2025 client's request head made a 2026-07-28 one's: no session, the routing headers.
 fn modern_head(
