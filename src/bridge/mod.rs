@@ -170,6 +170,23 @@ pub struct Cancel {
     pub peer: std::net::SocketAddr,
 }
 
+/// A 2025 client's call in progress: its session's token, its id as JSON text.
+type CallKey = (Vec<u8>, String);
+
+/// A 2025 client's call's place among the calls in progress, given up when dropped.
+pub struct CallEntry {
+    bridge: std::sync::Weak<Bridge>,
+    key: CallKey,
+}
+
+impl Drop for CallEntry {
+    fn drop(&mut self) {
+        if let Some(bridge) = self.bridge.upgrade() {
+            lock(&bridge.calls).remove(&self.key);
+        }
+    }
+}
+
 /// What a 2025 client's local session (one holdfast answered for a 2026-07-28-only server)
 /// set, and its GET stream.
 #[derive(Default)]
@@ -258,6 +275,9 @@ pub struct Bridge {
     asked: Mutex<Option<tokio::sync::mpsc::Receiver<Asking>>>,
     /// The questions waiting for 2025 clients' answers.
     asks: asks::Asks,
+    /// 2025 clients' calls in progress on 2026-07-28 servers, by session token and the call's
+    /// id: a `notifications/cancelled` of one closes its stream (2026 cancellation).
+    calls: Mutex<HashMap<CallKey, tokio::sync::oneshot::Sender<()>>>,
 }
 
 impl Bridge {
@@ -269,6 +289,7 @@ impl Bridge {
             asking,
             asked: Mutex::new(Some(asked)),
             asks: asks::Asks::default(),
+            calls: Mutex::new(HashMap::new()),
             cancels,
             cancelled: Mutex::new(Some(cancelled)),
             on: AtomicBool::new(cfg.mode == BridgeMode::Auto),
@@ -476,6 +497,37 @@ impl Bridge {
     /// The calls to drive, once: for the one task that drives them.
     pub fn take_asking(&self) -> Option<tokio::sync::mpsc::Receiver<Asking>> {
         lock(&self.asked).take()
+    }
+
+    /// Registers a 2025 client's call `id` on session `token`: what says it was cancelled.
+    /// `None` beyond [`MAX_CANCELS`] calls (it then cannot be cancelled but by its client going
+    /// away).
+    pub fn call_started(
+        self: &Arc<Self>,
+        token: &[u8],
+        id: &Value,
+    ) -> Option<(tokio::sync::oneshot::Receiver<()>, CallEntry)> {
+        let key = (token.to_vec(), id.to_string());
+        let mut calls = lock(&self.calls);
+        calls.retain(|_, c| !c.is_closed());
+        if calls.len() >= MAX_CANCELS {
+            return None;
+        }
+        let (cancel, cancelled) = tokio::sync::oneshot::channel();
+        calls.insert(key.clone(), cancel);
+        let entry = CallEntry {
+            bridge: Arc::downgrade(self),
+            key,
+        };
+        Some((cancelled, entry))
+    }
+
+    /// A 2025 client's `notifications/cancelled` of its call `id` on session `token`: whether
+    /// the call was in progress.
+    pub fn cancel_call(&self, token: &[u8], id: &Value) -> bool {
+        let key = (token.to_vec(), id.to_string());
+        let cancel = lock(&self.calls).remove(&key);
+        cancel.is_some_and(|c| c.send(()).is_ok())
     }
 
     /// The questions waiting for 2025 clients' answers.

@@ -3,6 +3,7 @@
 //! input round; from there the client's stream is what the task asking the client writes (its
 //! questions, then the call's result).
 
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -89,6 +90,57 @@ impl Relayed {
             start: None,
             asking: Some(stream),
         }
+    }
+}
+
+/// A 2025 client's call's answer, ended at once when the client cancels the call
+/// (`notifications/cancelled`): dropping the server's stream is how a 2026-07-28 server learns
+/// of it.
+pub struct Cancellable {
+    inner: Option<ProxyBody>,
+    cancelled: tokio::sync::oneshot::Receiver<()>,
+    _entry: crate::bridge::CallEntry,
+}
+
+impl Cancellable {
+    pub fn new(
+        inner: ProxyBody,
+        cancelled: tokio::sync::oneshot::Receiver<()>,
+        entry: crate::bridge::CallEntry,
+    ) -> Cancellable {
+        Cancellable {
+            inner: Some(inner),
+            cancelled,
+            _entry: entry,
+        }
+    }
+}
+
+impl Body for Cancellable {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = &mut *self;
+        if Pin::new(&mut this.cancelled).poll(cx) == Poll::Ready(Ok(())) {
+            tracing::debug!("bridge: a call cancelled by its client; its stream closed");
+            this.inner = None;
+        }
+        match this.inner.as_mut() {
+            Some(inner) => Pin::new(inner).poll_frame(cx),
+            None => Poll::Ready(None),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.as_ref().is_none_or(Body::is_end_stream)
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.as_ref().map(Body::size_hint).unwrap_or_default()
     }
 }
 

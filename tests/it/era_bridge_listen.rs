@@ -413,3 +413,29 @@ async fn a_call_refused_for_headers_of_a_tool_added_since_goes_again_with_them()
     // with it, the tools listed anew.
     assert_eq!(zone_calls, [Some(400), Some(200)]);
 }
+
+#[tokio::test]
+async fn a_2025_clients_cancellation_closes_the_calls_stream_at_a_2026_only_server() {
+    let dir = TempDir::new("bridge-modern-cancel");
+    let ledger = dir.path().join("ledger");
+    let server = crate::support::python::PyServer::start_script(
+        "tests/python/modern_only_server.py",
+        &ledger,
+    )
+    .await;
+    let holdfast = bridging(&format!("http://{}", server.addr()), false).await;
+    let mut client = crate::support::clients::PeerClient::start(&holdfast.url("/mcp")).await;
+    client.send(serde_json::json!({"op": "cancel", "tool": "slow"}));
+    assert_eq!(
+        client.result().await,
+        Ok("cancelled".into()),
+        "{}",
+        client.trace()
+    );
+    // The client's notifications/cancelled closed the call's stream, which a 2026-07-28
+    // server takes as the cancellation: the tool stops waiting.
+    let was_cancelled =
+        |ledger: &[crate::support::python::Ran]| ledger.iter().any(|ran| ran.tool == "cancelled");
+    let ledger = server.ledger_until(was_cancelled).await;
+    assert!(was_cancelled(&ledger), "not cancelled: {}", server.trace());
+}

@@ -24,7 +24,9 @@
 //         how many did), {"op":"logs"} (the log messages received since the last `logs`, as
 //         `level:data`, comma-separated), {"op":"subscribe","uri":U} (resources/subscribe),
 //         {"op":"updated"} (waits until a notifications/resources/updated arrived; the text is
-//         the URIs updated since the last `updated`). EOF closes without a DELETE.
+//         the URIs updated since the last `updated`), {"op":"cancel","tool":T} (calls T and
+//         cancels the call at its first progress notification; the text is `cancelled`). EOF
+//         closes without a DELETE.
 // stderr: a trace of every HTTP request the SDK makes and of the SDK's own errors, for the
 //         test's failure messages and for reading what the client does around a restart.
 import { createInterface } from 'node:readline';
@@ -155,6 +157,22 @@ async function perform(command) {
                 throw new Error(`tool error: ${text}`);
             }
             return text;
+        }
+        case 'cancel': {
+            // Cancelled at its first progress notification: the SDK sends
+            // notifications/cancelled and gives up on the call.
+            const controller = new AbortController();
+            const call = { name: command.tool, arguments: command.args ?? {} };
+            const options = { signal: controller.signal, onprogress: () => controller.abort() };
+            try {
+                await client.callTool(call, undefined, options);
+                return 'answered';
+            } catch (error) {
+                if (controller.signal.aborted) {
+                    return 'cancelled';
+                }
+                throw error;
+            }
         }
         case 'list': {
             // Lets a proxy in between read the tools' annotations (what is safe to send twice).

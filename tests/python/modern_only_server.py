@@ -19,7 +19,9 @@ answered `input_required`, and the retry carries the answer), appends `confirm 0
 LEDGER (n 0) once answered, and returns `<item>: yes` or `no`; update(uri) announces that the
 resource at uri (the template note://{n}) was updated (to the listens that subscribed to it) and
 returns `updated`; grow() adds the tool zone(zone, q) (returning `<q>#<zone>`, its `zone` marked
-`x-mcp-header: Zone`) and returns `grown`; touch() announces that the tool list changed
+`x-mcp-header: Zone`) and returns `grown`; slow() reports progress and waits a minute, appending
+`cancelled 0 <pid> <time>` to LEDGER if the call is cancelled meanwhile (at 2026-07-28: its
+client closed the call's stream); touch() announces that the tool list changed
 (on the subscriptions/listen streams that asked for it) and returns `touched`.
 """
 
@@ -27,6 +29,8 @@ import os
 import sys
 import time
 from typing import Annotated
+
+import anyio
 
 from mcp.server import streamable_http_manager as manager
 from mcp.server._streamable_http_modern import handle_modern_request
@@ -78,6 +82,19 @@ def grow() -> str:
     """Adds the tool zone, whose zone argument is mirrored in a header."""
     server.add_tool(zone)
     return "grown"
+
+
+@server.tool()
+async def slow(ctx: Context) -> str:
+    """Reports progress, then waits a minute; a call cancelled meanwhile is put on record."""
+    try:
+        await ctx.report_progress(1, 10)
+        await anyio.sleep(60)
+    except anyio.get_cancelled_exc_class():
+        with open(ledger, "a") as f:
+            f.write(f"cancelled 0 {os.getpid()} {time.time():.3f}\n")
+        raise
+    return "slept"
 
 
 class Confirmed(BaseModel):

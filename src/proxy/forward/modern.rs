@@ -17,7 +17,7 @@ use super::Proxy;
 use crate::bridge::modern::{self, Local};
 use crate::bridge::Era;
 use crate::metrics::BridgeOutcome;
-use crate::proxy::asking::{Relayed, Start};
+use crate::proxy::asking::{Cancellable, Relayed, Start};
 use crate::proxy::body::ProxyBody;
 use crate::proxy::bridged::{Reading, Translated};
 use crate::respond;
@@ -121,9 +121,14 @@ impl Proxy {
                 | Local::Unsubscribe(id, _),
             ) => return empty(id),
             Some(Local::Accepted) => {
-                // Perhaps the client's answer to a question holdfast asked it for the server.
+                // Perhaps the client's answer to a question holdfast asked it for the server, or
+                // its cancellation of a call in progress.
                 if let (Some(token), Some(_)) = (token, &local) {
-                    bridge.asks().answer(token, message.clone());
+                    if message["method"] == "notifications/cancelled" {
+                        bridge.cancel_call(token, &message["params"]["requestId"]);
+                    } else {
+                        bridge.asks().answer(token, message.clone());
+                    }
                 }
                 return accepted(respond::accepted());
             }
@@ -170,6 +175,15 @@ impl Proxy {
         // client is asked on the call's stream.
         let resp = match start {
             Some(start) => self.watch_for_rounds(&request.method, resp, start).await,
+            None => resp,
+        };
+        // The client may cancel it (`notifications/cancelled`) while it streams.
+        let call = token.filter(|_| local.is_some());
+        let call = call.and_then(|token| self.bridge.call_started(token, &message["id"]));
+        let resp = match call {
+            Some((cancelled, entry)) => {
+                resp.map(|body| ProxyBody::new(Cancellable::new(body, cancelled, entry)))
+            }
             None => resp,
         };
         ((resp, note), BridgeOutcome::translated)

@@ -206,6 +206,19 @@ impl PyServer {
         SocketAddr::from(([127, 0, 0, 1], self.port))
     }
 
+    /// The ledger once `ok` holds of it (the server writes it from its own process: read again
+    /// until it does, for at most 10 s).
+    pub async fn ledger_until(&self, ok: impl Fn(&[Ran]) -> bool) -> Vec<Ran> {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let ledger = self.ledger();
+            if ok(&ledger) || std::time::Instant::now() >= deadline {
+                return ledger;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
+
     /// Every tool execution so far, across processes, in order.
     pub fn ledger(&self) -> Vec<Ran> {
         let text = match std::fs::read_to_string(&self.ledger) {
