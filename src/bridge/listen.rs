@@ -7,6 +7,10 @@
 
 use serde_json::{json, Map, Value};
 
+/// Most URIs one listen subscribes to (each is a `resources/subscribe` upstream); beyond, the
+/// rest are not honoured (the acknowledgement says which are).
+pub const MAX_URIS: usize = 64;
+
 /// The `_meta` key naming the listen a notification belongs to.
 pub const SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
 
@@ -32,6 +36,7 @@ impl Filter {
                 let mut uris: Vec<String> = list
                     .iter()
                     .filter_map(|u| u.as_str().map(str::to_owned))
+                    .take(MAX_URIS)
                     .collect();
                 uris.dedup();
                 uris
@@ -67,11 +72,12 @@ impl Filter {
             "notifications/tools/list_changed" => self.tools,
             "notifications/prompts/list_changed" => self.prompts,
             "notifications/resources/list_changed" => self.resources,
-            // The spec lets the URI updated be a sub-resource of one subscribed.
+            // The spec lets the URI updated be a sub-resource of one subscribed (below it: not
+            // `note://10` for `note://1`).
             "notifications/resources/updated" => params
                 .and_then(|p| p.get("uri"))
                 .and_then(Value::as_str)
-                .is_some_and(|uri| self.uris.iter().any(|u| uri.starts_with(u.as_str()))),
+                .is_some_and(|uri| self.uris.iter().any(|u| is_below(uri, u))),
             _ => false,
         }
     }
@@ -92,6 +98,16 @@ impl Filter {
             out.insert("resourceSubscriptions".into(), json!(self.uris));
         }
         Value::Object(out)
+    }
+}
+
+/// Whether `uri` is `subscribed` or a sub-resource of it.
+fn is_below(uri: &str, subscribed: &str) -> bool {
+    match uri.strip_prefix(subscribed) {
+        Some(rest) => {
+            rest.is_empty() || subscribed.ends_with('/') || rest.starts_with(['/', '#', '?'])
+        }
+        None => false,
     }
 }
 
@@ -207,7 +223,9 @@ mod tests {
         assert_eq!(out["params"]["_meta"][SUBSCRIPTION_ID], "listen-3");
         for other in [
             &br#"{"jsonrpc":"2.0","method":"notifications/resources/updated","params":{"uri":"note://2"}}"#[..],
+            br#"{"jsonrpc":"2.0","method":"notifications/resources/updated","params":{"uri":"note://10"}}"#,
             br#"{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}"#,
+
             br#"{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"x"}}"#,
             br#"{"jsonrpc":"2.0","id":4,"method":"roots/list"}"#,
             b"not json",

@@ -15,6 +15,7 @@ pub mod asks;
 pub mod era;
 pub mod feed;
 pub mod listen;
+pub mod local;
 pub mod modern;
 pub mod rounds;
 pub mod wire;
@@ -170,35 +171,6 @@ pub struct Cancel {
     pub peer: std::net::SocketAddr,
 }
 
-/// A 2025 client's call in progress: its session's token, its id as JSON text.
-type CallKey = (Vec<u8>, String);
-
-/// A 2025 client's call's place among the calls in progress, given up when dropped.
-pub struct CallEntry {
-    bridge: std::sync::Weak<Bridge>,
-    key: CallKey,
-}
-
-impl Drop for CallEntry {
-    fn drop(&mut self) {
-        if let Some(bridge) = self.bridge.upgrade() {
-            lock(&bridge.calls).remove(&self.key);
-        }
-    }
-}
-
-/// What a 2025 client's local session (one holdfast answered for a 2026-07-28-only server)
-/// set, and its GET stream.
-#[derive(Default)]
-struct LocalState {
-    /// `logging/setLevel`: each request opts in to log messages from it.
-    level: Option<&'static str>,
-    /// `resources/subscribe`: the URIs its GET stream's listens name.
-    uris: std::collections::BTreeSet<String>,
-    /// Where its GET stream's events go while it is open.
-    stream: Option<tokio::sync::mpsc::WeakSender<bytes::Bytes>>,
-}
-
 /// A 2025 client's call that a 2026-07-28 server answered with an input round: what asking the
 /// client and calling again needs (src/bridge/asks.rs).
 pub struct Asking {
@@ -264,7 +236,7 @@ pub struct Bridge {
     rounds: rounds::Rounds,
     /// What each 2025 client's local session set (its log level, its subscriptions) and its
     /// open GET stream, by the session's token.
-    locals: Mutex<HashMap<Vec<u8>, LocalState>>,
+    locals: Mutex<HashMap<Vec<u8>, local::LocalState>>,
     /// Where dropped requests' cancellations go, and (until the task that sends them takes it)
     /// where they come out.
     cancels: tokio::sync::mpsc::Sender<Cancel>,
@@ -277,7 +249,7 @@ pub struct Bridge {
     asks: asks::Asks,
     /// 2025 clients' calls in progress on 2026-07-28 servers, by session token and the call's
     /// id: a `notifications/cancelled` of one closes its stream (2026 cancellation).
-    calls: Mutex<HashMap<CallKey, tokio::sync::oneshot::Sender<()>>>,
+    calls: Mutex<HashMap<local::CallKey, (u64, tokio::sync::oneshot::Sender<()>)>>,
 }
 
 impl Bridge {
@@ -419,75 +391,6 @@ impl Bridge {
         lock(&self.cancelled).take()
     }
 
-    /// What the local session `token` set, made if it has none; beyond `max_sessions`
-    /// sessions, one of the others forgets its own.
-    fn local(&self, token: &[u8], change: impl FnOnce(&mut LocalState)) {
-        let max = lock(&self.sessions).max;
-        let mut locals = lock(&self.locals);
-        if locals.len() >= max && !locals.contains_key(token) {
-            let some = locals.keys().next().cloned();
-            if let Some(some) = some {
-                locals.remove(&some);
-            }
-        }
-        change(locals.entry(token.to_vec()).or_default());
-    }
-
-    /// Records the log level a local session was set to: its requests then get log messages
-    /// from it.
-    pub fn set_local_level(&self, token: &[u8], level: &'static str) {
-        self.local(token, |l| l.level = Some(level));
-    }
-
-    /// The log level a local session was set to, if any.
-    pub fn local_level(&self, token: &[u8]) -> Option<&'static str> {
-        lock(&self.locals).get(token).and_then(|l| l.level)
-    }
-
-    /// Records that a local session subscribed to `uri`: its GET stream's listens name it. The
-    /// stream open now, to which a listen of `uri` is to be added, if there is one.
-    pub fn subscribe_local(
-        &self,
-        token: &[u8],
-        uri: &str,
-    ) -> Option<tokio::sync::mpsc::Sender<bytes::Bytes>> {
-        let mut stream = None;
-        self.local(token, |l| {
-            if l.uris.insert(uri.to_owned()) {
-                stream = l.stream.as_ref().and_then(|s| s.upgrade());
-            }
-        });
-        stream
-    }
-
-    /// Records that a local session unsubscribed from `uri` (its next GET stream's listen
-    /// leaves it out).
-    pub fn unsubscribe_local(&self, token: &[u8], uri: &str) {
-        if let Some(l) = lock(&self.locals).get_mut(token) {
-            l.uris.remove(uri);
-        }
-    }
-
-    /// The URIs a local session subscribed to.
-    pub fn local_uris(&self, token: &[u8]) -> Vec<String> {
-        let locals = lock(&self.locals);
-        locals
-            .get(token)
-            .map(|l| l.uris.iter().cloned().collect())
-            .unwrap_or_default()
-    }
-
-    /// Records the local session's open GET stream (weakly: it ends when its listens do).
-    pub fn local_stream(&self, token: &[u8], stream: &tokio::sync::mpsc::Sender<bytes::Bytes>) {
-        let weak = stream.downgrade();
-        self.local(token, |l| l.stream = Some(weak));
-    }
-
-    /// Forgets a local session (the client ended it).
-    pub fn forget_local(&self, token: &[u8]) {
-        lock(&self.locals).remove(token);
-    }
-
     /// Hands a call whose client is to be asked for input to the task that drives such calls:
     /// false when too many wait (it is dropped).
     pub fn ask(&self, asking: Asking) -> bool {
@@ -497,37 +400,6 @@ impl Bridge {
     /// The calls to drive, once: for the one task that drives them.
     pub fn take_asking(&self) -> Option<tokio::sync::mpsc::Receiver<Asking>> {
         lock(&self.asked).take()
-    }
-
-    /// Registers a 2025 client's call `id` on session `token`: what says it was cancelled.
-    /// `None` beyond [`MAX_CANCELS`] calls (it then cannot be cancelled but by its client going
-    /// away).
-    pub fn call_started(
-        self: &Arc<Self>,
-        token: &[u8],
-        id: &Value,
-    ) -> Option<(tokio::sync::oneshot::Receiver<()>, CallEntry)> {
-        let key = (token.to_vec(), id.to_string());
-        let mut calls = lock(&self.calls);
-        calls.retain(|_, c| !c.is_closed());
-        if calls.len() >= MAX_CANCELS {
-            return None;
-        }
-        let (cancel, cancelled) = tokio::sync::oneshot::channel();
-        calls.insert(key.clone(), cancel);
-        let entry = CallEntry {
-            bridge: Arc::downgrade(self),
-            key,
-        };
-        Some((cancelled, entry))
-    }
-
-    /// A 2025 client's `notifications/cancelled` of its call `id` on session `token`: whether
-    /// the call was in progress.
-    pub fn cancel_call(&self, token: &[u8], id: &Value) -> bool {
-        let key = (token.to_vec(), id.to_string());
-        let cancel = lock(&self.calls).remove(&key);
-        cancel.is_some_and(|c| c.send(()).is_ok())
     }
 
     /// The questions waiting for 2025 clients' answers.

@@ -128,6 +128,19 @@ pub fn request_to_modern(
     })
 }
 
+/// Whether a 2026-07-28 server may ask the client of `initialize` for input: it declared a
+/// capability to answer (elicitation, sampling, roots). A server asks only what the client can
+/// answer, so the calls of other clients are not watched for input rounds.
+pub fn may_be_asked(initialize: Option<&[u8]>) -> bool {
+    let hello: Value = initialize
+        .and_then(|b| serde_json::from_slice(b).ok())
+        .unwrap_or_default();
+    let capabilities = &hello["params"]["capabilities"];
+    ["elicitation", "sampling", "roots"]
+        .iter()
+        .any(|c| capabilities.get(c).is_some())
+}
+
 /// The routing headers of a 2026-07-28 request: the version, `Mcp-Method`, and `Mcp-Name` when
 /// it has a name.
 pub fn routing_headers(method: &str, name: Option<&str>) -> Vec<(HeaderName, HeaderValue)> {
@@ -506,6 +519,23 @@ mod tests {
         assert_eq!(listen_event(changed), EventOut::Pass);
         let end = br#"{"jsonrpc":"2.0","id":"hf-listen-3","result":{}}"#;
         assert_eq!(listen_event(end), EventOut::Drop);
+    }
+
+    #[test]
+    fn only_a_client_that_can_answer_may_be_asked() {
+        let hello = |caps: &str| {
+            format!(
+                r#"{{"jsonrpc":"2.0","id":0,"method":"initialize","params":{{"capabilities":{caps}}}}}"#
+            )
+        };
+        assert!(may_be_asked(Some(
+            hello(r#"{"elicitation":{}}"#).as_bytes()
+        )));
+        assert!(may_be_asked(Some(hello(r#"{"sampling":{}}"#).as_bytes())));
+        assert!(!may_be_asked(Some(
+            hello(r#"{"experimental":{}}"#).as_bytes()
+        )));
+        assert!(!may_be_asked(None));
     }
 
     #[test]

@@ -111,15 +111,13 @@ impl Rounds {
     pub fn park(&self, handle: String, parked: Parked) {
         let gone = {
             let mut map = lock(&self.parked);
-            let gone = sweep(&mut map, Instant::now());
+            let mut gone = sweep(&mut map, Instant::now());
             if map.len() >= MAX_PARKED {
                 let first = map
                     .iter()
                     .min_by_key(|(_, p)| p.until)
                     .map(|(h, _)| h.clone());
-                if let Some(first) = first {
-                    map.remove(&first);
-                }
+                gone.extend(first.and_then(|first| map.remove(&first)));
             }
             map.insert(handle, parked);
             gone
@@ -137,6 +135,19 @@ impl Rounds {
         };
         drop(gone);
         taken
+    }
+
+    /// Lets the round `handle` go if its time is up (it was not resumed): dropped, it cancels
+    /// its call. For a timer set when it was parked.
+    pub fn expire(&self, handle: &str) {
+        let gone = {
+            let mut map = lock(&self.parked);
+            let late = map.get(handle).is_some_and(|p| p.until <= Instant::now());
+            late.then(|| map.remove(handle)).flatten()
+        };
+        if gone.is_some() {
+            tracing::debug!("bridge: an input round nobody resumed let go");
+        }
     }
 
     /// Rounds parked now.
@@ -239,6 +250,14 @@ mod tests {
             rounds.park(format!("n{n}"), parked("Bearer a", later));
         }
         assert_eq!(rounds.len(), MAX_PARKED, "capped");
+        // The timer set at parking lets go a round past its time, and only such a one.
+        let fresh = Rounds::default();
+        fresh.park("due".into(), parked("Bearer a", Instant::now()));
+        fresh.park("later".into(), parked("Bearer a", later));
+        fresh.expire("due");
+        fresh.expire("later");
+        assert_eq!(fresh.len(), 1);
+        assert!(fresh.take("later", &a).is_some());
     }
 
     #[test]

@@ -3,7 +3,6 @@
 //! input round; from there the client's stream is what the task asking the client writes (its
 //! questions, then the call's result).
 
-use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -98,15 +97,15 @@ impl Relayed {
 /// of it.
 pub struct Cancellable {
     inner: Option<ProxyBody>,
-    cancelled: tokio::sync::oneshot::Receiver<()>,
-    _entry: crate::bridge::CallEntry,
+    cancelled: crate::bridge::local::Cancelled,
+    _entry: crate::bridge::local::CallEntry,
 }
 
 impl Cancellable {
     pub fn new(
         inner: ProxyBody,
-        cancelled: tokio::sync::oneshot::Receiver<()>,
-        entry: crate::bridge::CallEntry,
+        cancelled: crate::bridge::local::Cancelled,
+        entry: crate::bridge::local::CallEntry,
     ) -> Cancellable {
         Cancellable {
             inner: Some(inner),
@@ -125,7 +124,7 @@ impl Body for Cancellable {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = &mut *self;
-        if Pin::new(&mut this.cancelled).poll(cx) == Poll::Ready(Ok(())) {
+        if this.inner.is_some() && this.cancelled.poll_cancelled(cx).is_ready() {
             tracing::debug!("bridge: a call cancelled by its client; its stream closed");
             this.inner = None;
         }
@@ -210,7 +209,7 @@ impl Body for Relayed {
                         break;
                     }
                 }
-                out.put_slice(&event(ev.data.as_bytes()));
+                super::bridged::write_event(&mut out, &ev, ev.data.as_bytes());
             }
             if !out.is_empty() {
                 return Poll::Ready(Some(Ok(Frame::data(out.freeze()))));

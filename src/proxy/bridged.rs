@@ -104,7 +104,7 @@ impl Translated {
 }
 
 /// Writes `event` (its data as `data` lines, its id and type kept) to `out`.
-fn write_event(out: &mut BytesMut, event: &sse::Event, data: &[u8]) {
+pub(super) fn write_event(out: &mut BytesMut, event: &sse::Event, data: &[u8]) {
     if event.event != "message" {
         out.put_slice(b"event: ");
         out.put_slice(event.event.as_bytes());
@@ -258,7 +258,13 @@ fn park(this: &mut TranslatedProj<'_>, ask: Ask, after: Vec<sse::Event>, out: &m
         until: Instant::now() + park.wait,
     };
     tracing::debug!(method = parked.ask.method, "bridge: an input round parked");
-    park.bridge.rounds().park(handle, parked);
+    let (bridge, until) = (park.bridge.clone(), parked.until);
+    park.bridge.rounds().park(handle.clone(), parked);
+    // Let go at its time even if no other round comes by to sweep it.
+    tokio::spawn(async move {
+        tokio::time::sleep_until(until.into()).await;
+        bridge.rounds().expire(&handle);
+    });
     *this.done = true;
 }
 

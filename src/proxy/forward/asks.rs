@@ -126,10 +126,12 @@ impl Proxy {
             .send(event(&request))
             .await
             .map_err(|_| "the client closed the call's stream")?;
-        let answer = tokio::time::timeout(self.timeouts.stream_idle, answered)
-            .await
-            .map_err(|_| "the client did not answer the server's request in time")?
-            .map_err(|_| "the question was let go")?;
+        let answer = tokio::select! {
+            answer = tokio::time::timeout(self.timeouts.stream_idle, answered) => answer
+                .map_err(|_| "the client did not answer the server's request in time")?
+                .map_err(|_| "the question was let go")?,
+            () = asking.out.closed() => return Err("the client closed the call's stream"),
+        };
         match answer.get("result") {
             Some(result) => Ok(result.clone()),
             None => Err("the client refused the server's request"),
@@ -150,16 +152,20 @@ async fn relay_reply(
         let bytes = read_whole(body)
             .await
             .map_err(|_| "the server's answer was unreadable")?;
-        return serde_json::from_slice(&bytes).map_err(|_| {
-            if status.is_success() {
-                "the server's answer to the call was not JSON-RPC"
-            } else {
-                "the server refused the call's retry"
-            }
-        });
+        return match serde_json::from_slice(&bytes) {
+            Ok(message @ Value::Object(_)) => Ok(message),
+            _ if status.is_success() => Err("the server's answer to the call was not JSON-RPC"),
+            _ => Err("the server refused the call's retry"),
+        };
     }
     let mut parser = crate::sse::Parser::new(crate::bridge::MAX_EVENT);
-    while let Some(frame) = body.frame().await {
+    loop {
+        // A client gone (its stream closed, the call cancelled) closes the server's stream.
+        let frame = tokio::select! {
+            frame = body.frame() => frame,
+            () = out.closed() => return Err("the client closed the call's stream"),
+        };
+        let Some(frame) = frame else { break };
         let frame = frame.map_err(|_| "the server's stream broke")?;
         let Ok(data) = frame.into_data() else {
             continue;
@@ -172,7 +178,11 @@ async fn relay_reply(
             if message.get("id").is_some() && message.get("method").is_none() {
                 return Ok(message);
             }
-            let _ = out.send(event(ev.data.as_bytes())).await;
+            let mut passed = bytes::BytesMut::new();
+            crate::proxy::bridged::write_event(&mut passed, &ev, ev.data.as_bytes());
+            out.send(passed.freeze())
+                .await
+                .map_err(|_| "the client closed the call's stream")?;
         }
     }
     Err("the server's stream ended without the call's answer")

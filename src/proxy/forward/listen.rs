@@ -106,12 +106,14 @@ impl Proxy {
         wire::headers_to_legacy(h, &opened.version, opened.session.clone());
         let (resp, note) = self.inner(head, Bytes::new(), peer).await;
         let status = resp.status();
-        if status == StatusCode::SERVICE_UNAVAILABLE {
-            return Err((resp, note));
+        // A server without a GET stream says 405: nothing it sends can reach a listen. Any other
+        // refusal (an outage's 503, a session it lost) is the client's to see: it listens again.
+        if status == StatusCode::METHOD_NOT_ALLOWED {
+            tracing::info!("bridge: the server has no GET stream; listens get nothing");
+            return Ok(None);
         }
         if !status.is_success() || !crate::proxy::headers::is_event_stream(resp.headers()) {
-            tracing::info!(%status, "bridge: the session's GET stream refused; listens get nothing");
-            return Ok(None);
+            return Err((resp, note));
         }
         let feed = Arc::new(Feed::default());
         let reader = feed.join();

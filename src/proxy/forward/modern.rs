@@ -151,7 +151,22 @@ impl Proxy {
         };
         let sent = Bytes::from(request.body.clone());
         let mut head = call_head().await;
-        let (mut resp, mut note) = self.inner(copy(&head), sent.clone(), peer).await;
+        // The client may cancel it (`notifications/cancelled`) from here on: before its answer
+        // came, the request is given up (the server sees its connection close); while the
+        // answer streams, the stream is closed.
+        let call = token.filter(|_| local.is_some());
+        let mut call = call.and_then(|token| self.bridge.call_started(token, &message["id"]));
+        let first = self.inner(copy(&head), sent.clone(), peer);
+        let (mut resp, mut note) = match call.as_mut() {
+            Some((cancelled, _)) => tokio::select! {
+                answered = first => answered,
+                () = cancelled.wait() => {
+                    let gone = respond::empty(StatusCode::ACCEPTED);
+                    return ((gone, note(None, "cancelled")), BridgeOutcome::translated);
+                }
+            },
+            None => first.await,
+        };
         if is_call && resp.status() == StatusCode::BAD_REQUEST {
             let mismatch;
             (resp, mismatch) = header_mismatch(resp).await;
@@ -163,7 +178,8 @@ impl Proxy {
                 (resp, note) = self.inner(copy(&head), sent.clone(), peer).await;
             }
         }
-        let start = token.filter(|_| local.is_some()).map(|token| Start {
+        let watched = token.filter(|_| modern::may_be_asked(initialize));
+        let start = watched.map(|token| Start {
             bridge: self.bridge.clone(),
             head,
             sent,
@@ -177,9 +193,6 @@ impl Proxy {
             Some(start) => self.watch_for_rounds(&request.method, resp, start).await,
             None => resp,
         };
-        // The client may cancel it (`notifications/cancelled`) while it streams.
-        let call = token.filter(|_| local.is_some());
-        let call = call.and_then(|token| self.bridge.call_started(token, &message["id"]));
         let resp = match call {
             Some((cancelled, entry)) => {
                 resp.map(|body| ProxyBody::new(Cancellable::new(body, cancelled, entry)))
@@ -345,10 +358,21 @@ impl Proxy {
             let failed = respond::bad_gateway(crate::classify::FailReason::Protocol, parts.version);
             return Some((failed, note));
         };
-        let took = match rpc::reply(is_sse, &bytes) {
+        let reply = rpc::reply(is_sse, &bytes);
+        let took = match &reply {
             Reply::Result(result) => status.is_success() && result.get("protocolVersion").is_some(),
             Reply::Error(..) | Reply::Nothing => false,
         };
+        // Only a refusal of the revision decides (the 400 of a server that wants a 2026
+        // request, a 404 or 405 of no such endpoint, a JSON-RPC error); an answer about the
+        // client (401, 403, 429) is its to see, and decides nothing.
+        let refused = matches!(
+            status,
+            StatusCode::BAD_REQUEST | StatusCode::NOT_FOUND | StatusCode::METHOD_NOT_ALLOWED
+        ) || matches!(reply, Reply::Error(..));
+        if !took && !refused {
+            return Some((respond::rewritten(answer, bytes), note));
+        }
         if took {
             tracing::info!(
                 "bridge: the server takes both revisions; 2025 clients pass as they come"
