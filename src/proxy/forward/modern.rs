@@ -86,57 +86,96 @@ impl Proxy {
             let resp = self.answer_initialize(parts, &body, &message, &discovered);
             return accepted(resp);
         }
-        let token = parts.headers.get(MCP_SESSION_ID).map(HeaderValue::as_bytes);
         let initialize = local.as_ref().map(|c| &c.initialize[..]);
+        if let Some(answered) = self
+            .answer_locally(parts, &body, &message, initialize, peer)
+            .await
+        {
+            return answered;
+        }
+        self.send_modern(parts, body, &message, initialize, peer)
+            .await
+    }
+
+    /// What a 2025 client sends that holdfast answers itself (`modern::local`): the methods and
+    /// messages the 2026-07-28 revision dropped, kept as the local session's state (its level,
+    /// its subscriptions) or handed to who waits for them (an answer to a question of the
+    /// server's, a cancellation). `initialize` is the session's, when it is a local one.
+    async fn answer_locally(
+        &self,
+        parts: &http::request::Parts,
+        body: &[u8],
+        message: &Value,
+        initialize: Option<&[u8]>,
+        peer: SocketAddr,
+    ) -> Option<(Answered, BridgeOutcome)> {
+        let bridge = &*self.bridge;
+        let accepted = |resp| ((resp, note(None, BRIDGED)), BridgeOutcome::accepted);
+        // Only a local session keeps state here; another's token is not one to key it by.
+        let token = parts.headers.get(MCP_SESSION_ID).map(HeaderValue::as_bytes);
+        let local = initialize.is_some();
         let empty = |id| {
             let answer = json!({"jsonrpc": "2.0", "id": id, "result": {}});
             accepted(respond::json(StatusCode::OK, &answer))
         };
-        match modern::local(&body) {
-            Some(Local::SetLevel(id, level)) if local.is_some() => {
+        match modern::local(body)? {
+            Local::SetLevel(id, level) if local => {
                 if let Some(token) = token {
                     bridge.set_local_level(token, level);
                 }
-                return empty(id);
+                Some(empty(id))
             }
-            Some(Local::Subscribe(id, uri)) if local.is_some() => {
+            Local::Subscribe(id, uri) if local => {
                 let open = token.and_then(|token| bridge.subscribe_local(token, &uri));
                 if let Some(stream) = open {
                     let more = modern::Listen::Updates(&uri);
                     self.listen_into(parts, initialize, more, stream, peer)
                         .await;
                 }
-                return empty(id);
+                Some(empty(id))
             }
-            Some(Local::Unsubscribe(id, uri)) if local.is_some() => {
+            Local::Unsubscribe(id, uri) if local => {
                 if let Some(token) = token {
                     bridge.unsubscribe_local(token, &uri);
                 }
-                return empty(id);
+                Some(empty(id))
             }
-            Some(
-                Local::Empty(id)
-                | Local::SetLevel(id, _)
-                | Local::Subscribe(id, _)
-                | Local::Unsubscribe(id, _),
-            ) => return empty(id),
-            Some(Local::Accepted) => {
+            Local::Empty(id)
+            | Local::SetLevel(id, _)
+            | Local::Subscribe(id, _)
+            | Local::Unsubscribe(id, _) => Some(empty(id)),
+            Local::Accepted => {
                 // Perhaps the client's answer to a question holdfast asked it for the server, or
                 // its cancellation of a call in progress.
-                if let (Some(token), Some(_)) = (token, &local) {
+                if let (Some(token), true) = (token, local) {
                     if message["method"] == "notifications/cancelled" {
                         bridge.cancel_call(token, &message["params"]["requestId"]);
                     } else {
                         bridge.asks().answer(token, message.clone());
                     }
                 }
-                return accepted(respond::accepted());
+                Some(accepted(respond::accepted()))
             }
-            None => {}
         }
-        let level = token
-            .filter(|_| local.is_some())
-            .and_then(|t| bridge.local_level(t));
+    }
+
+    /// A 2025 client's request sent to the 2026-07-28 server in its revision's shape: the
+    /// envelope and routing headers, the session's level; a call whose headers the server
+    /// refused goes again once with its tools listed anew; the answer is watched for input rounds
+    /// the client is to be asked, and can be cancelled by the client.
+    async fn send_modern(
+        &self,
+        parts: &http::request::Parts,
+        body: Bytes,
+        message: &Value,
+        initialize: Option<&[u8]>,
+        peer: SocketAddr,
+    ) -> (Answered, BridgeOutcome) {
+        let bridge = &*self.bridge;
+        let passed = |answered| (answered, BridgeOutcome::passed);
+        let token = parts.headers.get(MCP_SESSION_ID).map(HeaderValue::as_bytes);
+        let local = initialize.is_some();
+        let level = token.filter(|_| local).and_then(|t| bridge.local_level(t));
         let Ok(request) = modern::request_to_modern(&body, initialize, level) else {
             return passed(self.inner(head_of(parts), body, peer).await);
         };
@@ -144,7 +183,7 @@ impl Proxy {
         let call_head = || async {
             let mut head = modern_head(parts, &request.method, request.name.as_deref());
             if is_call {
-                let params = self.param_headers(parts, initialize, &message, peer);
+                let params = self.param_headers(parts, initialize, message, peer);
                 head.headers_mut().extend(params.await);
             }
             head
@@ -154,7 +193,7 @@ impl Proxy {
         // The client may cancel it (`notifications/cancelled`) from here on: before its answer
         // came, the request is given up (the server sees its connection close); while the
         // answer streams, the stream is closed.
-        let call = token.filter(|_| local.is_some());
+        let call = token.filter(|_| local);
         let mut call = call.and_then(|token| self.bridge.call_started(token, &message["id"]));
         let first = self.inner(copy(&head), sent.clone(), peer);
         let (mut resp, mut note) = match call.as_mut() {
