@@ -1,9 +1,8 @@
 //! `[bridge]`: the era bridge (src/bridge, docs/design/era-bridge.md), off unless `mode` says.
 //!
-//! Off by default while it covers part of the protocol: a 2026-07-28 client's requests to a
-//! server that speaks only the 2025 revision, and a 2025 client's to a server of 2026-07-28
-//! only, are bridged; what it does not bridge yet (a 2025 client's resource subscriptions, log
-//! messages and server requests) is answered locally or passed as the design says.
+//! Off by default, a choice written in the README ("The era bridge"): turned on, holdfast asks
+//! the server's revision with a `server/discover` of its own and reads a 2025 client's first
+//! request whole before it knows the answer, which every deployment would see.
 
 use serde::{Deserialize, Serialize};
 
