@@ -16,6 +16,16 @@
 //! name) and the rest of it dropped, and an event's data beyond the cap is dropped, the event
 //! marked [`Event::cut`].
 
+/// `message` (one line: JSON as serde writes it) as one event: the answers and notifications
+/// holdfast writes on event streams of its own (the era bridge's).
+pub fn data_event(message: &[u8]) -> bytes::Bytes {
+    let mut out = bytes::BytesMut::with_capacity(message.len() + 8);
+    out.extend_from_slice(b"data: ");
+    out.extend_from_slice(message);
+    out.extend_from_slice(b"\n\n");
+    out.freeze()
+}
+
 /// Room on a line for its field name, beyond the cap on its value.
 const FIELD_ROOM: usize = 16;
 

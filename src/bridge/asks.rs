@@ -110,12 +110,7 @@ pub struct Asks {
 impl Asks {
     /// A new id for a question, unguessable (the client's answer names it).
     pub fn new_id() -> String {
-        use base64::Engine as _;
-        let mut bytes = [0u8; 12];
-        ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut bytes)
-            .expect("the system's random source works");
-        let random = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes);
-        format!("{ID_PREFIX}{random}")
+        super::random_name::<12>(ID_PREFIX)
     }
 
     /// Waits for the answer to question `id`, asked on session `token`. Questions whose waiter

@@ -32,6 +32,17 @@ use tokio::sync::OnceCell;
 use crate::config::BridgeMode;
 pub use era::Era;
 
+/// A random, unguessable name: `prefix` and `N` bytes of the system's random source, URL-safe
+/// base64 (input rounds' handles, the ids of questions asked of clients).
+fn random_name<const N: usize>(prefix: &str) -> String {
+    use base64::Engine as _;
+    let mut bytes = [0u8; N];
+    ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut bytes)
+        .expect("the system's random source works");
+    let random = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes);
+    format!("{prefix}{random}")
+}
+
 /// The largest event translated: an answer beyond it (a huge tool result) is cut by the reader
 /// and cannot be rewritten whole.
 pub const MAX_EVENT: usize = 8 * 1024 * 1024;

@@ -96,14 +96,7 @@ pub struct Rounds {
 impl Rounds {
     /// A new, unguessable handle: the round's `requestState`.
     pub fn handle() -> String {
-        use base64::Engine as _;
-        let mut bytes = [0u8; 18];
-        ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut bytes)
-            .expect("the system's random source works");
-        format!(
-            "hf1.{}",
-            base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
-        )
+        super::random_name::<18>("hf1.")
     }
 
     /// Parks `parked` under `handle`; rounds past their time are let go first (and cancelled),

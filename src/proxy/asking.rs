@@ -7,7 +7,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
 use http_body::{Body, Frame, SizeHint};
 use serde_json::Value;
 use tokio::sync::mpsc;
@@ -47,19 +47,10 @@ impl Start {
         };
         if !self.bridge.ask(asking) {
             let why = "holdfast has too many calls waiting for their clients' input; call again";
-            let _ = refused.try_send(event(&asks::failed(&client_id, why)));
+            let _ = refused.try_send(crate::sse::data_event(&asks::failed(&client_id, why)));
         }
         stream
     }
-}
-
-/// `data` as one SSE event (a JSON message holds no newline).
-pub fn event(data: &[u8]) -> Bytes {
-    let mut out = BytesMut::with_capacity(data.len() + 8);
-    out.put_slice(b"data: ");
-    out.put_slice(data);
-    out.put_slice(b"\n\n");
-    out.freeze()
 }
 
 /// A 2025 client's stream for a call that may turn into input rounds.

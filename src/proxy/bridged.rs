@@ -239,9 +239,7 @@ fn park(this: &mut TranslatedProj<'_>, ask: Ask, after: Vec<sse::Event>, out: &m
     };
     let handle = Rounds::handle();
     let answer = wire::input_required(&sent.client_id, &ask, &handle);
-    out.put_slice(b"data: ");
-    out.put_slice(&answer);
-    out.put_slice(b"\n\n");
+    out.put_slice(&sse::data_event(&answer));
     let empty = http_body_util::Empty::new()
         .map_err(|never| match never {})
         .boxed_unsync();

@@ -8,7 +8,7 @@
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use serde_json::Value;
 
@@ -32,22 +32,15 @@ pub struct Listening {
 impl Listening {
     pub fn new(id: Value, honoured: Filter, reader: Option<Reader>) -> Listening {
         Listening {
-            first: Some(event(&listen::acknowledgement(&id, &honoured))),
+            first: Some(crate::sse::data_event(&listen::acknowledgement(
+                &id, &honoured,
+            ))),
             reader,
             filter: honoured,
             id,
             done: false,
         }
     }
-}
-
-/// `data` as one SSE event (a JSON message holds no newline).
-fn event(data: &[u8]) -> Bytes {
-    let mut out = BytesMut::with_capacity(data.len() + 8);
-    out.put_slice(b"data: ");
-    out.put_slice(data);
-    out.put_slice(b"\n\n");
-    out.freeze()
 }
 
 impl Body for Listening {
@@ -67,14 +60,14 @@ impl Body for Listening {
         let this = &mut *self;
         let Some(reader) = this.reader.as_mut() else {
             this.done = true;
-            let end = event(&listen::ended(&this.id));
+            let end = crate::sse::data_event(&listen::ended(&this.id));
             return Poll::Ready(Some(Ok(Frame::data(end))));
         };
         loop {
             match std::task::ready!(reader.events.poll_recv(cx)) {
                 Some(data) => {
                     if let Some(out) = listen::notification(&data, &this.filter, &this.id) {
-                        return Poll::Ready(Some(Ok(Frame::data(event(&out)))));
+                        return Poll::Ready(Some(Ok(Frame::data(crate::sse::data_event(&out)))));
                     }
                 }
                 None => {

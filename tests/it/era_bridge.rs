@@ -416,8 +416,9 @@ async fn a_client_closing_its_stream_cancels_the_call_on_the_session() {
     assert!(call.session.is_some());
 }
 
-/// A server of the 2026-07-28 revision only: the Python SDK's with its handshake cut off.
-async fn modern_only(dir: &TempDir) -> PyServer {
+/// A server of the 2026-07-28 revision only: the Python SDK's with its handshake cut off
+/// (`tests/python/modern_only_server.py`), its ledger in `dir`.
+pub(crate) async fn modern_only(dir: &TempDir) -> PyServer {
     let ledger = dir.path().join("ledger");
     PyServer::start_script("tests/python/modern_only_server.py", &ledger).await
 }

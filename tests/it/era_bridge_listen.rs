@@ -229,12 +229,7 @@ async fn a_2025_client_of_a_server_of_both_revisions_passes_untranslated() {
 #[tokio::test]
 async fn a_2025_clients_log_level_goes_with_each_request_to_a_2026_only_server() {
     let dir = TempDir::new("bridge-modern-log");
-    let ledger = dir.path().join("ledger");
-    let server = crate::support::python::PyServer::start_script(
-        "tests/python/modern_only_server.py",
-        &ledger,
-    )
-    .await;
+    let server = crate::era_bridge::modern_only(&dir).await;
     let holdfast = bridging(&format!("http://{}", server.addr()), false).await;
     let mut client = crate::support::clients::PeerClient::start(&holdfast.url("/mcp")).await;
     let logs = async |client: &mut crate::support::clients::PeerClient| {
@@ -267,12 +262,7 @@ async fn a_2025_clients_log_level_goes_with_each_request_to_a_2026_only_server()
 #[tokio::test]
 async fn a_2026_only_servers_input_round_reaches_a_2025_client_as_its_request() {
     let dir = TempDir::new("bridge-modern-ask");
-    let ledger = dir.path().join("ledger");
-    let server = crate::support::python::PyServer::start_script(
-        "tests/python/modern_only_server.py",
-        &ledger,
-    )
-    .await;
+    let server = crate::era_bridge::modern_only(&dir).await;
     let router = FakeRouter::start(server.addr()).await;
     let holdfast = bridging(&format!("http://{}", router.addr), false).await;
     let url = holdfast.url("/mcp");
@@ -316,12 +306,7 @@ async fn a_2026_only_servers_input_round_reaches_a_2025_client_as_its_request() 
 #[tokio::test]
 async fn a_2025_clients_subscription_reaches_a_2026_only_server_on_its_get_stream() {
     let dir = TempDir::new("bridge-modern-subscribe");
-    let ledger = dir.path().join("ledger");
-    let mut server = crate::support::python::PyServer::start_script(
-        "tests/python/modern_only_server.py",
-        &ledger,
-    )
-    .await;
+    let mut server = crate::era_bridge::modern_only(&dir).await;
     let holdfast = bridging(&format!("http://{}", server.addr()), false).await;
     let mut client = crate::support::clients::PeerClient::start(&holdfast.url("/mcp")).await;
     // The client's GET stream is open (a listen for list changes) before it subscribes: the
@@ -379,12 +364,7 @@ async fn a_2025_clients_subscription_reaches_a_2026_only_server_on_its_get_strea
 #[tokio::test]
 async fn a_call_refused_for_headers_of_a_tool_added_since_goes_again_with_them() {
     let dir = TempDir::new("bridge-modern-grow");
-    let ledger = dir.path().join("ledger");
-    let server = crate::support::python::PyServer::start_script(
-        "tests/python/modern_only_server.py",
-        &ledger,
-    )
-    .await;
+    let server = crate::era_bridge::modern_only(&dir).await;
     let router = FakeRouter::start(server.addr()).await;
     let holdfast = bridging(&format!("http://{}", router.addr), false).await;
     let mut client = crate::support::clients::PeerClient::start(&holdfast.url("/mcp")).await;
@@ -417,12 +397,7 @@ async fn a_call_refused_for_headers_of_a_tool_added_since_goes_again_with_them()
 #[tokio::test]
 async fn a_2025_clients_cancellation_closes_the_calls_stream_at_a_2026_only_server() {
     let dir = TempDir::new("bridge-modern-cancel");
-    let ledger = dir.path().join("ledger");
-    let server = crate::support::python::PyServer::start_script(
-        "tests/python/modern_only_server.py",
-        &ledger,
-    )
-    .await;
+    let server = crate::era_bridge::modern_only(&dir).await;
     let holdfast = bridging(&format!("http://{}", server.addr()), false).await;
     let mut client = crate::support::clients::PeerClient::start(&holdfast.url("/mcp")).await;
     client.send(serde_json::json!({"op": "cancel", "tool": "slow"}));

@@ -13,7 +13,7 @@ use super::bridged::{copy, read_whole};
 use super::Proxy;
 use crate::bridge::asks::{self, Asks, MAX_ROUNDS};
 use crate::bridge::Asking;
-use crate::proxy::asking::{event, round_answer, Relayed, Start};
+use crate::proxy::asking::{round_answer, Relayed, Start};
 use crate::proxy::body::ProxyBody;
 use crate::respond;
 
@@ -80,7 +80,7 @@ impl Proxy {
                 asks::failed(&client_id, why)
             }
         };
-        let _ = out.send(event(&last)).await;
+        let _ = out.send(crate::sse::data_event(&last)).await;
     }
 
     /// The server's final reply to the call of `asking`, after as many rounds as it asks.
@@ -123,7 +123,7 @@ impl Proxy {
             .ok_or("holdfast has too many questions waiting for their clients' answers")?;
         asking
             .out
-            .send(event(&request))
+            .send(crate::sse::data_event(&request))
             .await
             .map_err(|_| "the client closed the call's stream")?;
         let answer = tokio::select! {
