@@ -266,7 +266,7 @@ mod access_tests {
         let config = Config::from_raw(&raw, &|_| "test".into()).expect("valid");
         let mut registry = prometheus_client::registry::Registry::default();
         let metrics = Arc::new(crate::metrics::Metrics::register(&mut registry));
-        let proxy = Arc::new(Proxy::new(&config, metrics));
+        let proxy = Proxy::new(&config, metrics).shared();
         Control::new(Current::new(proxy), token.map(AdminToken::for_tests))
     }
 

@@ -31,6 +31,7 @@ use http::Uri;
 use crate::tls::{self, Identity, TlsError};
 
 mod bridge;
+mod changes;
 pub mod duration;
 mod forwarded;
 mod hold;
@@ -124,6 +125,7 @@ pub struct Config {
 }
 
 pub use bridge::{Bridge, BridgeMode, RawBridge};
+pub use changes::{Act, OnChange, RawOnChange};
 pub use forwarded::{RawForwarded, TrustedProxies};
 pub use pause::{AdminToken, Pause};
 pub use request_id::{RawRequestId, RawRequestIdFlags, RequestId};

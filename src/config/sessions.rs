@@ -38,6 +38,8 @@ pub struct RawSessions {
     /// The deployment's name, bound into every token (its AAD): a token sealed for one
     /// deployment does not open at another that shares a key. Empty: unnamed.
     pub deployment: String,
+    /// What a deploy's changes do to the sessions carried through it.
+    pub on_change: super::RawOnChange,
 }
 
 impl Default for RawSessions {
@@ -52,6 +54,7 @@ impl Default for RawSessions {
             token_max_age_secs: defaults::SESSIONS_TOKEN_MAX_AGE_SECS,
             store: None,
             deployment: String::new(),
+            on_change: super::RawOnChange::default(),
         }
     }
 }
@@ -80,6 +83,8 @@ pub struct Sessions {
     pub store_tls: Option<StoreTls>,
     /// What to warn of at start about `key_file`: other users of the host may read it.
     pub key_file_warning: Option<String>,
+    /// What a deploy's changes do to the sessions carried through it.
+    pub on_change: super::OnChange,
 }
 
 /// One key: 32 bytes. Its `Debug` never shows it, and it is wiped when dropped (a rotated-out
@@ -293,7 +298,8 @@ impl Validator<'_> {
     pub(super) fn sessions(&mut self, raw: &RawSessions) -> Option<Sessions> {
         let idle = self.secs("sessions.idle_timeout_secs", raw.idle_timeout_secs);
         let max_age = self.secs("sessions.token_max_age_secs", raw.token_max_age_secs);
-        let mut ok = idle.is_some() && max_age.is_some();
+        let on_change = self.on_change(&raw.on_change);
+        let mut ok = idle.is_some() && max_age.is_some() && on_change.is_some();
         if raw.max_tracked == 0 {
             ok = false;
             self.fail::<()>("sessions.max_tracked", "must be at least 1".into());
@@ -367,6 +373,7 @@ impl Validator<'_> {
             // Filled by the validation of `[client]`, which knows its files: `store_tls`.
             store_tls: None,
             key_file_warning,
+            on_change: on_change.expect("checked"),
         })
     }
 }

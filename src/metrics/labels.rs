@@ -90,6 +90,57 @@ impl From<ResumeOutcome> for ResumeLabel {
     }
 }
 
+/// Label set of `holdfast_server_changes_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ServerChangeLabel {
+    /// What differed from what the client was told.
+    pub what: ServerChange,
+}
+
+/// What a re-established session found changed in the server (a deploy).
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)]
+pub enum ServerChange {
+    tools,
+    prompts,
+    resources,
+    resource_templates,
+    protocol_version,
+    capabilities,
+    instructions,
+    server_info,
+}
+
+impl ServerChange {
+    pub const ALL: [ServerChange; 8] = [
+        ServerChange::tools,
+        ServerChange::prompts,
+        ServerChange::resources,
+        ServerChange::resource_templates,
+        ServerChange::protocol_version,
+        ServerChange::capabilities,
+        ServerChange::instructions,
+        ServerChange::server_info,
+    ];
+}
+
+impl From<crate::session::told::Change> for ServerChangeLabel {
+    fn from(change: crate::session::told::Change) -> Self {
+        use crate::session::told::{Change, List};
+        let what = match change {
+            Change::List(List::Tools) => ServerChange::tools,
+            Change::List(List::Prompts) => ServerChange::prompts,
+            Change::List(List::Resources) => ServerChange::resources,
+            Change::List(List::Templates) => ServerChange::resource_templates,
+            Change::ProtocolVersion => ServerChange::protocol_version,
+            Change::Capabilities => ServerChange::capabilities,
+            Change::Instructions => ServerChange::instructions,
+            Change::ServerInfo => ServerChange::server_info,
+        };
+        ServerChangeLabel { what }
+    }
+}
+
 /// Label set of `holdfast_session_reestablished_total`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReestablishLabel {

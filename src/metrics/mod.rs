@@ -103,6 +103,12 @@ pub struct Metrics {
     /// `holdfast_session_reestablished_total{cause}`: sessions re-established upstream, by why
     /// the upstream did not know them.
     pub session_reestablished: Family<ReestablishLabel, Counter>,
+    /// `holdfast_server_changes_total{what}`: what re-established sessions found changed in
+    /// the server since their client was told (a deploy).
+    pub server_changes: Family<ServerChangeLabel, Counter>,
+    /// `holdfast_sse_streams_reopened_total`: clients' standalone event streams holdfast
+    /// reopened upstream instead of ending them with the server's.
+    pub sse_streams_reopened: Counter,
     /// `holdfast_session_tokens_refused_total{reason}`: session tokens not used, by why.
     pub session_tokens_refused: Family<TokenLabel, Counter>,
     /// `holdfast_session_store_errors_total`: commands to `sessions.store` that failed.
@@ -170,6 +176,8 @@ impl Metrics {
             sessions_tracked: Gauge::default(),
             session_resumes: Family::default(),
             session_reestablished: Family::default(),
+            server_changes: Family::default(),
+            sse_streams_reopened: Counter::default(),
             session_tokens_refused: Family::default(),
             session_store_errors: Counter::default(),
             safe_retries: Family::default(),
@@ -246,6 +254,9 @@ impl Metrics {
             let _ = m
                 .session_reestablished
                 .get_or_create(&ReestablishLabel { cause });
+        }
+        for what in ServerChange::ALL {
+            let _ = m.server_changes.get_or_create(&ServerChangeLabel { what });
         }
         for reason in [
             TokenReason::malformed,
@@ -419,6 +430,16 @@ impl Metrics {
             "session_reestablished",
             "MCP sessions re-established upstream, by why the upstream did not know them",
             self.session_reestablished.clone(),
+        );
+        r.register(
+            "server_changes",
+            "What re-established MCP sessions found changed in the server since their client was told (a deploy)",
+            self.server_changes.clone(),
+        );
+        r.register(
+            "sse_streams_reopened",
+            "Clients' standalone event streams reopened upstream when the server's ended, instead of ending them",
+            self.sse_streams_reopened.clone(),
         );
         r.register(
             "session_tokens_refused",

@@ -19,6 +19,7 @@ mod control;
 mod listen;
 mod modern;
 mod moves;
+mod reopen;
 mod rounds;
 mod service;
 #[cfg(test)]
@@ -76,6 +77,9 @@ pub struct Proxy {
     /// The era bridge (`[bridge]`): its verdict and sessions outlive a reload.
     bridge: Arc<crate::bridge::Bridge>,
     metrics: Arc<Metrics>,
+    /// This proxy, once in its `Arc` ([`Proxy::shared`]): what a kept event stream reopens
+    /// through.
+    this: std::sync::Weak<Proxy>,
 }
 
 /// Bytes of a request body scanned for its MCP method.
@@ -110,6 +114,8 @@ pub(super) struct Exchange {
     pub(super) described: Option<Box<super::access::Described>>,
     /// Its spans, with tracing on: given by the service, taken back once it is answered.
     pub(super) trace: Option<Box<crate::telemetry::trace::RequestSpan>>,
+    /// It is holdfast's own GET, reopening a kept event stream ([`crate::proxy::kept`]).
+    reopens: bool,
 }
 
 /// What the executor does after carrying out a step.
@@ -170,25 +176,13 @@ impl Proxy {
         if handed {
             target.headers.remove(super::handoff::HANDOFF);
         }
-        Ok(Exchange {
-            carried: self.keeper.carried(&target),
-            route: std::sync::OnceLock::new(),
-            outages: self.hold.upstream().clone(),
-            target,
-            handle: BodyHandle::new(
-                body,
-                self.bodies.replay_cap,
-                self.bodies.copy_budget.clone(),
-                self.timeouts.stream_idle,
-            ),
-            ticket: Ticket::default(),
-            version,
-            life: Life::new(self.hold.enabled(), handed),
-            flight: None,
-            mcp: std::sync::OnceLock::new(),
-            described: None,
-            trace: None,
-        })
+        let handle = BodyHandle::new(
+            body,
+            self.bodies.replay_cap,
+            self.bodies.copy_budget.clone(),
+            self.timeouts.stream_idle,
+        );
+        Ok(self.exchange_of(target, handle, version, handed))
     }
 
     /// Forwards one request begun by [`Proxy::begin`]: attempts until one is answered, held
@@ -448,12 +442,14 @@ impl Proxy {
                     .routes
                     .learn(ex.target.client.path(), Instant::now);
             }
-            let confirm = match self
+            let beside = match self
                 .keeper
                 .after_answer(&ex.target, ex.carried.as_ref(), head, &ex.handle)
                 .await
             {
-                After::Pass(confirm) => confirm,
+                After::Pass(Some(confirm)) => Some(Beside::Confirm(confirm)),
+                After::Pass(None) => self.tells(ex, head.status),
+                After::Opened(session) => Some(Beside::Told(super::told::Heard::Offer, session)),
                 After::EndNotRecorded => {
                     let note = Note {
                         upstream_status: Some(head.status),
@@ -466,7 +462,7 @@ impl Proxy {
                 upstream_status: Some(head.status),
                 action: ex.life.path().as_str(),
             };
-            let resp = self.passed(ex, head, answer.1, is_sse, watch, confirm);
+            let resp = self.passed(ex, head, answer.1, is_sse, watch, beside);
             Next::Answer((resp, note))
         }
     }
@@ -481,7 +477,7 @@ impl Proxy {
         rest: super::answer::Peeked,
         is_sse: bool,
         watch: Option<(unanswered::Reader, crate::jsonrpc::Id)>,
-        confirm: Option<super::confirm::Pending>,
+        beside: Option<Beside>,
     ) -> Response<ProxyBody> {
         let learn = (head.status.is_success() && self.answers_tools_list(ex))
             .then(|| ex.target.headers.get(HOST).cloned());
@@ -491,21 +487,30 @@ impl Proxy {
         if let Some((reader, id)) = watch {
             resp = self.answers.watch_unanswered(resp, reader, id);
         }
-        if let Some(pending) = confirm {
-            resp = resp.map(|body| {
-                http_body_util::BodyExt::boxed_unsync(super::confirm::Confirm::new(
-                    body, pending, is_sse,
-                ))
-            });
+        match beside {
+            Some(Beside::Told(heard, session)) => {
+                resp = resp.map(|body| {
+                    let telling = super::told::Telling::new(body, is_sse, heard, session);
+                    http_body_util::BodyExt::boxed_unsync(telling)
+                });
+            }
+            Some(Beside::Confirm(pending)) => {
+                resp = resp.map(|body| {
+                    let confirm = super::confirm::Confirm::new(body, pending, is_sse);
+                    http_body_util::BodyExt::boxed_unsync(confirm)
+                });
+            }
+            None => {}
         }
-        match (legacy_stream, &ex.target.client_host) {
+        let resp = match (legacy_stream, &ex.target.client_host) {
             (true, Some(host)) => {
                 let path = ex.target.client.path();
                 self.dest
                     .endpoint_rewrite(resp, host, path, &self.upstream.reading.routes)
             }
             _ => resp,
-        }
+        };
+        self.keep(ex, resp)
     }
 
     /// A router answered by itself with something the client must see as it is.
@@ -552,6 +557,16 @@ impl Proxy {
         })
     }
 
+    /// What a 2xx answer to a list call on a carried session tells its client.
+    fn tells(&self, ex: &Exchange, status: StatusCode) -> Option<Beside> {
+        let carried = ex.carried.as_ref()?;
+        if ex.target.method != Method::POST || !status.is_success() {
+            return None;
+        }
+        let heard = super::told::heard_list(self.mcp_method(ex), &ex.handle)?;
+        Some(Beside::Told(heard, carried.session.clone()))
+    }
+
     /// Whether this request is a `tools/list`, whose answer teaches which tools are safe to
     /// call twice.
     fn answers_tools_list(&self, ex: &Exchange) -> bool {
@@ -561,6 +576,14 @@ impl Proxy {
         // The same top-level `method` the metrics count (the header's, else the body's).
         self.mcp_method(ex) == McpMethod::ToolsList
     }
+}
+
+/// What an answer passed to the client is read for beside it: a state change its request set,
+/// confirmed by its result; or what it tells the session's client (an `initialize`'s offer, a
+/// list's page). Never both: a request that sets state lists nothing.
+enum Beside {
+    Confirm(super::confirm::Pending),
+    Told(super::told::Heard, Arc<crate::session::Session>),
 }
 
 /// What a request's event stream showed before its first event reached the client: the event

@@ -53,6 +53,7 @@ pub mod handoff;
 pub mod headers;
 mod health;
 pub mod in_flight;
+mod kept;
 mod life;
 mod listening;
 #[cfg(test)]
@@ -62,6 +63,7 @@ pub mod request_id;
 mod resume;
 mod sent;
 mod sessions;
+mod told;
 mod traced;
 mod unanswered;
 
@@ -155,6 +157,7 @@ struct Note {
 }
 
 /// The request as it goes upstream (kept for replays).
+#[derive(Clone)]
 struct Target {
     method: http::Method,
     uri: Uri,

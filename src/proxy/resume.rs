@@ -38,6 +38,8 @@ use crate::session::{
     Origin, Plan, Session, TokenRefusal, LAST_EVENT_ID, MCP_PROTOCOL_VERSION, MCP_SESSION_ID,
 };
 
+mod changed;
+
 /// Most bytes of an answer read while looking for its JSON-RPC response.
 const MAX_REPLY_BYTES: usize = 1 << 20;
 
@@ -59,6 +61,8 @@ enum Resume {
     Failed(String),
     /// Its client ended it, at another replica (the shared store says so).
     Ended,
+    /// The server changed in a way `[sessions.on_change]` ends the session for: ended.
+    EndedByChange,
 }
 
 /// An answer to a request holdfast sent on its own.
@@ -174,6 +178,8 @@ impl Keeper {
                 tracing::debug!("the session was ended at another replica: its answer passes");
                 Gone::Pass
             }
+            // Said where it was decided (src/proxy/resume/changed.rs).
+            Resume::EndedByChange => Gone::Pass,
             Resume::Failed(why) => {
                 self.count_resume(ResumeOutcome::failed);
                 tracing::warn!(
@@ -209,6 +215,9 @@ impl Resuming<'_> {
                     .into(),
             );
         };
+        if session.was_ended() {
+            return Resume::EndedByChange;
+        }
         if session.upstream_id() != carried.sent {
             return Resume::DoneByAnother;
         }
@@ -231,7 +240,7 @@ impl Resuming<'_> {
         if let Some(resume) = self.alive(status, &own, &headers, carried, &plan).await {
             return resume;
         }
-        let (upstream_id, negotiated) = match self
+        let (upstream_id, negotiated, offered) = match self
             .initialize(own(headers.clone()), plan.initialize.clone())
             .await
         {
@@ -246,8 +255,26 @@ impl Resuming<'_> {
         if let Err(resume) = self.bring_up(status, &own, &headers, &plan).await {
             return resume;
         }
-        self.resumed(session, upstream_id, plan.state.len());
-        Resume::Done
+        // What the client was told, against what the new server offers (a deploy?).
+        let was = session.told(|t| t.offer().map(|o| o.server.clone()));
+        let compared = match self.compare(session, &own, &headers, &offered).await {
+            Ok(compared) => compared,
+            Err(resume) => return resume,
+        };
+        match self.act(compared, was, &own, &headers).await {
+            changed::Outcome::End => {
+                self.keeper.end_changed(session).await;
+                Resume::EndedByChange
+            }
+            changed::Outcome::GoOn(compared) => {
+                self.resumed(session, upstream_id, plan.state.len());
+                if let Some(compared) = compared {
+                    let notify = self.keeper.on_change.lists == crate::config::Act::Notify;
+                    changed::tell(session, compared, notify);
+                }
+                Resume::Done
+            }
+        }
     }
 
     /// Is the session really gone? A 404 or 400 can also be a request's own answer (a server
@@ -366,13 +393,13 @@ impl Resuming<'_> {
         );
     }
 
-    /// Sends the recorded `initialize`; the new upstream session id and the protocol version the
-    /// server chose, or why not.
+    /// Sends the recorded `initialize`; the new upstream session id, the protocol version the
+    /// server chose and its whole result, or why not.
     async fn initialize(
         &self,
         target: Target,
         body: Bytes,
-    ) -> Result<(HeaderValue, Option<HeaderValue>), Resume> {
+    ) -> Result<(HeaderValue, Option<HeaderValue>, serde_json::Value), Resume> {
         let answer = self.send_own(&target, body, true).await?;
         let status = answer.head.status;
         if !status.is_success() {
@@ -391,7 +418,7 @@ impl Resuming<'_> {
                     .get("protocolVersion")
                     .and_then(|v| v.as_str())
                     .and_then(|v| HeaderValue::from_str(v).ok());
-                Ok((upstream_id, version))
+                Ok((upstream_id, version, result))
             }
             Reply::Error(code, message) => Err(Resume::Failed(format!(
                 "the server answered the initialize with JSON-RPC error {code} ({message})"

@@ -18,6 +18,9 @@ use crate::session::{self, Plan, Recorded, Session, Table, TokenRefusal};
 pub(super) enum After {
     /// Pass the answer; with a state change it sets, once its body confirms it.
     Pass(Option<super::confirm::Pending>),
+    /// Pass the answer, which opened this session: it tells the client what the server offers
+    /// ([`super::told`]).
+    Opened(Arc<Session>),
     /// The session's end was not recorded in the shared store: answer 503 instead, so the
     /// client retries the DELETE.
     EndNotRecorded,
@@ -30,6 +33,8 @@ pub(super) struct Keeper {
     pub(super) metrics: Arc<Metrics>,
     /// Longest a request waits for another request's re-establishment of its session.
     pub(super) resume_wait: Duration,
+    /// What a deploy's changes do to the sessions carried through it.
+    pub(super) on_change: crate::config::OnChange,
 }
 
 impl Keeper {
@@ -72,7 +77,10 @@ impl Keeper {
                 && !target.headers.contains_key(session::MCP_SESSION_ID);
             let upstream_id = head.headers.get(session::MCP_SESSION_ID).cloned();
             if let (true, Some(id)) = (opened, upstream_id) {
-                Box::pin(self.record_session(target, head, id, handle)).await;
+                if let Some(session) = Box::pin(self.record_session(target, head, id, handle)).await
+                {
+                    return After::Opened(session);
+                }
             }
             return After::Pass(None);
         };
@@ -161,6 +169,17 @@ impl Keeper {
         })
     }
 
+    /// Ends `session` because the server changed in a way `[sessions.on_change]` ends it for:
+    /// as a DELETE would, here and (with the store) at every replica, so that its client's
+    /// next request gets the server's answer for a session it does not know.
+    pub(super) async fn end_changed(&self, session: &Session) {
+        // A store that did not take it leaves the other replicas carrying the session: said
+        // there, and the session is ended here all the same.
+        session.end_changed();
+        let _ = Box::pin(self.share_end(session)).await;
+        self.sessions.end(session.client_id());
+    }
+
     /// What the other replicas know of `session` (`sessions.store`), for its re-establishment:
     /// the state they recorded replaces this holdfast's in `plan`. True when its client ended it
     /// (at any replica): it is not re-established.
@@ -200,21 +219,19 @@ impl Keeper {
     }
 
     /// Tracks the session an `initialize` just opened, if the request was one, and hands its
-    /// client the session's token in place of the upstream's id.
+    /// client the session's token in place of the upstream's id. The session, once tracked.
     async fn record_session(
         &self,
         target: &Target,
         head: &mut http::response::Parts,
         upstream_id: http::HeaderValue,
         handle: &BodyHandle,
-    ) {
+    ) -> Option<Arc<Session>> {
         let Some(body) = handle.read_whole(BODY_ID_WAIT).await else {
             tracing::debug!("a session opened, but its request body was not kept: not tracked");
-            return;
+            return None;
         };
-        let Some(init) = session::rpc::initialize(&body) else {
-            return;
-        };
+        let init = session::rpc::initialize(&body)?;
         let version = init
             .protocol_version
             .and_then(|v| http::HeaderValue::from_str(&v).ok());
@@ -224,13 +241,18 @@ impl Keeper {
         {
             // The client holds the token from now on; the upstream never sees it.
             Recorded::Tracked(client_id) => {
+                let session = self.sessions.lookup(&client_id).ok();
                 head.headers.insert(session::MCP_SESSION_ID, client_id);
+                session
             }
-            Recorded::TooLarge => tracing::info!(
-                limit = self.sessions.max_initialize_bytes(),
-                "an initialize body is larger than sessions.max_initialize_bytes: its session \
-                 is not tracked and will not survive a backend restart"
-            ),
+            Recorded::TooLarge => {
+                tracing::info!(
+                    limit = self.sessions.max_initialize_bytes(),
+                    "an initialize body is larger than sessions.max_initialize_bytes: its \
+                     session is not tracked and will not survive a backend restart"
+                );
+                None
+            }
         }
     }
 }

@@ -141,7 +141,7 @@ pub async fn run(
         tracing::warn!("sessions.key_file: {warning}");
     }
     let traces = start_tracing(&config.tracing, &metrics)?;
-    let proxy = Arc::new(Proxy::new(&config, metrics).traced(traces.clone()));
+    let proxy = Proxy::new(&config, metrics).traced(traces.clone()).shared();
     let current = Current::new(proxy.clone());
     // The session keys' reloader, stopped with `run` like the certificate's.
     let key_reloader = key_reloader(&proxy);

@@ -89,7 +89,7 @@ impl Live {
         keep_fixed(&self.config, &mut next);
         let (proxy, fixed_sessions) = self.current.get().reconfigured(&next);
         fixed.extend(fixed_sessions);
-        self.current.replace(Arc::new(proxy));
+        self.current.replace(proxy.shared());
         if let Err(e) = crate::telemetry::set_level(&next.log_level, next.log_level_said) {
             tracing::debug!(error = %e, "log_level not reloaded");
         }

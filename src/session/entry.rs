@@ -11,6 +11,7 @@ use http::{HeaderMap, HeaderValue, Uri};
 
 use super::rpc::StateChange;
 use super::shared::SharedState;
+use super::told::{List, Offer, Told};
 use super::{LAST_EVENT_ID, MCP_SESSION_ID};
 
 /// One tracked session.
@@ -31,6 +32,12 @@ pub struct Session {
     state: Mutex<State>,
     /// Held while the session is re-established: one resume at a time.
     resuming: tokio::sync::Mutex<()>,
+    /// Woken when the client has notifications waiting ([`Session::tell`]): its kept event
+    /// stream writes them.
+    news: tokio::sync::Notify,
+    /// Ended by holdfast because the server changed (`[sessions.on_change]`): a request that
+    /// waited for that re-establishment does not try another.
+    ended: std::sync::atomic::AtomicBool,
     /// The store's byte count, given back when this session goes.
     recorded: Arc<AtomicUsize>,
 }
@@ -62,6 +69,8 @@ pub(super) struct State {
     /// `Last-Event-ID` the client sends names an event of the old session, meaningless to the
     /// new one.
     drop_last_event_id: bool,
+    /// What the client was told: the `initialize` result and the lists, as digests.
+    told: Told,
     /// Bytes of this session counted in the store's total.
     pub(super) bytes: usize,
 }
@@ -116,9 +125,12 @@ impl Session {
                 log_level: None,
                 subscriptions: BTreeSet::new(),
                 drop_last_event_id: false,
+                told: Told::default(),
                 bytes,
             }),
             resuming: tokio::sync::Mutex::new(()),
+            news: tokio::sync::Notify::new(),
+            ended: std::sync::atomic::AtomicBool::new(false),
             recorded,
         }
     }
@@ -227,6 +239,61 @@ impl Session {
         let mut state = self.lock();
         state.upstream_id = upstream_id;
         state.drop_last_event_id = true;
+    }
+
+    /// The server answered the session's `initialize` with `result` (what its client caches).
+    pub fn offered(&self, result: &serde_json::Value) {
+        self.lock().told.offered(result);
+    }
+
+    /// The client received a page of `list` (`first`: asked without a cursor); `None` when it
+    /// could not be read.
+    pub fn listed(&self, list: List, first: bool, result: Option<&serde_json::Value>) {
+        self.lock().told.page(list, first, result);
+    }
+
+    /// Reads what the client was told.
+    pub fn told<R>(&self, read: impl FnOnce(&Told) -> R) -> R {
+        read(&self.lock().told)
+    }
+
+    /// After a re-establishment: the client is now told of `offer` and these lists, and is to
+    /// hear that `changed` lists changed (its event stream is woken).
+    pub fn told_now(
+        &self,
+        offer: Offer,
+        lists: &[(List, Option<super::told::Digest>)],
+        changed: &[List],
+    ) {
+        {
+            let mut state = self.lock();
+            state.told.now(offer, lists);
+            state.told.tell(changed.iter().copied());
+        }
+        if !changed.is_empty() {
+            // A permit is kept when no stream waits: the next one to open takes it.
+            self.news.notify_one();
+        }
+    }
+
+    /// The notifications waiting for the client (as [`List`] bits), taken.
+    pub fn take_news(&self) -> u8 {
+        self.lock().told.take_pending()
+    }
+
+    /// Resolves when notifications may be waiting ([`Session::take_news`]).
+    pub async fn news(&self) {
+        self.news.notified().await;
+    }
+
+    /// Holdfast ended the session: the server changed in a way `[sessions.on_change]` ends it.
+    pub fn end_changed(&self) {
+        self.ended.store(true, Ordering::Release);
+    }
+
+    /// Whether holdfast ended the session ([`Session::end_changed`]).
+    pub fn was_ended(&self) -> bool {
+        self.ended.load(Ordering::Acquire)
     }
 
     /// Waits for any other resume of this session to finish, then holds the right to resume.

@@ -105,6 +105,7 @@ mod tests {
             store: None,
             store_tls: None,
             key_file_warning: None,
+            on_change: config::OnChange::default(),
         }
     }
 

@@ -31,6 +31,7 @@ pub mod rpc;
 pub mod shared;
 mod store;
 pub mod token;
+pub mod told;
 
 pub use entry::{Origin, Plan, Session};
 pub use keys::{spawn_key_reloader, Keys};

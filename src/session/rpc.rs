@@ -109,6 +109,22 @@ pub fn replay_request(n: usize, change: &StateChange) -> Bytes {
     Bytes::from(request.to_string())
 }
 
+/// Page `n` of a list (`tools/list` and the like) after `cursor`, asked on a re-established
+/// session to learn what the new server offers. Ids are holdfast's own (`holdfast-list-N`).
+pub fn list_request(method: &str, n: usize, cursor: Option<&str>) -> Bytes {
+    let params = match cursor {
+        Some(cursor) => serde_json::json!({ "cursor": cursor }),
+        None => serde_json::json!({}),
+    };
+    let request = serde_json::json!({
+        "jsonrpc": "2.0",
+        "id": format!("holdfast-list-{n}"),
+        "method": method,
+        "params": params,
+    });
+    Bytes::from(request.to_string())
+}
+
 /// What the server answered to a request holdfast sent on its own.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Reply {

@@ -63,6 +63,7 @@ mod rows_404;
 mod rows_answers;
 mod rows_unavailable;
 mod safe_calls;
+mod server_changes;
 mod session;
 mod session_forgotten;
 mod session_not_resumed;

@@ -21,7 +21,7 @@
 //         is the tool names, comma-separated), {"op":"setLevel","level":"debug"},
 //         {"op":"close"} (DELETE the session, then exit), {"op":"toolsChanged"} (waits until a
 //         notifications/tools/list_changed arrived, on the GET stream or elsewhere; the text is
-//         how many did), {"op":"logs"} (the log messages received since the last `logs`, as
+//         how many did), {"op":"changes"} (how many arrived so far, without waiting), {"op":"logs"} (the log messages received since the last `logs`, as
 //         `level:data`, comma-separated), {"op":"subscribe","uri":U} (resources/subscribe),
 //         {"op":"updated"} (waits until a notifications/resources/updated arrived; the text is
 //         the URIs updated since the last `updated`), {"op":"cancel","tool":T} (calls T and
@@ -194,6 +194,8 @@ async function perform(command) {
             return updated.splice(0).join(',');
         case 'logs':
             return logs.splice(0).join(',');
+        case 'changes':
+            return String(toolsChanged);
         case 'toolsChanged':
             if (toolsChanged === 0) {
                 await new Promise(resolve => {

@@ -15,6 +15,11 @@ that kind: the file is removed and the process SIGKILLs itself before the call r
 
 SIGTERM gives uvicorn's graceful shutdown: it stops accepting, lets open connections finish and
 exits; sse-starlette ends every open event stream at once, a POST's included.
+
+A deploy: a test that writes `LEDGER.release` before a start makes that process the next version
+of the server, one change a line: `version=V` (serverInfo.version), `instructions=TEXT`, `extra`
+(one tool more, `extra`), `no-peek` (the tool `peek` gone), `put-schema` (`put` takes a second
+argument). Without the file: version 1.0, no instructions, the tools above.
 """
 
 import os
@@ -27,7 +32,24 @@ from mcp.types import ToolAnnotations
 
 port = int(sys.argv[1])
 ledger = sys.argv[2]
-server = MCPServer("holdfast-ledger")
+
+
+def release() -> dict[str, str]:
+    """The changes `LEDGER.release` asks of this version, by name (value or "")."""
+    try:
+        with open(ledger + ".release") as f:
+            lines = [line.strip() for line in f if line.strip()]
+    except FileNotFoundError:
+        return {}
+    return dict((line.split("=", 1) + [""])[:2] for line in lines)
+
+
+changes = release()
+server = MCPServer(
+    "holdfast-ledger",
+    instructions=changes.get("instructions"),
+    version=changes.get("version", "1.0"),
+)
 
 
 def die_if_asked(kind: str) -> None:
@@ -62,16 +84,35 @@ def lookup(n: int) -> str:
     return note("lookup", n)
 
 
-@server.tool(annotations=ToolAnnotations(readOnlyHint=True))
-def peek(n: int) -> str:
-    """Peeks at n (and records that it did)."""
-    return note("peek", n)
+if "no-peek" not in changes:
+
+    @server.tool(annotations=ToolAnnotations(readOnlyHint=True))
+    def peek(n: int) -> str:
+        """Peeks at n (and records that it did)."""
+        return note("peek", n)
 
 
-@server.tool(annotations=ToolAnnotations(idempotentHint=True))
-def put(n: int) -> str:
-    """Puts n (and records that it did)."""
-    return note("put", n)
+if "put-schema" in changes:
+
+    @server.tool(annotations=ToolAnnotations(idempotentHint=True))
+    def put(n: int, note_text: str = "") -> str:
+        """Puts n (and records that it did)."""
+        return note("put", n)
+
+else:
+
+    @server.tool(annotations=ToolAnnotations(idempotentHint=True))
+    def put(n: int) -> str:
+        """Puts n (and records that it did)."""
+        return note("put", n)
+
+
+if "extra" in changes:
+
+    @server.tool()
+    def extra(n: int) -> str:
+        """The next version's new tool (records that it ran)."""
+        return note("extra", n)
 
 
 @server.resource("ledger://{n}")

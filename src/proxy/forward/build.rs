@@ -160,6 +160,7 @@ impl Proxy {
                 sessions: c.sessions,
                 metrics: metrics.clone(),
                 resume_wait: cfg.hold.timeout,
+                on_change: cfg.sessions.on_change,
             },
             idempotency: c.idempotency,
             in_flight: c.in_flight,
@@ -168,6 +169,7 @@ impl Proxy {
             tracing: c.tracing,
             bridge: c.bridge,
             metrics,
+            this: std::sync::Weak::new(),
         }
     }
 

@@ -16,6 +16,7 @@ fn settings() -> config::Sessions {
         store: None,
         store_tls: None,
         key_file_warning: None,
+        on_change: crate::config::OnChange::default(),
     }
 }
 

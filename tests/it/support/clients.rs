@@ -44,6 +44,9 @@ pub enum Peer {
     PySdkHandshake,
     /// `fastmcp.Client`.
     Fastmcp,
+    /// `fastmcp.Client` pinned to the 2025 handshake (`mode="legacy"`): in front of a server of
+    /// both eras its default speaks 2026-07-28, with no session.
+    FastmcpHandshake,
 }
 
 impl Peer {
@@ -57,6 +60,7 @@ impl Peer {
             Peer::PySdk => "the Python SDK client",
             Peer::PySdkHandshake => "the Python SDK client (2025 handshake)",
             Peer::Fastmcp => "fastmcp's client",
+            Peer::FastmcpHandshake => "fastmcp's client (2025 handshake)",
         }
     }
 }
@@ -126,6 +130,10 @@ impl PeerClient {
                 python_script(name, "session_client.py", &["--handshake", url], PY_SDK)
             }
             Peer::Fastmcp => python_script(name, "session_client.py", &["--fastmcp", url], FASTMCP),
+            Peer::FastmcpHandshake => {
+                let args = ["--fastmcp-handshake", url];
+                python_script(name, "session_client.py", &args, FASTMCP)
+            }
         };
         let stdin = script.child.0.stdin.take().expect("piped stdin");
         let ready = script.next_event("the ready line").await;
@@ -201,6 +209,21 @@ impl PeerClient {
                 self.trace()
             );
         }
+    }
+
+    /// Lists the tools (`tools/list`): their names, comma-separated, or the SDK's error (which
+    /// fails the test, with the client's trace).
+    pub async fn list(&mut self) -> String {
+        self.send(json!({ "op": "list" }));
+        let listed = self.result().await;
+        listed.unwrap_or_else(|e| panic!("tools/list failed: {e}; trace:\n{}", self.trace()))
+    }
+
+    /// Waits (bounded) until a `notifications/tools/list_changed` arrived: how many did so far.
+    pub async fn tools_changed(&mut self) -> String {
+        self.send(json!({ "op": "toolsChanged" }));
+        let changed = self.result().await;
+        changed.unwrap_or_else(|e| panic!("toolsChanged failed: {e}; trace:\n{}", self.trace()))
     }
 
     /// Sends `logging/setLevel` with `level`.

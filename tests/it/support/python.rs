@@ -131,8 +131,9 @@ impl PyServer {
         self.wait_for_line("Uvicorn running on").await;
     }
 
-    /// Waits (at most [`LIMIT`]) for a stderr line containing `needle`.
-    async fn wait_for_line(&mut self, needle: &str) {
+    /// Waits (at most [`LIMIT`]) for a stderr line containing `needle`, after those already
+    /// waited for.
+    pub async fn wait_for_line(&mut self, needle: &str) {
         let rx = self.lines.take().expect("a running server");
         let wanted = needle.to_owned();
         let (rx, seen, found) = tokio::task::spawn_blocking(move || {

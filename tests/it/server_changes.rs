@@ -1,0 +1,223 @@
+//! A deploy's changes reach the clients holdfast carried (docs/sessions.md "When the server
+//! changed"): the official TypeScript SDK client keeps its session and its GET stream through
+//! the official Python SDK server's restart into its next version (`tests/python/ledger_server.py`
+//! with a `LEDGER.release` file), is told with `notifications/tools/list_changed` when the tools
+//! changed and with nothing when the same version came back, and ends with the new list. Its GET
+//! stream is never closed on it: the client made one GET in all. No call ran twice. The same deploy
+//! reaches the Python SDK's client (2025 handshake), fastmcp's and the TypeScript SDK client through
+//! mcp-remote.
+
+use serde_json::json;
+
+use crate::support::clients::{Peer, PeerClient};
+use crate::support::files::TempDir;
+use crate::support::proxy::{raw_config, Holdfast};
+use crate::support::python::PyServer;
+
+fn changes(what: &str) -> String {
+    format!("holdfast_server_changes_total{{what=\"{what}\"}}")
+}
+
+/// How a deploy stops the old version.
+#[derive(Clone, Copy)]
+enum Stop {
+    /// SIGTERM: uvicorn's graceful shutdown ends every event stream cleanly.
+    Term,
+    /// SIGKILL: every connection is cut.
+    Kill,
+}
+
+/// One carried client, and the server it started with.
+struct Deploy {
+    peer: Peer,
+    server: PyServer,
+    holdfast: Holdfast,
+    client: PeerClient,
+    ledger: TempDir,
+    /// Calls made so far (each `record`'s argument is its number).
+    calls: u64,
+}
+
+impl Deploy {
+    async fn start(raw: impl FnOnce(&str) -> holdfast::config::RawConfig) -> Deploy {
+        Deploy::start_peer(Peer::TsSdk, raw).await
+    }
+
+    async fn start_peer(
+        peer: Peer,
+        raw: impl FnOnce(&str) -> holdfast::config::RawConfig,
+    ) -> Deploy {
+        let ledger = TempDir::new("server-changes");
+        let server = PyServer::start(&ledger.path().join("ledger")).await;
+        let holdfast = Holdfast::start_with(raw(&format!("http://{}", server.addr()))).await;
+        let mut client = PeerClient::start_peer(peer, &holdfast.url("/mcp")).await;
+        assert_eq!(
+            client.list().await,
+            "record,lookup,peek,put",
+            "{}",
+            client.trace()
+        );
+        let mut deploy = Deploy {
+            peer,
+            server,
+            holdfast,
+            client,
+            ledger,
+            calls: 0,
+        };
+        deploy.call().await;
+        deploy
+    }
+
+    /// Stops the server and starts its next version (`release`: ledger_server.py's changes, one
+    /// a line; empty: the same version again).
+    async fn release(&mut self, stop: Stop, release: &str) {
+        let file = self.ledger.path().join("ledger.release");
+        std::fs::write(&file, release).expect("write the release");
+        match stop {
+            Stop::Term => {
+                self.server.sigterm();
+                self.server.wait_exit().await;
+            }
+            Stop::Kill => self.server.kill().await,
+        }
+        self.server.start_again().await;
+    }
+
+    /// One `record` call, which must run once.
+    async fn call(&mut self) {
+        self.calls += 1;
+        let n = self.calls;
+        let answer = self.client.call("record", json!({ "n": n })).await;
+        assert_eq!(
+            answer,
+            Ok(format!("record {n}")),
+            "client:\n{}\nserver:\n{}",
+            self.client.trace(),
+            self.server.trace()
+        );
+    }
+
+    /// Every call ran exactly once, and the client's GET stream was never closed on it.
+    async fn check(&mut self) {
+        let calls = self.calls;
+        let ledger = self.server.ledger_until(|l| l.len() as u64 >= calls).await;
+        let mut runs: Vec<u64> = ledger.iter().map(|r| r.n).collect();
+        runs.sort_unstable();
+        assert_eq!(runs, (1..=calls).collect::<Vec<_>>(), "each call ran once");
+        if self.peer != Peer::TsSdk {
+            // The other clients' own requests are not traced.
+            return;
+        }
+        let trace = self.client.trace();
+        let gets = trace
+            .lines()
+            .filter(|l| l.contains(" GET session="))
+            .count();
+        assert_eq!(gets, 1, "the client opened its GET stream once:\n{trace}");
+        assert!(
+            !trace.contains("onerror"),
+            "the client saw no error:\n{trace}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_new_tool_reaches_the_typescript_client_through_a_graceful_restart() {
+    let mut deploy = Deploy::start(raw_config).await;
+    deploy.release(Stop::Term, "extra\nversion=2.0\n").await;
+    deploy.call().await;
+    let client = &mut deploy.client;
+    assert_eq!(client.tools_changed().await, "1", "{}", client.trace());
+    assert_eq!(client.list().await, "record,lookup,peek,put,extra");
+    let holdfast = &deploy.holdfast;
+    assert_eq!(holdfast.metric(&changes("tools")).await, 1.0);
+    assert_eq!(holdfast.metric(&changes("server_info")).await, 1.0);
+    assert_eq!(holdfast.metric(&changes("instructions")).await, 0.0);
+    // The notification may reach the client before the server's stream is open again.
+    let reopened = "holdfast_sse_streams_reopened_total";
+    holdfast.metric_until(reopened, |n| n >= 1.0).await;
+    deploy.check().await;
+}
+
+#[tokio::test]
+async fn the_same_version_again_tells_nothing_and_the_next_deploy_tells_once() {
+    let mut deploy = Deploy::start(raw_config).await;
+    // A plain restart: nothing changed, nothing is sent.
+    deploy.release(Stop::Term, "").await;
+    deploy.call().await;
+    let resumed = "holdfast_session_resumes_total{outcome=\"resumed\"}";
+    assert_eq!(deploy.holdfast.metric(resumed).await, 1.0);
+    // Then a deploy that removes a tool and changes another's schema, its server killed. Its
+    // notification comes on the same stream after anything the plain restart would have sent:
+    // one in all says the plain restart sent none.
+    deploy
+        .release(Stop::Kill, "no-peek\nput-schema\ninstructions=Be brief.\n")
+        .await;
+    deploy.call().await;
+    let client = &mut deploy.client;
+    assert_eq!(client.tools_changed().await, "1", "{}", client.trace());
+    assert_eq!(client.list().await, "record,lookup,put");
+    let holdfast = &deploy.holdfast;
+    assert_eq!(holdfast.metric(resumed).await, 2.0);
+    assert_eq!(holdfast.metric(&changes("tools")).await, 1.0);
+    assert_eq!(holdfast.metric(&changes("instructions")).await, 1.0);
+    assert_eq!(holdfast.metric(&changes("server_info")).await, 0.0);
+    deploy.check().await;
+}
+
+#[tokio::test]
+async fn a_change_set_to_end_ends_the_session_the_specifications_way() {
+    let mut deploy = Deploy::start(|upstream| {
+        let mut raw = raw_config(upstream);
+        raw.sessions.on_change.instructions = "end".into();
+        raw
+    })
+    .await;
+    deploy
+        .release(Stop::Term, "instructions=New rules.\n")
+        .await;
+    // The session ends: the client gets the server's own 404 for it, as it would without
+    // holdfast (the TypeScript SDK client does not start a new one by itself).
+    let answer = deploy.client.call("record", json!({ "n": 99 })).await;
+    let error = answer.expect_err("the session ended");
+    assert!(error.contains("Session not found"), "{error}");
+    let holdfast = &deploy.holdfast;
+    assert_eq!(holdfast.metric(&changes("instructions")).await, 1.0);
+    let refused = "holdfast_session_resumes_total{outcome=\"resumed\"}";
+    assert_eq!(holdfast.metric(refused).await, 0.0);
+    // The new server's session was closed, and the call never ran.
+    let ledger = deploy.server.ledger();
+    assert!(ledger.iter().all(|r| r.n != 99), "{ledger:?}");
+    // The new process ends the session holdfast opened in it (the SDK logs each DELETE).
+    deploy.server.wait_for_line("Terminating session").await;
+}
+
+/// The deploy of the first test, for another client.
+async fn a_new_tool_reaches(peer: Peer) {
+    let mut deploy = Deploy::start_peer(peer, raw_config).await;
+    deploy.release(Stop::Term, "extra\nversion=2.0\n").await;
+    deploy.call().await;
+    let client = &mut deploy.client;
+    assert_eq!(client.tools_changed().await, "1", "{}", client.trace());
+    assert_eq!(client.list().await, "record,lookup,peek,put,extra");
+    assert_eq!(deploy.holdfast.metric(&changes("tools")).await, 1.0);
+    deploy.check().await;
+}
+
+#[tokio::test]
+async fn a_new_tool_reaches_the_python_sdk_client() {
+    a_new_tool_reaches(Peer::PySdkHandshake).await;
+}
+
+#[tokio::test]
+async fn a_new_tool_reaches_fastmcps_client() {
+    // Pinned to the handshake: in front of this server of both eras its default speaks
+    // 2026-07-28, which has no session to carry (docs/sessions.md says what it gets there).
+    a_new_tool_reaches(Peer::FastmcpHandshake).await;
+}
+
+#[tokio::test]
+async fn a_new_tool_reaches_the_typescript_client_through_mcp_remote() {
+    a_new_tool_reaches(Peer::McpRemote).await;
+}
