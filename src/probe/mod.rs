@@ -24,8 +24,9 @@ use bytes::Bytes;
 use serde_json::{json, Value};
 
 use self::http::{Answer, Client, Outgoing};
-use self::report::{Report, Server, Step, Tools};
+use self::report::{Listed, Report, Server, Step, Tools};
 use self::verdict::{Kind, Look, Verdict};
+use crate::session::told::{List, Listing};
 use crate::session::MCP_SESSION_ID;
 
 /// The protocol version asked for unless `--protocol-version` says otherwise.
@@ -330,6 +331,7 @@ impl Probe<'_> {
             version: None,
             stateful: false,
             answers: "json".into(),
+            lists: tools.iter().filter_map(|t| t.listed.clone()).collect(),
             tools,
         });
         era::modern_only(&versions, self.put_in_front())
@@ -379,11 +381,20 @@ impl Probe<'_> {
             }
             .into(),
             tools: None,
+            lists: Vec::new(),
         };
         let note = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
         let _ = self.post("notifications/initialized", &note, &extra).await;
         if result["capabilities"].get("tools").is_some() {
             server.tools = self.tools(&extra, false).await;
+            server
+                .lists
+                .extend(server.tools.iter().filter_map(|t| t.listed.clone()));
+        }
+        for list in [List::Prompts, List::Resources, List::Templates] {
+            if result["capabilities"].get(list.capability()).is_some() {
+                server.lists.push(self.list(list, &extra).await);
+            }
         }
         if session.is_some() {
             self.close_session(extra).await;
@@ -417,6 +428,7 @@ impl Probe<'_> {
     /// `tools/list`, page after page (`modern`: as the 2026-07-28 revision asks, with `_meta`).
     async fn tools(&mut self, extra: &[(HeaderName, HeaderValue)], modern: bool) -> Option<Tools> {
         let mut tools = Tools::default();
+        let mut listing = Listing::default();
         let mut cursor: Option<String> = None;
         for page in 0..MAX_PAGES {
             let params = match &cursor {
@@ -432,6 +444,7 @@ impl Probe<'_> {
             let crate::session::rpc::Reply::Result(result) = verdict::rpc_reply(&answer) else {
                 return None;
             };
+            let _ = listing.page(List::Tools, &result);
             for tool in result["tools"].as_array()? {
                 tools.count += 1;
                 let hint = |name: &str| tool["annotations"][name].as_bool() == Some(true);
@@ -452,7 +465,51 @@ impl Probe<'_> {
             };
             step.note = format!("{} tools{pages}", tools.count);
         }
+        tools.listed = Some(Listed {
+            list: List::Tools.as_str(),
+            items: tools.count,
+            digest: cursor.is_none().then(|| listing.finish().to_string()),
+        });
         Some(tools)
+    }
+
+    /// Another list the server offers (prompts, resources, templates), page after page, as
+    /// holdfast digests it.
+    async fn list(&mut self, list: List, extra: &[(HeaderName, HeaderValue)]) -> Listed {
+        let mut listing = Listing::default();
+        let mut cursor: Option<String> = None;
+        let mut items = 0;
+        for page in 0..MAX_PAGES {
+            let params = match &cursor {
+                Some(c) => json!({ "cursor": c }),
+                None => json!({}),
+            };
+            let id = 100 + page;
+            let body =
+                json!({"jsonrpc": "2.0", "id": id, "method": list.method(), "params": params});
+            let answer = self.post(list.method(), &body, extra).await.ok();
+            let result = match answer.as_ref().map(verdict::rpc_reply) {
+                Some(crate::session::rpc::Reply::Result(result)) => result,
+                _ => break,
+            };
+            match listing.page(list, &result) {
+                Ok(next) => cursor = next,
+                Err(_) => break,
+            }
+            items += result[list.items()].as_array().map_or(0, Vec::len);
+            if cursor.is_none() {
+                return Listed {
+                    list: list.as_str(),
+                    items,
+                    digest: Some(listing.finish().to_string()),
+                };
+            }
+        }
+        Listed {
+            list: list.as_str(),
+            items,
+            digest: None,
+        }
     }
 
     /// DELETEs the session the probe opened.

@@ -82,6 +82,20 @@ pub struct Server {
     /// `json` or `sse`: how it answered the initialize.
     pub answers: String,
     pub tools: Option<Tools>,
+    /// Every list the server offers, as holdfast digests it to tell a deploy's changes
+    /// (docs/sessions.md "When the server changed"): the same digest after a restart means
+    /// nothing to tell.
+    pub lists: Vec<Listed>,
+}
+
+/// One list the server offers, read whole.
+#[derive(Debug, Clone, Serialize)]
+pub struct Listed {
+    /// `tools`, `prompts`, `resources` or `resource_templates`.
+    pub list: &'static str,
+    pub items: usize,
+    /// `None` when it could not be read whole.
+    pub digest: Option<String>,
 }
 
 /// The `tools/list` summary.
@@ -92,6 +106,9 @@ pub struct Tools {
     pub paginates: bool,
     pub read_only_hint: usize,
     pub idempotent_hint: usize,
+    /// As holdfast digests it (`None` when the pages ran past the probe's limit).
+    #[serde(skip)]
+    pub listed: Option<Listed>,
 }
 
 /// The whole report.
@@ -135,6 +152,9 @@ impl Report {
             let _ = writeln!(out, "server:   {}", server_line(server));
             let _ = writeln!(out, "eras:     {}", self.eras.line());
         }
+        if let Some(line) = self.server.as_ref().and_then(|s| lists_line(&s.lists)) {
+            let _ = writeln!(out, "lists:    {line}");
+        }
         if let Some(bridge) = self.bridge {
             let _ = writeln!(out, "bridge:   {bridge}");
         }
@@ -169,4 +189,16 @@ fn server_line(s: &Server) -> String {
         );
     }
     line
+}
+
+/// The lists' digests on one line (`None` without any).
+fn lists_line(lists: &[Listed]) -> Option<String> {
+    let each: Vec<String> = lists
+        .iter()
+        .map(|l| match &l.digest {
+            Some(d) => format!("{} {} ({} items)", l.list, d, l.items),
+            None => format!("{} unreadable", l.list),
+        })
+        .collect();
+    (!each.is_empty()).then(|| each.join(", "))
 }

@@ -41,7 +41,7 @@ impl List {
     }
 
     /// The member of a page's result that holds its items.
-    fn items(self) -> &'static str {
+    pub fn items(self) -> &'static str {
         match self {
             List::Tools => "tools",
             List::Prompts => "prompts",
@@ -51,7 +51,7 @@ impl List {
     }
 
     /// The server capability that offers it.
-    fn capability(self) -> &'static str {
+    pub fn capability(self) -> &'static str {
         match self {
             List::Tools => "tools",
             List::Prompts => "prompts",
@@ -105,6 +105,13 @@ pub fn notifications(bits: u8) -> impl Iterator<Item = &'static str> {
 /// session.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Digest([u8; 16]);
+
+impl std::fmt::Display for Digest {
+    /// Its first 8 bytes in hexadecimal: what `holdfast probe` shows, to compare two versions.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0[..8].iter().try_for_each(|b| write!(f, "{b:02x}"))
+    }
+}
 
 fn digest_of(value: &Value) -> Digest {
     let mut ctx = digest::Context::new(&digest::SHA256);

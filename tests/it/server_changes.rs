@@ -221,3 +221,38 @@ async fn a_new_tool_reaches_fastmcps_client() {
 async fn a_new_tool_reaches_the_typescript_client_through_mcp_remote() {
     a_new_tool_reaches(Peer::McpRemote).await;
 }
+
+/// The tools' digest `holdfast probe` shows for the server at `url`.
+async fn probed_tools(url: &str) -> (Option<String>, String) {
+    let report = crate::probe::probe(url).await;
+    let server = report.server.as_ref().expect("a server");
+    let tools = server.lists.iter().find(|l| l.list == "tools");
+    let digest = tools.and_then(|t| t.digest.clone());
+    let line = report.text();
+    assert!(
+        line.contains("lists:    tools "),
+        "the text names the digests:\n{line}"
+    );
+    (digest, server.version.clone().unwrap_or_default())
+}
+
+#[tokio::test]
+async fn the_probe_shows_the_digests_a_deploy_changes() {
+    let ledger = TempDir::new("probe-digests");
+    let mut server = PyServer::start(&ledger.path().join("ledger")).await;
+    let url = format!("http://{}/mcp", server.addr());
+    let (first, version) = probed_tools(&url).await;
+    assert!(first.is_some());
+    assert_eq!(version, "1.0");
+    // The same version again: the same digest, nothing holdfast would tell.
+    server.kill().await;
+    server.start_again().await;
+    assert_eq!(probed_tools(&url).await, (first.clone(), "1.0".into()));
+    // The next version, one tool more: another digest.
+    std::fs::write(ledger.path().join("ledger.release"), "extra\nversion=2.0\n").unwrap();
+    server.kill().await;
+    server.start_again().await;
+    let (next, version) = probed_tools(&url).await;
+    assert_eq!(version, "2.0");
+    assert!(next.is_some() && next != first, "{next:?} {first:?}");
+}
