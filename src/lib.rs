@@ -16,7 +16,8 @@
 //!   strict as hyper by a differential test.
 //! - [`tls`]: rustls configurations, the listener's certificate reloading, handshake failures.
 //! - [`proxy`]: forwarding one request; acts on the classifier's verdict; its headers and
-//!   streaming bodies; re-establishing forgotten sessions.
+//!   streaming bodies; re-establishing forgotten sessions, telling their clients what a deploy
+//!   changed, and keeping their event streams open through the server's restart.
 //! - [`session`]: the MCP sessions carried across backend restarts, and the JSON-RPC they need.
 //! - [`replay`]: the request body, forwarded as it streams and kept (capped) for a replay.
 //! - [`upstream`]: connecting (TCP, then TLS; typed failures), our own HTTP/1 pool, sending.

@@ -18,7 +18,8 @@
 //! then on, which its own `Last-Event-ID` then means.
 //!
 //! The stream still ends: when it broke in the middle of an event (what the client holds of it
-//! cannot be completed), at holdfast's idle timeout for streams, at holdfast's shutdown, when
+//! cannot be completed), when the session ended (its client's DELETE), at holdfast's idle timeout
+//! for streams, at holdfast's shutdown, when
 //! the reopened GET is not answered with an event stream (a 503 at the end of a hold, a session
 //! ended), and after three reopened streams in a row ended before sending anything. The client
 //! then reconnects as it would have.
@@ -29,7 +30,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -59,9 +60,10 @@ const MAX_ID: usize = 256;
 type Reopening = Pin<Box<dyn Future<Output = Option<ProxyBody>> + Send>>;
 type News = Pin<Box<dyn Future<Output = ()> + Send>>;
 
-/// How the stream is asked for again: through which proxy, with which request.
+/// How the stream is asked for again: through which proxy (the one the stream began with, as
+/// every request keeps its own through a reload; `None`: never, in tests), with which request.
 pub(super) struct Again {
-    pub(super) proxy: Weak<Proxy>,
+    pub(super) proxy: Option<Arc<Proxy>>,
     /// The GET as it went upstream, with the client's own session id.
     pub(super) target: Box<Target>,
     pub(super) version: Version,
@@ -114,7 +116,10 @@ impl Kept {
 
     /// The server's stream ended (`error`: how, if it broke): whether to open it again.
     fn reopens(&mut self, error: Option<&BoxError>) -> bool {
-        if error.is_some_and(|e| e.downcast_ref::<IdleTimeout>().is_some()) {
+        // A session ended (its client's DELETE) has no stream to reopen: the server ended it.
+        if self.session.is_ended()
+            || error.is_some_and(|e| e.downcast_ref::<IdleTimeout>().is_some())
+        {
             return false;
         }
         self.empty = if self.sent { 0 } else { self.empty + 1 };
@@ -136,10 +141,9 @@ impl Kept {
             }
         }
         let (proxy, version) = (self.again.proxy.clone(), self.again.version);
-        self.reopening = Some(Box::pin(async move {
-            let proxy = proxy.upgrade()?;
-            proxy.reopen(target, version).await
-        }));
+        self.reopening = Some(Box::pin(
+            async move { proxy?.reopen(target, version).await },
+        ));
         self.sent = false;
         self.last_id = None;
     }
@@ -237,5 +241,187 @@ impl Body for Kept {
 
     fn is_end_stream(&self) -> bool {
         false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use http::{HeaderMap, Method, Uri};
+    use http_body_util::channel::{Channel, Sender};
+    use http_body_util::BodyExt;
+
+    use super::*;
+    use crate::config::{OnChange, SessionKey, SessionKeys, Sessions};
+    use crate::session::told::{List, Offer};
+    use crate::session::{Recorded, Table};
+
+    /// A tracked session, as one an initialize opened.
+    fn session() -> Arc<Session> {
+        let mut key = [7; 32];
+        key[31] = 8;
+        let settings = Sessions {
+            resume: true,
+            max_tracked: 4,
+            max_initialize_bytes: 1000,
+            max_recorded_bytes: 10_000,
+            idle_timeout: Duration::from_secs(60),
+            keys: SessionKeys {
+                file: Some("/keys".into()),
+                keys: vec![SessionKey(key)],
+                deployment: String::new(),
+            },
+            token_max_age: Duration::from_secs(3600),
+            store: None,
+            store_tls: None,
+            key_file_warning: None,
+            on_change: OnChange::default(),
+        };
+        let table = Table::new(settings, Default::default());
+        let body = br#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{}}"#;
+        let uri: Uri = "/mcp".parse().unwrap();
+        let Recorded::Tracked(id) = table.record(
+            HeaderValue::from_static("up-1"),
+            Bytes::from_static(body),
+            &uri,
+            None,
+        ) else {
+            panic!("tracked");
+        };
+        table.lookup(&id).expect("the session")
+    }
+
+    /// A kept stream over a body the test feeds, that cannot be reopened (no proxy).
+    fn kept(session: &Arc<Session>) -> (Sender<Bytes, BoxError>, Kept) {
+        let (tx, body) = Channel::<Bytes, BoxError>::new(4);
+        let again = Again {
+            proxy: None,
+            target: Box::new(Target {
+                method: Method::GET,
+                uri: "/mcp".parse().unwrap(),
+                headers: HeaderMap::new(),
+                client: "/mcp".parse().unwrap(),
+                client_host: None,
+            }),
+            version: Version::HTTP_11,
+        };
+        let kept = Kept::new(
+            body.boxed_unsync(),
+            again,
+            session.clone(),
+            Default::default(),
+        );
+        (tx, kept)
+    }
+
+    /// The client learns that the tools changed.
+    fn tools_changed(session: &Session) {
+        let offer = Offer::of(&serde_json::json!({"capabilities": {}})).unwrap();
+        session.told_now(offer, &[], &[List::Tools]);
+    }
+
+    async fn next(kept: &mut Kept) -> Option<Result<Bytes, String>> {
+        let frame = tokio::time::timeout(Duration::from_secs(5), kept.frame())
+            .await
+            .expect("a frame in time")?;
+        Some(
+            frame
+                .map(|f| f.into_data().expect("data"))
+                .map_err(|e| e.to_string()),
+        )
+    }
+
+    const TOLD: &str =
+        "data: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/tools/list_changed\"}\n\n";
+
+    #[tokio::test]
+    async fn news_goes_between_two_events_never_inside_one() {
+        let session = session();
+        let (mut tx, mut kept) = kept(&session);
+        tx.send_data(Bytes::from_static(b"id: 1\ndata: par"))
+            .await
+            .unwrap();
+        assert_eq!(
+            next(&mut kept).await,
+            Some(Ok(Bytes::from_static(b"id: 1\ndata: par")))
+        );
+        tools_changed(&session);
+        tx.send_data(Bytes::from_static(b"t\n\n")).await.unwrap();
+        // The event being relayed is finished first.
+        assert_eq!(
+            next(&mut kept).await,
+            Some(Ok(Bytes::from_static(b"t\n\n")))
+        );
+        assert_eq!(next(&mut kept).await, Some(Ok(Bytes::from(TOLD))));
+        // Taken once.
+        assert_eq!(session.take_news(), 0);
+    }
+
+    #[tokio::test]
+    async fn news_waiting_before_the_stream_opened_comes_first() {
+        let session = session();
+        tools_changed(&session);
+        let (_tx, mut kept) = kept(&session);
+        assert_eq!(next(&mut kept).await, Some(Ok(Bytes::from(TOLD))));
+    }
+
+    #[tokio::test]
+    async fn a_stream_cut_inside_an_event_ends_with_its_error() {
+        let session = session();
+        let (mut tx, mut kept) = kept(&session);
+        tx.send_data(Bytes::from_static(b"data: half"))
+            .await
+            .unwrap();
+        assert!(next(&mut kept).await.unwrap().is_ok());
+        tx.abort("reset".into());
+        assert_eq!(next(&mut kept).await, Some(Err("reset".into())));
+    }
+
+    #[tokio::test]
+    async fn an_idle_timeout_is_not_reopened() {
+        let session = session();
+        let (tx, mut kept) = kept(&session);
+        tx.abort(Box::new(IdleTimeout(Duration::from_secs(1))));
+        let ended = next(&mut kept).await.expect("the error");
+        assert!(ended.unwrap_err().contains("idle"));
+    }
+
+    #[tokio::test]
+    async fn a_stream_that_cannot_be_reopened_ends_cleanly() {
+        let session = session();
+        let (mut tx, mut kept) = kept(&session);
+        tx.send_data(Bytes::from_static(b"data: whole\n\n"))
+            .await
+            .unwrap();
+        assert!(next(&mut kept).await.unwrap().is_ok());
+        drop(tx);
+        // At a boundary it would be reopened; with no proxy to reopen it through, it ends.
+        assert_eq!(next(&mut kept).await, None);
+    }
+
+    #[test]
+    fn an_ended_sessions_stream_is_not_reopened() {
+        let session = session();
+        let (_tx, mut kept) = kept(&session);
+        kept.sent = true;
+        assert!(kept.reopens(None));
+        session.end();
+        kept.sent = true;
+        assert!(!kept.reopens(None));
+    }
+
+    #[test]
+    fn three_empty_streams_in_a_row_are_not_followed() {
+        let session = session();
+        let (_tx, mut kept) = kept(&session);
+        // What `reopen` does between two streams.
+        let mut ended = |sent: bool| {
+            kept.sent = sent;
+            kept.reopens(None)
+        };
+        assert!(ended(true), "a stream that sent something");
+        assert!(ended(false) && ended(false), "two empty ones");
+        assert!(!ended(false), "the third empty one in a row");
     }
 }

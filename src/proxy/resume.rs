@@ -215,7 +215,8 @@ impl Resuming<'_> {
                     .into(),
             );
         };
-        if session.was_ended() {
+        // Ended meanwhile, by the request that held the turn (a change), or by its client.
+        if session.is_ended() {
             return Resume::EndedByChange;
         }
         if session.upstream_id() != carried.sent {
@@ -248,8 +249,10 @@ impl Resuming<'_> {
             Err(resume) => return resume,
         };
         headers.insert(MCP_SESSION_ID, upstream_id.clone());
-        // The version the client has been sending wins: it is what the server saw before.
-        if let Some(version) = plan.protocol_version.clone().or(negotiated) {
+        // holdfast's own requests on the new session speak the version the server agreed on for
+        // it; the client's keep the one it agreed on (a difference is a change of the server's:
+        // `compare`). Without one named, the client's.
+        if let Some(version) = negotiated.or(plan.protocol_version.clone()) {
             headers.insert(MCP_PROTOCOL_VERSION, version);
         }
         if let Err(resume) = self.bring_up(status, &own, &headers, &plan).await {
@@ -257,7 +260,9 @@ impl Resuming<'_> {
         }
         // What the client was told, against what the new server offers (a deploy?).
         let was = session.told(|t| t.offer().map(|o| o.server.clone()));
-        let compared = match self.compare(session, &own, &headers, &offered).await {
+        let client_version = plan.protocol_version.as_ref();
+        let compared = match (self.compare(session, &own, &headers, &offered, client_version)).await
+        {
             Ok(compared) => compared,
             Err(resume) => return resume,
         };

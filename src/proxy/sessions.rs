@@ -38,17 +38,23 @@ pub(super) struct Keeper {
 }
 
 impl Keeper {
-    /// The tracked session a request names, if any.
+    /// The tracked session a request names, if any. A DELETE marks it closing: the server may
+    /// end its streams before it answers, and they are not asked for again ([`super::kept`]).
     pub(super) fn carried(&self, target: &Target) -> Option<Carried> {
         if !self.sessions.enabled() {
             return None;
         }
         let id = target.headers.get(session::MCP_SESSION_ID)?;
         match self.sessions.lookup(id) {
-            Ok(session) => Some(Carried {
-                sent: id.clone(),
-                session,
-            }),
+            Ok(session) => {
+                if target.method == Method::DELETE {
+                    session.closing(true);
+                }
+                Some(Carried {
+                    sent: id.clone(),
+                    session,
+                })
+            }
             Err(session::Miss::Unknown) => None,
             Err(session::Miss::Refused(why)) => {
                 // Passed through as an opaque id: the server's own, or one it will answer 404.
@@ -93,14 +99,20 @@ impl Keeper {
             // does a DELETE to another path than the session's endpoint: its answer is that
             // path's.
             let ended = head.status.is_success() || head.status == http::StatusCode::NOT_FOUND;
-            if ended && c.session.is_endpoint(&target.uri) {
+            let ended = ended && c.session.is_endpoint(&target.uri);
+            if !ended {
+                c.session.closing(false);
+            }
+            if ended {
                 // Recorded for every replica first (boxed, as every rare wait here: this
                 // future is part of every answered request's). An end the store did not take
                 // is no end at the other replicas: nor is it here, and the client hears so and
                 // retries; its retry meets the server's 404, and ends the session again.
                 if Box::pin(self.share_end(&c.session)).await.is_err() {
+                    c.session.closing(false);
                     return After::EndNotRecorded;
                 }
+                c.session.end();
                 self.sessions.end(c.session.client_id());
             }
             return After::Pass(None);
@@ -175,7 +187,7 @@ impl Keeper {
     pub(super) async fn end_changed(&self, session: &Session) {
         // A store that did not take it leaves the other replicas carrying the session: said
         // there, and the session is ended here all the same.
-        session.end_changed();
+        session.end();
         let _ = Box::pin(self.share_end(session)).await;
         self.sessions.end(session.client_id());
     }

@@ -35,9 +35,12 @@ pub struct Session {
     /// Woken when the client has notifications waiting ([`Session::tell`]): its kept event
     /// stream writes them.
     news: tokio::sync::Notify,
-    /// Ended by holdfast because the server changed (`[sessions.on_change]`): a request that
-    /// waited for that re-establishment does not try another.
+    /// Ended: by its client (DELETE), or by holdfast because the server changed
+    /// (`[sessions.on_change]`). A request that waited for that re-establishment does not try
+    /// another, and its kept event stream is not reopened.
     ended: std::sync::atomic::AtomicBool,
+    /// A DELETE of it is on its way: the server may end its streams before it answers.
+    closing: std::sync::atomic::AtomicBool,
     /// The store's byte count, given back when this session goes.
     recorded: Arc<AtomicUsize>,
 }
@@ -131,6 +134,7 @@ impl Session {
             resuming: tokio::sync::Mutex::new(()),
             news: tokio::sync::Notify::new(),
             ended: std::sync::atomic::AtomicBool::new(false),
+            closing: std::sync::atomic::AtomicBool::new(false),
             recorded,
         }
     }
@@ -286,14 +290,25 @@ impl Session {
         self.news.notified().await;
     }
 
-    /// Holdfast ended the session: the server changed in a way `[sessions.on_change]` ends it.
-    pub fn end_changed(&self) {
+    /// The session ended: its client ended it, or the server changed in a way
+    /// `[sessions.on_change]` ends it for.
+    pub fn end(&self) {
         self.ended.store(true, Ordering::Release);
     }
 
-    /// Whether holdfast ended the session ([`Session::end_changed`]).
-    pub fn was_ended(&self) -> bool {
+    /// Whether the session ended ([`Session::end`]).
+    pub fn is_ended(&self) -> bool {
         self.ended.load(Ordering::Acquire)
+    }
+
+    /// Its client's DELETE is on its way (`true`), or was answered without ending it.
+    pub fn closing(&self, closing: bool) {
+        self.closing.store(closing, Ordering::Release);
+    }
+
+    /// Whether it ended, or a DELETE of it is on its way: its streams are not asked for again.
+    pub fn is_ending(&self) -> bool {
+        self.is_ended() || self.closing.load(Ordering::Acquire)
     }
 
     /// Waits for any other resume of this session to finish, then holds the right to resume.

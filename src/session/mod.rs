@@ -20,6 +20,9 @@
 //!   request's credentials, `notifications/initialized`, the recorded state; then the request.
 //!   From then on the client's id maps to the new upstream id, both ways ([`Session::apply`],
 //!   [`Session::rewrite_response`]).
+//! - **Tell** ([`told`]): what the client was told (the `initialize` result, its lists, as
+//!   digests) is compared with what the new server offers; a changed list is told to the client
+//!   with its `notifications/*/list_changed` ([`Session::take_news`]).
 //!
 //! This module keeps the records and reads JSON-RPC; the proxy does the sending.
 

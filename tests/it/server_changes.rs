@@ -13,6 +13,7 @@ use crate::support::clients::{Peer, PeerClient};
 use crate::support::files::TempDir;
 use crate::support::proxy::{raw_config, Holdfast};
 use crate::support::python::PyServer;
+use crate::support::stacks::{Stack, StackServer};
 
 fn changes(what: &str) -> String {
     format!("holdfast_server_changes_total{{what=\"{what}\"}}")
@@ -255,4 +256,127 @@ async fn the_probe_shows_the_digests_a_deploy_changes() {
     let (next, version) = probed_tools(&url).await;
     assert_eq!(version, "2.0");
     assert!(next.is_some() && next != first, "{next:?} {first:?}");
+}
+
+/// A rollout replaces holdfast with its server: the session reaches a holdfast that shares the key
+/// but never saw what its client was told, so every list the new server offers is told.
+#[tokio::test]
+async fn a_session_from_another_holdfast_is_told_every_list_the_new_server_offers() {
+    use crate::support::http;
+    use bytes::Bytes;
+    use http_body_util::{BodyExt, Full};
+
+    let ledger = TempDir::new("server-changes-rollout");
+    let mut server = PyServer::start(&ledger.path().join("ledger")).await;
+    let key = "8f1c2b7a9d3e4f5061728394a5b6c7d8e9f00112233445566778899aabbccdd0";
+    let mut raw = raw_config(&format!("http://{}", server.addr()));
+    raw.sessions.key_file = Some(ledger.write("keys", &format!("{key}\n")));
+    let leaving = Holdfast::start_with(raw.clone()).await;
+    let mut client = PeerClient::start(&leaving.url("/mcp")).await;
+    assert_eq!(client.list().await, "record,lookup,peek,put");
+    let id = client.session_id().expect("a session").to_owned();
+    drop(client);
+    leaving.shutdown().await;
+
+    std::fs::write(ledger.path().join("ledger.release"), "extra\nversion=2.0\n").unwrap();
+    server.kill().await;
+    server.start_again().await;
+    let next = Holdfast::start_with(raw).await;
+    let stream = crate::support::within(http::send(
+        ::http::Request::get(next.url("/mcp"))
+            .header("host", next.addr.to_string())
+            .header("accept", "text/event-stream")
+            .header("mcp-session-id", &id)
+            .header("mcp-protocol-version", "2025-11-25")
+            .body(Full::<Bytes>::default())
+            .unwrap(),
+    ))
+    .await;
+    assert_eq!(stream.status(), 200);
+    let mut body = stream.into_body();
+    let mut text = String::new();
+    let wanted = [
+        "notifications/tools/list_changed",
+        "notifications/prompts/list_changed",
+        "notifications/resources/list_changed",
+    ];
+    while !wanted.iter().all(|w| text.contains(w)) {
+        let frame = crate::support::within(body.frame())
+            .await
+            .expect("the stream goes on")
+            .expect("a frame");
+        if let Ok(data) = frame.into_data() {
+            text.push_str(&String::from_utf8_lossy(&data));
+        }
+    }
+    let told = next.metric(&changes("tools")).await;
+    assert_eq!(told, 1.0, "{text}");
+    let reestablished = "holdfast_session_reestablished_total{cause=\"unknown_to_this_replica\"}";
+    assert_eq!(next.metric(reestablished).await, 1.0);
+    // What the other holdfast was told could not be compared here.
+    assert_eq!(next.metric(&changes("server_info")).await, 0.0);
+}
+
+/// The next version no longer speaks the protocol version the client agreed on: by default the
+/// session ends, and the client gets what the server answers without holdfast (the Python SDK
+/// routes a version it does not speak to its 2026-07-28 entry, which refuses the request: 400).
+/// Nothing is re-established for it again: every later request passes as it is.
+#[tokio::test]
+async fn another_protocol_version_ends_the_session() {
+    let mut deploy = Deploy::start(raw_config).await;
+    deploy.release(Stop::Term, "protocol=2025-06-18\n").await;
+    for n in [98, 99] {
+        let answer = deploy.client.call("record", json!({ "n": n })).await;
+        let error = answer.expect_err("the new server refuses the old version");
+        assert!(error.contains("-32602"), "{error}");
+    }
+    let holdfast = &deploy.holdfast;
+    assert_eq!(holdfast.metric(&changes("protocol_version")).await, 1.0);
+    let resumed = "holdfast_session_resumes_total{outcome=\"resumed\"}";
+    assert_eq!(holdfast.metric(resumed).await, 0.0);
+    let ended = "holdfast_session_tokens_refused_total{reason=\"ended\"}";
+    assert!(holdfast.metric(ended).await >= 1.0);
+    // The session opened to compare was closed; no call ran.
+    deploy.server.wait_for_line("Terminating session").await;
+    let ledger = deploy.server.ledger();
+    assert!(ledger.iter().all(|r| r.n < 98), "{ledger:?}");
+}
+
+/// A deploy of one tool more behind the TypeScript SDK client, in front of `stack` (stopped with
+/// SIGTERM): told once, the new list, one GET stream.
+async fn a_new_tool_reaches_the_typescript_client_in_front_of(stack: Stack) {
+    let mut server = StackServer::start(stack).await;
+    let holdfast = Holdfast::start(&format!("http://{}", server.addr())).await;
+    let mut client = PeerClient::start(&holdfast.url("/mcp")).await;
+    let before = client.list().await;
+    server.release("extra");
+    server.restart().await;
+    let (tool, args, text) = stack.call(1);
+    let answer = client.call(tool, args).await;
+    assert_eq!(answer, Ok(text), "{}\n{}", client.trace(), server.trace());
+    assert_eq!(client.tools_changed().await, "1", "{}", client.trace());
+    assert_eq!(client.list().await, format!("{before},extra"));
+    let trace = client.trace();
+    let gets = trace
+        .lines()
+        .filter(|l| l.contains(" GET session="))
+        .count();
+    assert_eq!(gets, 1, "the client opened its GET stream once:\n{trace}");
+    assert_eq!(holdfast.metric(&changes("tools")).await, 1.0);
+}
+
+#[tokio::test]
+async fn a_new_tool_reaches_the_typescript_client_in_front_of_a_one_transport_sdk_server() {
+    // Its forgotten session is a 400 "Server not initialized", not a 404.
+    a_new_tool_reaches_the_typescript_client_in_front_of(Stack::SdkOneTransport).await;
+}
+
+#[tokio::test]
+async fn a_new_tool_reaches_the_typescript_client_in_front_of_fastmcp() {
+    a_new_tool_reaches_the_typescript_client_in_front_of(Stack::Fastmcp).await;
+}
+
+#[tokio::test]
+async fn a_new_tool_reaches_the_typescript_client_in_front_of_fastmcp_for_typescript() {
+    a_new_tool_reaches_the_typescript_client_in_front_of(Stack::FastmcpTs).await;
 }

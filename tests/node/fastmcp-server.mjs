@@ -3,7 +3,8 @@
 // tests/it/compat.rs.
 //
 // Usage: node fastmcp-server.mjs PORT
-// Tool: `echo` returns its `message`.
+// Tool: `echo` returns its `message`. With HOLDFAST_TEST_RELEASE=extra (the next version of a
+// deploy, tests/it/server_changes.rs) one tool more: `extra`.
 import { FastMCP } from 'fastmcp';
 import { z } from 'zod';
 
@@ -21,6 +22,14 @@ server.addTool({
     parameters: z.object({ message: z.string() }),
     execute: async ({ message }) => message
 });
+if ((process.env.HOLDFAST_TEST_RELEASE ?? '').split(',').includes('extra')) {
+    server.addTool({
+        name: 'extra',
+        description: "The next version's new tool: returns the message",
+        parameters: z.object({ message: z.string() }),
+        execute: async ({ message }) => message
+    });
+}
 await server.start({
     transportType: 'httpStream',
     httpStream: { port, host: '127.0.0.1', endpoint: '/mcp' }

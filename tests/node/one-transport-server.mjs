@@ -6,7 +6,9 @@
 // (docs/compatibility.md#forgotten-sessions). Used by tests/it/compat.rs.
 //
 // Usage: node one-transport-server.mjs PORT
-// stdout: nothing; stderr: the SDK's errors. Tool: `echo` returns its `message`.
+// stdout: nothing; stderr: the SDK's errors. Tool: `echo` returns its `message`. With
+// HOLDFAST_TEST_RELEASE=extra (the next version of a deploy, tests/it/server_changes.rs) one tool
+// more: `extra`.
 import { createServer } from 'node:http';
 import { randomUUID } from 'node:crypto';
 import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
@@ -27,6 +29,13 @@ server.registerTool(
     { description: 'Return the given message', inputSchema: { message: z.string() } },
     ({ message }) => ({ content: [{ type: 'text', text: message }] })
 );
+if ((process.env.HOLDFAST_TEST_RELEASE ?? '').split(',').includes('extra')) {
+    server.registerTool(
+        'extra',
+        { description: "The next version's new tool", inputSchema: { message: z.string() } },
+        ({ message }) => ({ content: [{ type: 'text', text: message }] })
+    );
+}
 const transport = new StreamableHTTPServerTransport({ sessionIdGenerator: () => randomUUID() });
 await server.connect(transport);
 

@@ -3,9 +3,11 @@ HTTP transport and its defaults (stateful: sessions in memory, SSE answers), und
 by tests/it/compat.rs.
 
 Usage: python fastmcp_server.py PORT
-Tool: `echo` returns its `message`.
+Tool: `echo` returns its `message`. With `HOLDFAST_TEST_RELEASE=extra` (the next version of a
+deploy, tests/it/server_changes.rs) one tool more: `extra`.
 """
 
+import os
 import sys
 
 from fastmcp import FastMCP
@@ -17,6 +19,14 @@ server = FastMCP("holdfast-fastmcp")
 def echo(message: str) -> str:
     """Returns the message."""
     return message
+
+
+if "extra" in os.environ.get("HOLDFAST_TEST_RELEASE", "").split(","):
+
+    @server.tool
+    def extra(message: str) -> str:
+        """The next version's new tool: returns the message."""
+        return message
 
 
 if __name__ == "__main__":

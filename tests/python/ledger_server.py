@@ -19,7 +19,9 @@ exits; sse-starlette ends every open event stream at once, a POST's included.
 A deploy: a test that writes `LEDGER.release` before a start makes that process the next version
 of the server, one change a line: `version=V` (serverInfo.version), `instructions=TEXT`, `extra`
 (one tool more, `extra`), `no-peek` (the tool `peek` gone), `put-schema` (`put` takes a second
-argument). Without the file: version 1.0, no instructions, the tools above.
+argument), `protocol=V` (the 2025 handshake's versions after V are no longer spoken: a client that
+agreed on a later one is answered V). Without the file: version 1.0, no instructions, the tools
+above, every handshake version the SDK speaks.
 """
 
 import os
@@ -45,6 +47,15 @@ def release() -> dict[str, str]:
 
 
 changes = release()
+if "protocol" in changes:
+    # The SDK reads these module globals per request: what an older SDK release would speak.
+    import mcp.server.runner as runner
+    import mcp.server.streamable_http_manager as manager
+
+    spoken = tuple(v for v in runner.HANDSHAKE_PROTOCOL_VERSIONS if v <= changes["protocol"])
+    runner.HANDSHAKE_PROTOCOL_VERSIONS = spoken
+    runner.LATEST_HANDSHAKE_VERSION = changes["protocol"]
+    manager.HANDSHAKE_PROTOCOL_VERSIONS = spoken
 server = MCPServer(
     "holdfast-ledger",
     instructions=changes.get("instructions"),

@@ -58,12 +58,15 @@ impl Proxy {
         let stream = ex.target.method == Method::GET
             && resp.status() == StatusCode::OK
             && crate::proxy::headers::is_event_stream(resp.headers());
-        // No handle on itself (a proxy built outside `Proxy::shared`, in tests): not kept.
-        if !stream || ex.reopens || self.this.strong_count() == 0 {
+        if !stream || ex.reopens {
             return resp;
         }
+        // No handle on itself (a proxy built outside `Proxy::shared`, in tests): not kept.
+        let Some(proxy) = self.this.upgrade() else {
+            return resp;
+        };
         let again = Again {
-            proxy: self.this.clone(),
+            proxy: Some(proxy),
             target: Box::new(ex.target.clone()),
             version: ex.version,
         };
@@ -89,10 +92,13 @@ impl Proxy {
         target: Target,
         version: Version,
     ) -> Option<ProxyBody> {
+        let id = target.headers.get(crate::session::MCP_SESSION_ID)?.clone();
         for _ in 0..REOPEN_TRIES {
             if self.ending.phase() != Phase::Serving {
                 return None;
             }
+            // A session ended meanwhile (a DELETE at any replica) is not asked for again.
+            self.keeper.sessions.lookup(&id).ok()?;
             let handle = BodyHandle::from_bytes(Bytes::new());
             let mut ex = self.exchange_of(target.clone(), handle, version, false);
             ex.reopens = true;

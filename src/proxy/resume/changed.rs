@@ -12,7 +12,7 @@
 //! offers is then taken as changed, so the client lists again (at most one list call too many
 //! per kind), and the `initialize` result cannot be compared.
 
-use http::{HeaderMap, Method};
+use http::{HeaderMap, HeaderValue, Method};
 use serde_json::Value;
 
 use super::{OwnAnswer, Resume, Resuming};
@@ -44,13 +44,16 @@ pub(super) enum Outcome {
 
 impl Resuming<'_> {
     /// Compares the server that answered the re-initialize with `result` with what `session`'s
-    /// client was told, on the new session (`headers` name it).
+    /// client was told, on the new session (`headers` name it). `client_version`: the
+    /// `MCP-Protocol-Version` the client sends, the version it agreed on (known even where what
+    /// it was told is not).
     pub(super) async fn compare(
         &self,
         session: &Session,
         own: &impl Fn(HeaderMap) -> Target,
         headers: &HeaderMap,
         result: &Value,
+        client_version: Option<&HeaderValue>,
     ) -> Result<Option<Compared>, Resume> {
         let Some(offer) = Offer::of(result) else {
             return Ok(None);
@@ -62,6 +65,11 @@ impl Resuming<'_> {
             .as_ref()
             .map(|was| told::offer_changes(was, &offer))
             .unwrap_or_default();
+        let sends_another =
+            client_version.is_some_and(|v| v.as_bytes() != offer.protocol_version.as_bytes());
+        if sends_another && !changes.contains(&Change::ProtocolVersion) {
+            changes.insert(0, Change::ProtocolVersion);
+        }
         let mut lists = Vec::new();
         for (list, had) in List::ALL.into_iter().zip(had) {
             let had = match had {

@@ -67,23 +67,33 @@ impl Stack {
         }
     }
 
-    /// Starts one process of the stack on `port`.
-    fn spawn(self, port: u16, scratch: &TempDir) -> Script {
+    /// Starts one process of the stack on `port`; `release`: the changes of the version it is
+    /// (`HOLDFAST_TEST_RELEASE`, read by the servers of this suite: `extra`, one tool more).
+    fn spawn(self, port: u16, scratch: &TempDir, release: &str) -> Script {
         let name = format!("{} (port {port})", self.name());
         let port = port.to_string();
+        let released = ("HOLDFAST_TEST_RELEASE", release);
         let node = |args: &[&str], env: &[(&str, &str)]| {
+            let mut env = env.to_vec();
+            env.push(released);
             Script::spawn(
                 name.clone(),
                 &require_node(),
                 args,
-                (&node_dir(), env),
+                (&node_dir(), &env),
                 Stdio::null(),
             )
         };
         let python = |module: (&str, &str), args: &[&str]| {
             let python = require_python_module(module.0, module.1);
             let dir = repo_path("tests/python");
-            Script::spawn(name.clone(), &python, args, (&dir, &[]), Stdio::null())
+            Script::spawn(
+                name.clone(),
+                &python,
+                args,
+                (&dir, &[released]),
+                Stdio::null(),
+            )
         };
         match self {
             Stack::Everything => node(
@@ -118,6 +128,8 @@ pub struct StackServer {
     scratch: TempDir,
     /// The stderr of earlier runs, for failure messages.
     history: Vec<String>,
+    /// The changes of the version the next start runs ([`StackServer::release`]).
+    release: String,
 }
 
 impl StackServer {
@@ -129,6 +141,7 @@ impl StackServer {
             script: None,
             scratch: TempDir::new("stack"),
             history: Vec::new(),
+            release: String::new(),
         };
         server.start_again().await;
         server
@@ -138,7 +151,7 @@ impl StackServer {
     /// accepts connections.
     pub async fn start_again(&mut self) {
         assert!(self.script.is_none(), "the server is already running");
-        let mut script = self.stack.spawn(self.port, &self.scratch);
+        let mut script = self.stack.spawn(self.port, &self.scratch, &self.release);
         self.listening(&mut script).await;
         self.script = Some(script);
     }
@@ -179,6 +192,12 @@ impl StackServer {
             self.history.extend(script.stderr.borrow().iter().cloned());
             script.terminate().await;
         }
+    }
+
+    /// The next start runs the next version of the server: `changes` (`extra`: one tool more;
+    /// the servers of this suite only, not the third-party ones).
+    pub fn release(&mut self, changes: &str) {
+        changes.clone_into(&mut self.release);
     }
 
     /// [`StackServer::stop`], then [`StackServer::start_again`]: a recreated container.
