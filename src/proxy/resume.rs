@@ -260,7 +260,7 @@ impl Resuming<'_> {
         }
         // What the client was told, against what the new server offers (a deploy?).
         let was = session.told(|t| t.offer().map(|o| o.server.clone()));
-        let client_version = plan.protocol_version.as_ref();
+        let client_version = plan.agreed.as_ref();
         let compared = match (self.compare(session, &own, &headers, &offered, client_version)).await
         {
             Ok(compared) => compared,

@@ -62,8 +62,11 @@ pub(super) struct State {
     initialize: Bytes,
     /// The endpoint path it was sent to.
     endpoint: String,
-    /// The `MCP-Protocol-Version` the client sends on this session.
+    /// The `MCP-Protocol-Version` the client sends on this session (until it sent one, the
+    /// version its `initialize` asked for).
     protocol_version: Option<HeaderValue>,
+    /// The client sent `protocol_version` itself: the version it agreed on.
+    version_sent: bool,
     /// The last `logging/setLevel` that succeeded.
     pub(super) log_level: Option<String>,
     /// Resource URIs subscribed to and not unsubscribed.
@@ -85,6 +88,9 @@ pub struct Plan {
     pub initialize: Bytes,
     /// `MCP-Protocol-Version` for the requests after the initialize, if the client sent one.
     pub protocol_version: Option<HeaderValue>,
+    /// The version the client sends on every request, the one it agreed on, when it sends one
+    /// (clients of 2025-03-26 send none).
+    pub agreed: Option<HeaderValue>,
     /// State to set again, in order.
     pub state: Vec<StateChange>,
 }
@@ -125,6 +131,7 @@ impl Session {
                 initialize: opened.initialize,
                 endpoint: opened.endpoint,
                 protocol_version: opened.protocol_version,
+                version_sent: false,
                 log_level: None,
                 subscriptions: BTreeSet::new(),
                 drop_last_event_id: false,
@@ -178,6 +185,7 @@ impl Session {
             if state.protocol_version.as_ref() != Some(version) {
                 state.protocol_version = Some(version.clone());
             }
+            state.version_sent = true;
         }
         if state.upstream_id != self.client_id {
             headers.insert(MCP_SESSION_ID, state.upstream_id.clone());
@@ -234,6 +242,10 @@ impl Session {
         Plan {
             initialize: state.initialize.clone(),
             protocol_version: state.protocol_version.clone(),
+            agreed: state
+                .protocol_version
+                .clone()
+                .filter(|_| state.version_sent),
             state: Self::set_since_initialize(&state).changes(),
         }
     }

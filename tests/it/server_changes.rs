@@ -168,6 +168,27 @@ async fn the_same_version_again_tells_nothing_and_the_next_deploy_tells_once() {
 }
 
 #[tokio::test]
+async fn lists_set_to_carry_are_counted_and_not_told() {
+    let mut deploy = Deploy::start(|upstream| {
+        let mut raw = raw_config(upstream);
+        raw.sessions.on_change.lists = "carry".into();
+        raw
+    })
+    .await;
+    deploy.release(Stop::Term, "extra\n").await;
+    deploy.call().await;
+    assert_eq!(deploy.holdfast.metric(&changes("tools")).await, 1.0);
+    // A second call after the re-establishment that found the change: a notification would have
+    // been written on the client's stream before it.
+    deploy.call().await;
+    deploy.client.send(json!({ "op": "changes" }));
+    assert_eq!(deploy.client.result().await, Ok("0".into()));
+    // The session goes on with the new server's tools, which the client did not hear of.
+    assert_eq!(deploy.client.list().await, "record,lookup,peek,put,extra");
+    deploy.check().await;
+}
+
+#[tokio::test]
 async fn a_change_set_to_end_ends_the_session_the_specifications_way() {
     let mut deploy = Deploy::start(|upstream| {
         let mut raw = raw_config(upstream);

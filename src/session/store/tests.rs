@@ -325,11 +325,17 @@ async fn a_resumed_session_rewrites_both_ways_and_drops_a_stale_event_id() {
     let new = HeaderValue::from_static("fresh");
     session.resumed(new.clone());
 
+    // Until the client sends a version, none is known to be agreed on.
+    assert_eq!(session.plan().agreed, None);
     let mut request = HeaderMap::new();
     request.insert(MCP_SESSION_ID, id.clone());
     request.insert(LAST_EVENT_ID, HeaderValue::from_static("old-7"));
     request.insert(MCP_PROTOCOL_VERSION, HeaderValue::from_static("2025-06-18"));
     assert_eq!(session.apply(&mut request, true), new);
+    assert_eq!(
+        session.plan().agreed,
+        Some(HeaderValue::from_static("2025-06-18"))
+    );
     assert_eq!(request.get(MCP_SESSION_ID), Some(&new));
     assert!(request.get(LAST_EVENT_ID).is_none());
     assert_eq!(
