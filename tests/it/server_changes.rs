@@ -190,25 +190,48 @@ async fn lists_set_to_carry_are_counted_and_not_told() {
 
 #[tokio::test]
 async fn a_change_set_to_end_ends_the_session_the_specifications_way() {
+    let end_for_instructions = |raw: &mut holdfast::config::RawConfig| {
+        raw.sessions.on_change.instructions = "end".into();
+    };
+    ends_the_session(
+        end_for_instructions,
+        "instructions=New rules.\n",
+        "instructions",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn lists_set_to_end_end_the_session() {
+    let end_for_lists = |raw: &mut holdfast::config::RawConfig| {
+        raw.sessions.on_change.lists = "end".into();
+    };
+    ends_the_session(end_for_lists, "extra\n", "tools").await;
+}
+
+/// A deploy of `release` with `[sessions.on_change]` set by `set` to end for what it changes
+/// (`what`): the session ends (the client gets the server's own 404 for it, as it would without
+/// holdfast: the TypeScript SDK client does not start a new one by itself), the server's session
+/// opened to compare is closed, and the call never ran.
+async fn ends_the_session(
+    set: impl FnOnce(&mut holdfast::config::RawConfig),
+    release: &str,
+    what: &str,
+) {
     let mut deploy = Deploy::start(|upstream| {
         let mut raw = raw_config(upstream);
-        raw.sessions.on_change.instructions = "end".into();
+        set(&mut raw);
         raw
     })
     .await;
-    deploy
-        .release(Stop::Term, "instructions=New rules.\n")
-        .await;
-    // The session ends: the client gets the server's own 404 for it, as it would without
-    // holdfast (the TypeScript SDK client does not start a new one by itself).
+    deploy.release(Stop::Term, release).await;
     let answer = deploy.client.call("record", json!({ "n": 99 })).await;
     let error = answer.expect_err("the session ended");
     assert!(error.contains("Session not found"), "{error}");
     let holdfast = &deploy.holdfast;
-    assert_eq!(holdfast.metric(&changes("instructions")).await, 1.0);
-    let refused = "holdfast_session_resumes_total{outcome=\"resumed\"}";
-    assert_eq!(holdfast.metric(refused).await, 0.0);
-    // The new server's session was closed, and the call never ran.
+    assert_eq!(holdfast.metric(&changes(what)).await, 1.0);
+    let resumed = "holdfast_session_resumes_total{outcome=\"resumed\"}";
+    assert_eq!(holdfast.metric(resumed).await, 0.0);
     let ledger = deploy.server.ledger();
     assert!(ledger.iter().all(|r| r.n != 99), "{ledger:?}");
     // The new process ends the session holdfast opened in it (the SDK logs each DELETE).
