@@ -32,6 +32,7 @@ use super::ending::Phase;
 use super::in_flight::Flight;
 use super::life::{Event, Exit, Facts, Life, Step};
 use super::sessions::After;
+use super::told::{Beside, Heard};
 use super::unanswered::{self, First};
 use super::{
     answer, attempt, ending, handoff, in_flight, sessions, Bodies, Carried, Destination, Note,
@@ -448,8 +449,13 @@ impl Proxy {
                 .await
             {
                 After::Pass(Some(confirm)) => Some(Beside::Confirm(confirm)),
-                After::Pass(None) => self.tells(ex, head.status),
-                After::Opened(session) => Some(Beside::Told(super::told::Heard::Offer, session)),
+                After::Pass(None) if ex.target.method == Method::POST => {
+                    super::told::tells(ex.carried.as_ref(), head.status, &ex.handle, || {
+                        self.mcp_method(ex)
+                    })
+                }
+                After::Pass(None) => None,
+                After::Opened(session) => Some(Beside::Told(Heard::Offer, session)),
                 After::EndNotRecorded => {
                     let note = Note {
                         upstream_status: Some(head.status),
@@ -487,20 +493,8 @@ impl Proxy {
         if let Some((reader, id)) = watch {
             resp = self.answers.watch_unanswered(resp, reader, id);
         }
-        match beside {
-            Some(Beside::Told(heard, session)) => {
-                resp = resp.map(|body| {
-                    let telling = super::told::Telling::new(body, is_sse, heard, session);
-                    http_body_util::BodyExt::boxed_unsync(telling)
-                });
-            }
-            Some(Beside::Confirm(pending)) => {
-                resp = resp.map(|body| {
-                    let confirm = super::confirm::Confirm::new(body, pending, is_sse);
-                    http_body_util::BodyExt::boxed_unsync(confirm)
-                });
-            }
-            None => {}
+        if let Some(beside) = beside {
+            resp = beside.read(resp, is_sse);
         }
         let resp = match (legacy_stream, &ex.target.client_host) {
             (true, Some(host)) => {
@@ -557,16 +551,6 @@ impl Proxy {
         })
     }
 
-    /// What a 2xx answer to a list call on a carried session tells its client.
-    fn tells(&self, ex: &Exchange, status: StatusCode) -> Option<Beside> {
-        let carried = ex.carried.as_ref()?;
-        if ex.target.method != Method::POST || !status.is_success() {
-            return None;
-        }
-        let heard = super::told::heard_list(self.mcp_method(ex), &ex.handle)?;
-        Some(Beside::Told(heard, carried.session.clone()))
-    }
-
     /// Whether this request is a `tools/list`, whose answer teaches which tools are safe to
     /// call twice.
     fn answers_tools_list(&self, ex: &Exchange) -> bool {
@@ -576,14 +560,6 @@ impl Proxy {
         // The same top-level `method` the metrics count (the header's, else the body's).
         self.mcp_method(ex) == McpMethod::ToolsList
     }
-}
-
-/// What an answer passed to the client is read for beside it: a state change its request set,
-/// confirmed by its result; or what it tells the session's client (an `initialize`'s offer, a
-/// list's page). Never both: a request that sets state lists nothing.
-enum Beside {
-    Confirm(super::confirm::Pending),
-    Told(super::told::Heard, Arc<crate::session::Session>),
 }
 
 /// What a request's event stream showed before its first event reached the client: the event

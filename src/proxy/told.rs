@@ -148,11 +148,54 @@ impl Body for Telling {
     }
 }
 
+/// What an answer passed to the client is read for beside it: a state change its request set,
+/// confirmed by its result; or what it tells the session's client (an `initialize`'s offer, a
+/// list's page). Never both: a request that sets state lists nothing.
+pub(super) enum Beside {
+    Confirm(super::confirm::Pending),
+    Told(Heard, Arc<Session>),
+}
+
+impl Beside {
+    /// `resp` (an event stream when `is_sse`), read beside for this.
+    pub(super) fn read(
+        self,
+        resp: http::Response<ProxyBody>,
+        is_sse: bool,
+    ) -> http::Response<ProxyBody> {
+        use http_body_util::BodyExt;
+        match self {
+            Beside::Told(heard, session) => {
+                resp.map(|body| Telling::new(body, is_sse, heard, session).boxed_unsync())
+            }
+            Beside::Confirm(pending) => {
+                resp.map(|body| super::confirm::Confirm::new(body, pending, is_sse).boxed_unsync())
+            }
+        }
+    }
+}
+
+/// What a POST's answer (`status`) on `carried`'s session tells its client, when it is a 2xx
+/// answer to a list call (`method`: the request's MCP method, asked only then).
+pub(super) fn tells(
+    carried: Option<&super::Carried>,
+    status: http::StatusCode,
+    body: &crate::replay::BodyHandle,
+    method: impl FnOnce() -> crate::mcp_method::McpMethod,
+) -> Option<Beside> {
+    let carried = carried?;
+    if !status.is_success() {
+        return None;
+    }
+    let heard = heard_list(method(), body)?;
+    Some(Beside::Told(heard, carried.session.clone()))
+}
+
 /// What the answer to a request of `method` (on a carried session, answered 2xx) tells its
 /// client, when it is a page of a list: the first when the request (its kept copy, `body`)
 /// names no cursor. A request whose copy was not kept is taken as a later page: the list is
 /// then noted as received but unknown.
-pub(super) fn heard_list(
+fn heard_list(
     method: crate::mcp_method::McpMethod,
     body: &crate::replay::BodyHandle,
 ) -> Option<Heard> {
