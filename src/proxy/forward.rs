@@ -15,6 +15,7 @@ use tokio::time::Instant;
 mod asks;
 mod bridged;
 mod build;
+mod cancel;
 mod control;
 mod listen;
 mod modern;
@@ -212,6 +213,10 @@ impl Proxy {
         // before it is sent, and its body needs no copy for a replay.
         if !ex.outages.is_active() && self.hold.routes_out() {
             ex.outages = self.route(ex).clone();
+        }
+        // A cancellation of a request held here goes no further (forward/cancel.rs).
+        if let Some(answer) = self.cancels_held(ex).await {
+            return answer;
         }
         let outage_holds = self.hold.enabled()
             && ex

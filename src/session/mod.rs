@@ -26,6 +26,7 @@
 //!
 //! This module keeps the records and reads JSON-RPC; the proxy does the sending.
 
+pub mod cancels;
 mod entry;
 pub mod forgotten;
 mod keys;

@@ -55,6 +55,8 @@ pub struct Table {
     said_too_large: AtomicBool,
     /// Whether the server's pings are doubted as witnesses of a forgotten session.
     ping_doubt: Doubt,
+    /// Held requests their clients may cancel.
+    cancels: super::cancels::Cancels,
 }
 
 struct Inner {
@@ -131,6 +133,7 @@ impl Table {
             tracked,
             said_too_large: AtomicBool::new(false),
             ping_doubt: Doubt::default(),
+            cancels: Default::default(),
         }
     }
 
@@ -169,6 +172,11 @@ impl Table {
     /// Whether the server's pings are doubted as witnesses (see [`super::forgotten`]).
     pub fn ping_doubt(&self) -> &Doubt {
         &self.ping_doubt
+    }
+
+    /// Held requests their clients may cancel.
+    pub fn cancels(&self) -> &super::cancels::Cancels {
+        &self.cancels
     }
 
     /// Oldest token re-established.

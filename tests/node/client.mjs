@@ -16,7 +16,7 @@
 //         {"event":"result","ok":true,"text":<first text content>,"sessionId":...} or
 //         {"event":"result","ok":false,"error":<the SDK's message>,"sessionId":...}, where
 //         sessionId is what the SDK's transport holds after the command. Nothing else.
-// stdin:  one JSON command per line: {"op":"call","tool":"count"},
+// stdin:  one JSON command per line: {"op":"call","tool":"count"} ("timeout": ms, optional),
 //         {"op":"call","tool":"echo","args":{"text":"x"}}, {"op":"list"} (tools/list; the text
 //         is the tool names, comma-separated), {"op":"setLevel","level":"debug"},
 //         {"op":"close"} (DELETE the session, then exit), {"op":"toolsChanged"} (waits until a
@@ -151,7 +151,9 @@ async function perform(command) {
     switch (command.op) {
         case 'call': {
             const call = { name: command.tool, arguments: command.args ?? {} };
-            const result = await client.callTool(call);
+            // A per-call timeout (ms) where the command names one, else the SDK's 60 s.
+            const options = command.timeout ? { timeout: command.timeout } : undefined;
+            const result = await client.callTool(call, undefined, options);
             const text = result.content?.find(content => content.type === 'text')?.text ?? '';
             if (result.isError) {
                 throw new Error(`tool error: ${text}`);

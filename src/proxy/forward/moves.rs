@@ -74,7 +74,14 @@ impl Proxy {
 
     /// Waits in the hold of `ex.outages`; the step its release leads to.
     pub(super) async fn wait_held(&self, ex: &mut Exchange) -> Step {
-        let released = ex.outages.wait(&mut ex.ticket, &ex.handle).await;
+        // Its client may give up on it meanwhile and say so: it then leaves the hold unsent.
+        let released = match self.cancellable(ex).await {
+            None => ex.outages.wait(&mut ex.ticket, &ex.handle).await,
+            Some(mut registration) => tokio::select! {
+                released = ex.outages.wait(&mut ex.ticket, &ex.handle) => released,
+                () = registration.cancelled() => crate::hold::Released::Cancelled,
+            },
+        };
         self.tell(ex, Event::Released(released))
     }
 
