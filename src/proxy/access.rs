@@ -149,7 +149,7 @@ impl Entry {
             path = self.path,
             status,
             upstream_status = note.upstream_status.map(|s| s.as_u16()),
-            action = note.action,
+            action = note.action.as_str(),
             mcp_method = described.and_then(|d| d.mcp).map(McpMethod::as_str),
             tool = described.and_then(|d| d.tool.as_deref()),
             bytes_in = described.map_or(0, |d| d.bytes_in),
@@ -212,7 +212,7 @@ pub(super) struct Line {
     method: http::Method,
     status: u16,
     upstream_status: Option<u16>,
-    action: &'static str,
+    action: super::Action,
     took: Duration,
     described: Option<Box<Described>>,
 }

@@ -70,7 +70,7 @@ impl Answers {
             respond::unavailable(reason, retry_after, body.as_deref()),
             Note {
                 upstream_status: None,
-                action: "rewritten",
+                action: super::Action::Rewritten,
             },
         )
     }
@@ -97,7 +97,7 @@ impl Answers {
             respond::bad_gateway(reason, version),
             Note {
                 upstream_status,
-                action: "failed",
+                action: super::Action::Failed,
             },
         )
     }
@@ -119,7 +119,7 @@ impl Answers {
             respond::client_body(fault, version),
             Note {
                 upstream_status: None,
-                action: "client_body",
+                action: super::Action::ClientBody,
             },
         )
     }
@@ -201,7 +201,7 @@ pub(super) fn client_gone(version: Version) -> (Response<ProxyBody>, Note) {
         respond::bad_request("the client went away while its request was held", version),
         Note {
             upstream_status: None,
-            action: super::CANCELLED,
+            action: super::Action::Cancelled,
         },
     )
 }

@@ -339,7 +339,7 @@ impl Proxy {
                 let (mut head, peek) = answer;
                 let note = Note {
                     upstream_status: Some(head.status),
-                    action: "passed",
+                    action: super::Action::Passed,
                 };
                 let is_sse = super::headers::is_event_stream(&head.headers);
                 let sse = stream_ends(is_sse, &ex.target.method);
@@ -464,14 +464,14 @@ impl Proxy {
                 After::EndNotRecorded => {
                     let note = Note {
                         upstream_status: Some(head.status),
-                        action: "session_store",
+                        action: super::Action::SessionStore,
                     };
                     return Next::Answer((crate::respond::session_end_unrecorded(), note));
                 }
             };
             let note = Note {
                 upstream_status: Some(head.status),
-                action: ex.life.path().as_str(),
+                action: ex.life.path().into(),
             };
             let resp = self.passed(ex, head, answer.1, is_sse, watch, beside);
             Next::Answer((resp, note))
@@ -534,7 +534,7 @@ impl Proxy {
         }
         let note = Note {
             upstream_status: Some(head.status),
-            action: "router_passed",
+            action: super::Action::RouterPassed,
         };
         let is_sse = super::headers::is_event_stream(&head.headers);
         let sse = is_sse.then_some(Phase::Over);

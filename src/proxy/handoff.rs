@@ -157,7 +157,7 @@ impl Peers {
                     let body = Timed::new(None, body, idle).boxed_unsync();
                     let note = Note {
                         upstream_status: Some(head.status),
-                        action: "handed_off",
+                        action: super::Action::HandedOff,
                     };
                     return Some((Response::from_parts(head, body), note));
                 }
@@ -175,7 +175,7 @@ impl Peers {
                         );
                         let note = Note {
                             upstream_status: None,
-                            action: "handed_off",
+                            action: super::Action::HandedOff,
                         };
                         return Some((resp, note));
                     }

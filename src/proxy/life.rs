@@ -200,17 +200,6 @@ pub(super) enum Path {
     Resumed,
 }
 
-impl Path {
-    pub(super) fn as_str(self) -> &'static str {
-        match self {
-            Path::Passed => "passed",
-            Path::Held => "held",
-            Path::Replayed => "replayed",
-            Path::Resumed => "resumed",
-        }
-    }
-}
-
 /// Where the request stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {

@@ -39,6 +39,8 @@
 //! [`Verdict`]: crate::classify::Verdict
 
 mod access;
+mod action;
+use action::Action;
 mod answer;
 mod asking;
 mod attempt;
@@ -132,20 +134,8 @@ struct Bodies {
     copy_budget: Arc<CopyBudget>,
 }
 
-/// The access-log action of a request whose client went away while it was held.
-const CANCELLED: &str = "cancelled";
-
 /// The status counted for it (nginx's "client closed request").
 const CLIENT_CLOSED_REQUEST: u16 = 499;
-
-/// The access-log action of a request whose client went away before its answer was ready
-/// (while it was sent, waited for a head, or waited for a session's re-establishment): its
-/// future was dropped, and whatever it waited for with it.
-const CLIENT_GONE: &str = "client_gone";
-
-/// The access-log action of a request still waiting for its answer when the drain ended: cut by
-/// holdfast's shutdown, not by its client.
-const SHUTDOWN: &str = "shutdown";
 
 /// The status counted for it: the server was unavailable to finish it.
 const SHUTDOWN_STATUS: u16 = 503;
@@ -153,7 +143,7 @@ const SHUTDOWN_STATUS: u16 = 503;
 /// What happened, for the access log.
 struct Note {
     upstream_status: Option<StatusCode>,
-    action: &'static str,
+    action: Action,
 }
 
 /// The request as it goes upstream (kept for replays).

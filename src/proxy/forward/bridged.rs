@@ -31,7 +31,7 @@ use crate::session::rpc::{self, Reply};
 pub(super) type Answered = (Response<ProxyBody>, Note);
 
 /// The access-log action of a request the bridge answered itself.
-pub(super) const BRIDGED: &str = "bridged";
+pub(super) const BRIDGED: crate::proxy::Action = crate::proxy::Action::Bridged;
 
 impl Proxy {
     /// Answers a request [`Bridge::route`] gave the bridge, its body read whole first: a
@@ -50,7 +50,7 @@ impl Proxy {
             Err(why) => {
                 return (
                     respond::bad_request(why, version),
-                    note(None, "bad_request"),
+                    note(None, crate::proxy::Action::BadRequest),
                 )
             }
         };
@@ -125,7 +125,7 @@ impl Proxy {
         });
         let sent = Bytes::from(std::mem::take(&mut legacy.body));
         let (resp, note) = self.inner(head, sent, peer).await;
-        if note.action == crate::proxy::life::Path::Resumed.as_str() {
+        if note.action == crate::proxy::Action::Resumed {
             // The server restarted: it may have been upgraded across it. The next request asks
             // again which revision it speaks.
             bridge.found(Era::Unknown);
@@ -379,9 +379,12 @@ impl Proxy {
             Ok(mut ex) => self.forward(&mut ex).await,
             Err((Some(why), _)) => (
                 respond::bad_request(why, version),
-                note(None, "bad_request"),
+                note(None, crate::proxy::Action::BadRequest),
             ),
-            Err((None, _)) => (respond::handoff_to_self(), note(None, "handoff_self")),
+            Err((None, _)) => (
+                respond::handoff_to_self(),
+                note(None, crate::proxy::Action::HandoffSelf),
+            ),
         }
     }
 
@@ -417,7 +420,7 @@ async fn whole<B: http_body::Body<Data = Bytes> + Unpin>(mut body: B, max: usize
 }
 
 /// The access-log note of an answer.
-pub(super) fn note(upstream_status: Option<StatusCode>, action: &'static str) -> Note {
+pub(super) fn note(upstream_status: Option<StatusCode>, action: crate::proxy::Action) -> Note {
     Note {
         upstream_status,
         action,

@@ -10,9 +10,6 @@ use crate::proxy::{Note, BODY_ID_WAIT};
 use crate::session::cancels::{cancelled_id, id_text, Registration};
 use crate::session::MCP_SESSION_ID;
 
-/// The access log's action for a cancellation of a held request, taken here.
-const CANCEL_TAKEN: &str = "cancel_taken";
-
 type Answer = (http::Response<crate::proxy::body::ProxyBody>, Note);
 
 impl Proxy {
@@ -48,7 +45,7 @@ impl Proxy {
         );
         let note = Note {
             upstream_status: None,
-            action: CANCEL_TAKEN,
+            action: crate::proxy::Action::CancelTaken,
         };
         Some((crate::respond::empty(StatusCode::ACCEPTED), note))
     }

@@ -12,7 +12,7 @@ use http::header::{HeaderValue, ACCEPT, ALLOW, CONTENT_TYPE};
 use http::{Method, Response, StatusCode};
 use serde_json::{json, Value};
 
-use super::bridged::{copy, head_of, note, read_whole, reply_of, Answered};
+use super::bridged::{copy, head_of, note, read_whole, reply_of, Answered, BRIDGED};
 use super::Proxy;
 use crate::bridge::modern::{self, Local};
 use crate::bridge::Era;
@@ -24,9 +24,6 @@ use crate::respond;
 use crate::session::rpc::{self, Reply};
 use crate::session::token::Contents;
 use crate::session::{LAST_EVENT_ID, MCP_SESSION_ID};
-
-/// The access-log action of a request the bridge answered itself.
-const BRIDGED: &str = "bridged";
 
 impl Proxy {
     /// The contents of a session token of holdfast's that no server keeps, while it is valid.
@@ -201,7 +198,7 @@ impl Proxy {
                 answered = first => answered,
                 () = cancelled.wait() => {
                     let gone = respond::empty(StatusCode::ACCEPTED);
-                    return ((gone, note(None, "cancelled")), BridgeOutcome::translated);
+                    return ((gone, note(None, crate::proxy::Action::Cancelled)), BridgeOutcome::translated);
                 }
             },
             None => first.await,

@@ -10,9 +10,7 @@ use super::Proxy;
 use crate::mcp_method::McpMethod;
 use crate::proxy::access;
 use crate::proxy::body::ProxyBody;
-use crate::proxy::{
-    Note, CANCELLED, CLIENT_CLOSED_REQUEST, CLIENT_GONE, SHUTDOWN, SHUTDOWN_STATUS,
-};
+use crate::proxy::{Action, Note, CLIENT_CLOSED_REQUEST, SHUTDOWN_STATUS};
 use crate::replay::ClientBody;
 use crate::telemetry::trace::{Answered, CutHandle, Incoming, RequestSpan};
 
@@ -45,7 +43,7 @@ impl Unfinished<'_> {
         self.done = true;
         // A client that went away while held got no answer at all: counted as nginx logs it,
         // 499 "client closed request", not as the 400 its closed connection was handed.
-        let status = if note.action == CANCELLED {
+        let status = if note.action == Action::Cancelled {
             CLIENT_CLOSED_REQUEST
         } else {
             resp.status().as_u16()
@@ -79,7 +77,7 @@ fn answered<'a>(
 ) -> Answered<'a> {
     Answered {
         status,
-        action: note.action,
+        action: note.action.as_str(),
         mcp_method: described.and_then(|d| d.mcp).map(McpMethod::as_str),
         tool: described.and_then(|d| d.tool.as_deref()),
     }
@@ -91,9 +89,9 @@ impl Drop for Unfinished<'_> {
             // Dropped at the drain's end: holdfast cut it, not its client.
             let (status, action) = if self.proxy.ending.is_over() {
                 self.proxy.metrics.shutdown_cut.inc();
-                (SHUTDOWN_STATUS, SHUTDOWN)
+                (SHUTDOWN_STATUS, Action::Shutdown)
             } else {
-                (CLIENT_CLOSED_REQUEST, CLIENT_GONE)
+                (CLIENT_CLOSED_REQUEST, Action::ClientGone)
             };
             let note = Note {
                 upstream_status: None,
@@ -104,7 +102,7 @@ impl Drop for Unfinished<'_> {
                 entry.unanswered(&self.method, status, &note, took);
             }
             if let Some(cut) = self.cut.take() {
-                cut.cut(status, action);
+                cut.cut(status, action.as_str());
             }
         }
     }
@@ -170,7 +168,7 @@ impl Proxy {
                     crate::respond::bad_request(why, *version),
                     Note {
                         upstream_status: None,
-                        action: "bad_request",
+                        action: Action::BadRequest,
                     },
                 ),
                 // A hand-off of this holdfast's own: its sender tries the next peer.
@@ -178,7 +176,7 @@ impl Proxy {
                     crate::respond::handoff_to_self(),
                     Note {
                         upstream_status: None,
-                        action: "handoff_self",
+                        action: Action::HandoffSelf,
                     },
                 ),
             };
