@@ -301,7 +301,7 @@ fn run(cli: &ProxyArgs) -> ExitCode {
     holdfast::rlimit::raise_and_log(config.max_connections);
     let runtime = tokio::runtime::Runtime::new().expect("tokio runtime");
     // Once, beside serving: a wrong upstream URL must be loud at start, not after the first
-    // request's 15 s hold. holdfast serves either way (the backend may come later).
+    // request's hold (50 s by default). holdfast serves either way (the backend may come later).
     runtime.spawn(server::try_upstream_once(
         config.upstream.clone(),
         config.connect_timeout,

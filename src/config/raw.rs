@@ -73,9 +73,13 @@ pub mod defaults {
     pub const ACCEPT_GRACE_SECS: f64 = 0.0;
     /// Hold requests while the backend is missing and replay them once it is back.
     pub const HOLD_ENABLED: bool = true;
-    /// Longest a request is held before it gets the 503. A container recreation usually takes a
-    /// few seconds; MCP clients' own request timeouts are typically 30 s or more.
-    pub const HOLD_TIMEOUT_SECS: f64 = 15.0;
+    /// Longest a request is held before it gets the 503: below the TypeScript SDK client's
+    /// default request timeout (60 s, the client most desktop tools use) and nginx's default
+    /// `proxy_read_timeout` (60 s), so a recreation of up to 50 s (an image pulled, a cache
+    /// warmed) is held through, and one longer gets holdfast's 503 before the client or the
+    /// router in front gives up with an error of its own (docs/holding.md "How long the client
+    /// waits"). A client that gives up first is never sent anything.
+    pub const HOLD_TIMEOUT_SECS: f64 = 50.0;
     /// Largest request body kept for a replay (MCP requests are small JSON documents).
     pub const HOLD_MAX_BODY_BYTES: usize = 1024 * 1024;
     /// Most requests held at once. From the memory budget (README, "Memory"): a full hold and

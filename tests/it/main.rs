@@ -45,6 +45,7 @@ mod jsonrpc_readers;
 mod legacy;
 mod limits;
 mod logs;
+mod long_gaps;
 mod mcp_e2e;
 mod mcp_e2e_outage;
 mod metrics_text;

@@ -1,0 +1,46 @@
+//! A recreation longer than holdfast's old 15 s hold (docs/holding.md "How long the client
+//! waits"): the official TypeScript SDK client calls while the Python SDK server is gone for
+//! 20 s (an image pulled, a cache warmed), with holdfast's default settings. The call is held
+//! through the whole gap (the client waits 60 s) and runs once when the server is back, on the
+//! session holdfast re-established. With the old default the call got a 503 at 15 s.
+
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::support::clients::PeerClient;
+use crate::support::files::TempDir;
+use crate::support::proxy::{raw_config, Holdfast};
+use crate::support::python::PyServer;
+
+/// The recreation's length: the scenario itself, not a wait for an event.
+const GAP: Duration = Duration::from_secs(20);
+
+#[tokio::test]
+async fn a_twenty_second_recreation_loses_no_call_with_the_default_hold() {
+    let ledger = TempDir::new("long-gap");
+    let mut server = PyServer::start(&ledger.path().join("ledger")).await;
+    let holdfast = Holdfast::start_with(raw_config(&format!("http://{}", server.addr()))).await;
+    let mut client = PeerClient::start(&holdfast.url("/mcp")).await;
+    assert_eq!(
+        client.call("record", json!({ "n": 1 })).await,
+        Ok("record 1".into())
+    );
+
+    server.kill().await;
+    client.send(json!({ "op": "call", "tool": "record", "args": { "n": 2 } }));
+    let held = "holdfast_held_requests";
+    holdfast.metric_until(held, |n| n >= 1.0).await;
+    tokio::time::sleep(GAP).await;
+    server.start_again().await;
+    let answer = client.result().await;
+    assert_eq!(answer, Ok("record 2".into()), "{}", client.trace());
+    assert_eq!(
+        client.call("record", json!({ "n": 3 })).await,
+        Ok("record 3".into())
+    );
+    let ran: Vec<u64> = server.ledger().iter().map(|r| r.n).collect();
+    assert_eq!(ran, [1, 2, 3], "each call ran once");
+    let timed_out = "holdfast_holds_total{outcome=\"timed_out\"}";
+    assert_eq!(holdfast.metric(timed_out).await, 0.0);
+}
