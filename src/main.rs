@@ -263,6 +263,7 @@ fn probe_upstream(config: &config::Config, path: &str) {
         }
     };
     opts.tls = config.upstream_tls.as_ref().map(|t| t.config.clone());
+    opts.hold = config.hold.timeout;
     match current_thread_runtime().block_on(holdfast::probe::run(&opts)) {
         Ok(report) => {
             if report.verdict.kind != holdfast::probe::verdict::Kind::McpServer {

@@ -51,6 +51,9 @@ pub struct Options {
     /// The TLS settings to use as they are (`check-config --probe`: the configured upstream's),
     /// instead of `ca_file` or the system's roots.
     pub tls: Option<std::sync::Arc<rustls::ClientConfig>>,
+    /// holdfast's `hold.timeout_secs` in front of it (`check-config --probe`: the configured
+    /// one; else the default): what recreation each kind of client survives.
+    pub hold: Duration,
 }
 
 impl Options {
@@ -92,6 +95,7 @@ impl Options {
             protocol_version,
             ca_file,
             tls: None,
+            hold: Duration::from_secs_f64(crate::config::defaults::HOLD_TIMEOUT_SECS),
         })
     }
 }
@@ -109,7 +113,11 @@ pub async fn run(opts: &Options) -> Result<Report, String> {
         eras: era::Eras::default(),
     };
     let verdict = probe.diagnose().await;
+    let gaps = (verdict.kind == Kind::McpServer)
+        .then(|| report::gaps(opts.hold))
+        .unwrap_or_default();
     Ok(Report {
+        gaps,
         url: probe.url,
         steps: probe.steps,
         server: probe.server,

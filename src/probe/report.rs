@@ -124,6 +124,44 @@ pub struct Report {
     pub bridge: Option<&'static str>,
     pub verdict: Verdict,
     pub exit_code: u8,
+    /// For an MCP server: the longest recreation each kind of client survives through holdfast
+    /// (empty otherwise).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub gaps: Vec<Gap>,
+}
+
+/// How long a kind of client, or a router in front, waits for a held call, and so the longest
+/// recreation it survives with a given hold (docs/holding.md "How long the client waits").
+#[derive(Debug, Clone, Serialize)]
+pub struct Gap {
+    pub client: &'static str,
+    /// Seconds it waits for a call's answer by default.
+    pub waits_secs: u64,
+    /// Seconds of recreation it survives: the hold, or its own wait if that is shorter.
+    pub survives_secs: f64,
+}
+
+/// What each kind of client waits, by default, read from the sources of the versions the suite
+/// runs.
+const PATIENCE: [(&str, u64); 3] = [
+    (
+        "the TypeScript SDK client (and mcp-remote's, which waits as its client does)",
+        60,
+    ),
+    ("the Python SDK and fastmcp clients", 300),
+    ("nginx in front, by default", 60),
+];
+
+/// The gaps each kind of client survives through a hold of `hold`.
+pub fn gaps(hold: std::time::Duration) -> Vec<Gap> {
+    PATIENCE
+        .iter()
+        .map(|&(client, waits_secs)| Gap {
+            client,
+            waits_secs,
+            survives_secs: hold.as_secs_f64().min(waits_secs as f64),
+        })
+        .collect()
 }
 
 impl Report {
@@ -154,6 +192,21 @@ impl Report {
         }
         if let Some(line) = self.server.as_ref().and_then(|s| lists_line(&s.lists)) {
             let _ = writeln!(out, "lists:    {line}");
+        }
+        if !self.gaps.is_empty() {
+            let each: Vec<String> = (self.gaps.iter())
+                .map(|g| {
+                    format!(
+                        "{} (waits {} s): up to {} s",
+                        g.client, g.waits_secs, g.survives_secs
+                    )
+                })
+                .collect();
+            let _ = writeln!(
+                out,
+                "gaps:     a recreation survived through holdfast: {}",
+                each.join("; ")
+            );
         }
         if let Some(bridge) = self.bridge {
             let _ = writeln!(out, "bridge:   {bridge}");
@@ -201,4 +254,21 @@ fn lists_line(lists: &[Listed]) -> Option<String> {
         })
         .collect();
     (!each.is_empty()).then(|| each.join(", "))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    #[test]
+    fn a_client_survives_the_hold_or_its_own_wait_whichever_is_shorter() {
+        let survived = |hold: u64| -> Vec<f64> {
+            super::gaps(Duration::from_secs(hold))
+                .iter()
+                .map(|g| g.survives_secs)
+                .collect()
+        };
+        assert_eq!(survived(50), [50.0, 50.0, 50.0]);
+        assert_eq!(survived(120), [60.0, 120.0, 60.0]);
+    }
 }

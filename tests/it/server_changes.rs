@@ -278,6 +278,11 @@ async fn probed_tools(url: &str) -> (Option<String>, String) {
         line.contains("lists:    tools "),
         "the text names the digests:\n{line}"
     );
+    // And what recreation each kind of client survives, with the default hold.
+    assert!(
+        line.contains("gaps:     a recreation survived through holdfast: the TypeScript SDK"),
+        "{line}"
+    );
     (digest, server.version.clone().unwrap_or_default())
 }
 
