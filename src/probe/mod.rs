@@ -113,9 +113,11 @@ pub async fn run(opts: &Options) -> Result<Report, String> {
         eras: era::Eras::default(),
     };
     let verdict = probe.diagnose().await;
-    let gaps = (verdict.kind == Kind::McpServer)
-        .then(|| report::gaps(opts.hold))
-        .unwrap_or_default();
+    let gaps = if verdict.kind == Kind::McpServer {
+        report::gaps(opts.hold)
+    } else {
+        Vec::new()
+    };
     Ok(Report {
         gaps,
         url: probe.url,
