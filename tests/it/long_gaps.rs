@@ -44,3 +44,43 @@ async fn a_twenty_second_recreation_loses_no_call_with_the_default_hold() {
     let timed_out = "holdfast_holds_total{outcome=\"timed_out\"}";
     assert_eq!(holdfast.metric(timed_out).await, 0.0);
 }
+
+/// A recreation longer than the client waits, scaled down tenfold: the default hold (50 s) is
+/// below the TypeScript SDK client's 60 s, here 5 s below a per-call 6 s, with a gap of 7 s (for
+/// 70 s). The client gets holdfast's 503 saying the call did not run, before its own timeout
+/// would leave it guessing, and the call never runs, not even once the server is back.
+#[tokio::test]
+async fn a_recreation_longer_than_the_client_waits_gets_the_503_first() {
+    let ledger = TempDir::new("longer-gap");
+    let mut server = PyServer::start(&ledger.path().join("ledger")).await;
+    let mut raw = raw_config(&format!("http://{}", server.addr()));
+    raw.hold.timeout_secs = 5.0;
+    let holdfast = Holdfast::start_with(raw).await;
+    let mut client = PeerClient::start(&holdfast.url("/mcp")).await;
+    assert_eq!(
+        client.call("record", json!({ "n": 1 })).await,
+        Ok("record 1".into())
+    );
+
+    server.kill().await;
+    let call = json!({ "op": "call", "tool": "record", "args": { "n": 2 }, "timeout": 6000 });
+    client.send(call);
+    let answer = client.result().await;
+    let error = answer.expect_err("the hold ended before the server came back");
+    assert!(
+        error.contains("temporarily unavailable"),
+        "holdfast's 503, not the client's timeout: {error}"
+    );
+    let timed_out = "holdfast_holds_total{outcome=\"timed_out\"}";
+    assert_eq!(holdfast.metric(timed_out).await, 1.0);
+
+    // The rest of the 7 s recreation (the scenario itself, not a wait for an event).
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    server.start_again().await;
+    assert_eq!(
+        client.call("record", json!({ "n": 3 })).await,
+        Ok("record 3".into())
+    );
+    let ran: Vec<u64> = server.ledger().iter().map(|r| r.n).collect();
+    assert_eq!(ran, [1, 3], "the call answered 503 never ran");
+}
