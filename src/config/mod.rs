@@ -130,8 +130,8 @@ pub use forwarded::{RawForwarded, TrustedProxies};
 pub use pause::{AdminToken, Pause};
 pub use request_id::{RawRequestId, RawRequestIdFlags, RequestId};
 pub use sessions::{
-    parse_session_keys, redact_store_url, store_is_tls, RawSessions, SessionKey, SessionKeys,
-    Sessions, StoreTls,
+    check_key_file_mode, parse_session_keys, redact_store_url, store_is_tls, RawSessions,
+    SessionKey, SessionKeys, Sessions, StoreTls,
 };
 pub use traces::{parse_endpoint as parse_tracing_endpoint, RawTracing, Tracing};
 

@@ -229,7 +229,7 @@ pub(crate) fn read_session_keys(path: &Path) -> Result<Vec<SessionKey>, String> 
 /// are 0644 unless the volume's `defaultMode` says otherwise). SECURITY.md asks for 0400.
 /// `Ok(Some(warning))` for a readable one.
 #[cfg(unix)]
-fn check_key_file_mode(path: &Path) -> Result<Option<String>, String> {
+pub fn check_key_file_mode(path: &Path) -> Result<Option<String>, String> {
     use std::os::unix::fs::PermissionsExt;
     let mode = std::fs::metadata(path)
         .map_err(|e| format!("cannot read {}: {e}", path.display()))?
@@ -254,7 +254,7 @@ fn check_key_file_mode(path: &Path) -> Result<Option<String>, String> {
 }
 
 #[cfg(not(unix))]
-fn check_key_file_mode(_path: &Path) -> Result<Option<String>, String> {
+pub fn check_key_file_mode(_path: &Path) -> Result<Option<String>, String> {
     Ok(None)
 }
 
@@ -277,18 +277,25 @@ pub fn redact_store_url(url: &str) -> String {
 
 /// A store URL holdfast can use: `redis://` (or `valkey://`; `rediss://`, `valkeys://` over
 /// TLS), a host, an optional port and database number. The connection is made on first use, not here.
+/// What is said of a URL never shows its password (a scheme written `Redis://` included).
 fn check_store_url(url: &str) -> Result<(), String> {
+    let shown = redact_store_url(url);
     let rest = ["redis://", "valkey://", "rediss://", "valkeys://"]
         .iter()
         .find_map(|scheme| url.strip_prefix(scheme))
         .ok_or_else(|| {
             format!(
-                "expected a URL such as redis://valkey:6379/0 (redis:// or valkey://; rediss:// \
-                 or valkeys:// for TLS), got `{url}`"
+                "expected a URL such as redis://valkey:6379/0 (redis:// or valkey://, in lower \
+                 case; rediss:// or valkeys:// for TLS), got `{shown}`"
             )
         })?;
-    if rest.is_empty() || rest.starts_with('/') {
-        return Err(format!("no host in `{url}`"));
+    // The host after any `user:password@`: `redis://u:pw@/0` names none.
+    let authority = &rest[..rest.find('/').unwrap_or(rest.len())];
+    let host = authority
+        .rsplit_once('@')
+        .map_or(authority, |(_, host)| host);
+    if host.is_empty() || host.starts_with(':') {
+        return Err(format!("no host in `{shown}`"));
     }
     Ok(())
 }
@@ -417,7 +424,21 @@ mod tests {
 
 #[cfg(test)]
 mod redact_tests {
-    use super::redact_store_url;
+    use super::{check_store_url, redact_store_url};
+
+    #[test]
+    fn a_refused_store_url_is_said_without_its_password() {
+        // A scheme in capitals is refused, and its password not printed with it.
+        let err = check_store_url("Redis://holdfast:s3cret@redis:6379/0").unwrap_err();
+        assert!(!err.contains("s3cret"), "{err}");
+        assert!(err.contains("Redis://holdfast:***@redis:6379/0"), "{err}");
+        // User info with no host after it names no store.
+        let err = check_store_url("redis://u:s3cret@/0").unwrap_err();
+        assert!(err.contains("no host") && !err.contains("s3cret"), "{err}");
+        assert!(check_store_url("redis://u:pw@:6379/0").is_err());
+        assert!(check_store_url("redis://u:pw@redis:6379/0").is_ok());
+        assert!(check_store_url("redis://redis").is_ok());
+    }
 
     #[test]
     fn a_stores_password_is_never_printed() {

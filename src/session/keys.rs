@@ -110,6 +110,21 @@ pub fn spawn_key_reloader(keys: Arc<Keys>) -> Option<JoinHandle<()>> {
                     continue;
                 }
             };
+            // The mode start-up and a reload check: a file others may write is never loaded
+            // (whoever writes it would choose the key). Said once; nothing is taken as tried,
+            // so the same text loads once the mode is fixed.
+            if let Err(refused) = crate::config::check_key_file_mode(&file) {
+                if last_read_error.as_deref() != Some(refused.as_str()) {
+                    tracing::error!(
+                        error = %refused,
+                        "the changed sessions.key_file is not loaded; keeping the session keys in use"
+                    );
+                    last_read_error = Some(refused);
+                }
+                // The file's keys, once it loads, are news: said even if it is the first read.
+                tried.get_or_insert_with(Default::default);
+                continue;
+            }
             last_read_error = None;
             if tried.as_ref().map(|t| t.as_str()) == Some(text.as_str()) {
                 continue;

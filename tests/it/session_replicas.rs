@@ -328,6 +328,24 @@ async fn after_a_key_rotation_old_sessions_keep_working_until_their_key_is_remov
     assert_eq!(files.ledger_lines(), 5);
 }
 
+/// A key file others may write is refused by the running holdfast's poller too, as at start and
+/// at a reload: whoever writes it would choose the key that seals every session. Once its mode is
+/// fixed, the same file loads.
+#[tokio::test]
+async fn a_changed_key_file_others_may_write_is_not_loaded() {
+    use std::os::unix::fs::PermissionsExt;
+    let files = Files::new(&[KEY_A]);
+    let mut pod = files.pod(true).await;
+    let mode = |m: u32| std::fs::set_permissions(&files.keys, std::fs::Permissions::from_mode(m));
+    // Writable by all first, so no read of the new text can find the file safe.
+    mode(0o666).expect("chmod");
+    write(&files.keys, &[KEY_B, KEY_A]);
+    pod.wait_for_line("the changed sessions.key_file is not loaded")
+        .await;
+    mode(0o600).expect("chmod");
+    pod.wait_for_line("session keys reloaded").await;
+}
+
 fn write(path: &Path, keys: &[&str]) {
     std::fs::write(path, format!("{}\n", keys.join("\n"))).expect("write the key file");
 }
