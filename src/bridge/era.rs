@@ -34,11 +34,19 @@ impl Era {
     }
 }
 
+/// Whether `status` is an answer about the client rather than about the revision (it needs
+/// credentials, may not, is too fast, took too long): such an answer decides no era, however
+/// its body reads. Under OAuth the first request of a login is unauthenticated: its 401 must not
+/// make a 2026-07-28 server a 2025 one for every client after it.
+pub fn about_the_client(status: StatusCode) -> bool {
+    matches!(status.as_u16(), 401 | 403 | 407 | 408 | 429)
+}
+
 /// The era a `server/discover` answered with `status` and `reply` shows. Only a clear answer
 /// decides: a 5xx (a server failing, holdfast's own 503 of an outage) leaves it unknown, to be
-/// asked again.
+/// asked again, and so does an answer about the client ([`about_the_client`]).
 pub fn from_discover(status: StatusCode, reply: &Reply) -> Era {
-    if status.is_server_error() {
+    if status.is_server_error() || about_the_client(status) {
         return Era::Unknown;
     }
     match reply {
@@ -50,6 +58,29 @@ pub fn from_discover(status: StatusCode, reply: &Reply) -> Era {
         Reply::Nothing if status.is_client_error() => Era::Legacy,
         Reply::Nothing => Era::Unknown,
     }
+}
+
+/// The era a server of 2026-07-28 shows by its answer (`status`, `reply`) to a 2025
+/// `initialize`: [`Era::Both`] when it took it, [`Era::ModernOnly`] when it refused the revision
+/// (the 400 of a server that wants a 2026 request, a 404 or 405 of no such endpoint, a JSON-RPC
+/// error), `None` when the answer says neither: a server's failure, or an answer about the
+/// client ([`about_the_client`]), which is the client's to see.
+pub fn from_handshake(status: StatusCode, reply: &Reply) -> Option<Era> {
+    let took = match reply {
+        Reply::Result(result) => status.is_success() && result.get("protocolVersion").is_some(),
+        Reply::Error(..) | Reply::Nothing => false,
+    };
+    if took {
+        return Some(Era::Both);
+    }
+    if status.is_server_error() || about_the_client(status) {
+        return None;
+    }
+    let refused = matches!(
+        status,
+        StatusCode::BAD_REQUEST | StatusCode::NOT_FOUND | StatusCode::METHOD_NOT_ALLOWED
+    ) || matches!(reply, Reply::Error(..));
+    refused.then_some(Era::ModernOnly)
 }
 
 /// Whether a DiscoverResult lists the 2026-07-28 revision.
@@ -122,6 +153,52 @@ mod tests {
             Era::Unknown
         );
         assert_eq!(from_discover(StatusCode::OK, &Reply::Nothing), Era::Unknown);
+        // An answer about the client decides nothing, with a JSON-RPC error body or without.
+        let unauthorized = Reply::Error(-32001, "Unauthorized".into());
+        for status in [401, 403, 407, 408, 429] {
+            let status = StatusCode::from_u16(status).unwrap();
+            assert_eq!(
+                from_discover(status, &unauthorized),
+                Era::Unknown,
+                "{status}"
+            );
+            assert_eq!(
+                from_discover(status, &Reply::Nothing),
+                Era::Unknown,
+                "{status}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_handshake_taken_refused_or_about_the_client() {
+        let result = Reply::Result(json!({"protocolVersion": "2025-11-25"}));
+        assert_eq!(from_handshake(StatusCode::OK, &result), Some(Era::Both));
+        let refused = Reply::Error(-32600, "send a 2026-07-28 request".into());
+        assert_eq!(
+            from_handshake(StatusCode::BAD_REQUEST, &refused),
+            Some(Era::ModernOnly)
+        );
+        assert_eq!(
+            from_handshake(StatusCode::METHOD_NOT_ALLOWED, &Reply::Nothing),
+            Some(Era::ModernOnly)
+        );
+        // The unauthenticated first request of an OAuth login, a rate limit, an outage.
+        let unauthorized = Reply::Error(-32001, "Unauthorized".into());
+        assert_eq!(
+            from_handshake(StatusCode::UNAUTHORIZED, &unauthorized),
+            None
+        );
+        assert_eq!(
+            from_handshake(StatusCode::TOO_MANY_REQUESTS, &Reply::Nothing),
+            None
+        );
+        assert_eq!(
+            from_handshake(StatusCode::SERVICE_UNAVAILABLE, &unauthorized),
+            None
+        );
+        // A 2xx that is no initialize result says nothing either.
+        assert_eq!(from_handshake(StatusCode::OK, &Reply::Nothing), None);
     }
 
     #[test]

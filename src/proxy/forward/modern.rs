@@ -395,21 +395,10 @@ impl Proxy {
             return Some((failed, note));
         };
         let reply = rpc::reply(is_sse, &bytes);
-        let took = match &reply {
-            Reply::Result(result) => status.is_success() && result.get("protocolVersion").is_some(),
-            Reply::Error(..) | Reply::Nothing => false,
-        };
-        // Only a refusal of the revision decides (the 400 of a server that wants a 2026
-        // request, a 404 or 405 of no such endpoint, a JSON-RPC error); an answer about the
-        // client (401, 403, 429) is its to see, and decides nothing.
-        let refused = matches!(
-            status,
-            StatusCode::BAD_REQUEST | StatusCode::NOT_FOUND | StatusCode::METHOD_NOT_ALLOWED
-        ) || matches!(reply, Reply::Error(..));
-        if !took && !refused {
+        let Some(era) = crate::bridge::era::from_handshake(status, &reply) else {
             return Some((respond::rewritten(answer, bytes), note));
-        }
-        if took {
+        };
+        if era == Era::Both {
             tracing::info!(
                 "bridge: the server takes both revisions; 2025 clients pass as they come"
             );
