@@ -83,6 +83,22 @@ pub fn from_handshake(status: StatusCode, reply: &Reply) -> Option<Era> {
     refused.then_some(Era::ModernOnly)
 }
 
+/// Whether `body` is an `initialize` whose refusal says something of the server: one request
+/// with `params.protocolVersion` (a string), `params.capabilities` and `params.clientInfo`
+/// (objects), as every SDK sends it. A refusal of anything less (`"params": {}`) is the
+/// request's own fault, and must not make a server of both revisions a 2026-only one.
+pub fn well_formed_initialize(body: &[u8]) -> bool {
+    let Ok(message) = serde_json::from_slice::<Value>(body) else {
+        return false;
+    };
+    let params = &message["params"];
+    message["method"] == "initialize"
+        && message.get("id").is_some()
+        && params["protocolVersion"].is_string()
+        && params["capabilities"].is_object()
+        && params["clientInfo"].is_object()
+}
+
 /// Whether a DiscoverResult lists the 2026-07-28 revision.
 fn names_modern(result: &Value) -> bool {
     result["supportedVersions"]
@@ -199,6 +215,20 @@ mod tests {
         );
         // A 2xx that is no initialize result says nothing either.
         assert_eq!(from_handshake(StatusCode::OK, &Reply::Nothing), None);
+    }
+
+    #[test]
+    fn only_a_well_formed_initialize_is_one_whose_refusal_counts() {
+        let whole = br#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"c","version":"1"}}}"#;
+        assert!(well_formed_initialize(whole));
+        for lacking in [
+            br#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}"#.as_slice(),
+            br#"{"jsonrpc":"2.0","method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{}}}"#,
+            br#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1,"capabilities":{},"clientInfo":{}}}"#,
+            b"not json",
+        ] {
+            assert!(!well_formed_initialize(lacking), "{}", String::from_utf8_lossy(lacking));
+        }
     }
 
     #[test]

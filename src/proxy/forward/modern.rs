@@ -395,7 +395,13 @@ impl Proxy {
             return Some((failed, note));
         };
         let reply = rpc::reply(is_sse, &bytes);
-        let Some(era) = crate::bridge::era::from_handshake(status, &reply) else {
+        // Only a well-formed initialize's refusal says the server refuses the handshake: a
+        // client's malformed one is refused for itself.
+        let era = match crate::bridge::era::from_handshake(status, &reply) {
+            Some(Era::ModernOnly) if !crate::bridge::era::well_formed_initialize(body) => None,
+            era => era,
+        };
+        let Some(era) = era else {
             return Some((respond::rewritten(answer, bytes), note));
         };
         if era == Era::Both {
