@@ -173,7 +173,7 @@ impl Proxy {
             Ok(opened) => opened.clone(),
             Err(failed) => {
                 bridge.forget(&principal);
-                return Err(failed);
+                return Err(Box::pin(as_the_clients(failed, &legacy.client_id)).await);
             }
         };
         let wanted = legacy.envelope.log_level.as_deref();
@@ -483,6 +483,26 @@ pub(super) async fn reply_of(resp: Response<ProxyBody>) -> Result<Reply, ()> {
 }
 
 /// A body read whole, up to [`MAX_EVENT`].
+/// An answer to a request of the bridge's own (its `initialize`), passed to the client whose
+/// request it was for: a JSON-RPC body names the client's id, not the bridge's (which means
+/// nothing to the client, and may be another request's of its own).
+async fn as_the_clients(answered: Answered, client_id: &serde_json::Value) -> Answered {
+    let (resp, note) = answered;
+    let (parts, body) = resp.into_parts();
+    let Ok(bytes) = read_whole(body).await else {
+        let why = "its refusal of the session could not be read";
+        return (respond::bridge_failed(why), note);
+    };
+    let bytes = match serde_json::from_slice::<serde_json::Value>(&bytes) {
+        Ok(mut message) if message.get("id").is_some() => {
+            message["id"] = client_id.clone();
+            Bytes::from(message.to_string())
+        }
+        _ => bytes,
+    };
+    (respond::rewritten(parts, bytes), note)
+}
+
 pub(super) async fn read_whole(body: ProxyBody) -> Result<Bytes, ()> {
     let read = whole(body, MAX_EVENT).await;
     if read.is_none() {
@@ -523,4 +543,32 @@ async fn to_modern(
         .map(Bytes::from)
         .unwrap_or(bytes);
     respond::rewritten(parts, out)
+}
+
+#[cfg(test)]
+mod tests {
+    use http_body_util::BodyExt;
+    use serde_json::json;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn a_refusal_of_the_bridges_request_names_the_clients_id() {
+        let refused =
+            json!({"jsonrpc": "2.0", "id": 5, "error": {"code": -32600, "message": "no"}});
+        let resp = respond::json(StatusCode::UNAUTHORIZED, &refused);
+        let answered = (resp, note(None, crate::proxy::Action::Bridged));
+        let (resp, _) = as_the_clients(answered, &json!("client-7")).await;
+        assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);
+        let body = resp.into_body().collect().await.unwrap().to_bytes();
+        let message: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(message["id"], "client-7");
+        assert_eq!(message["error"]["message"], "no");
+        // A body that is no JSON-RPC message passes as it is.
+        let plain = respond::ok_text("text/plain", "nope".into());
+        let answered = (plain, note(None, crate::proxy::Action::Bridged));
+        let (resp, _) = as_the_clients(answered, &json!(1)).await;
+        let body = resp.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(&body[..], b"nope");
+    }
 }
