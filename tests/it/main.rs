@@ -34,7 +34,6 @@ mod graceful;
 mod handoff;
 mod health;
 mod held_memory;
-mod hold_cancelled;
 mod hold_e2e;
 mod hold_exits;
 mod hold_limits;
