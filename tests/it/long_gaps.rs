@@ -102,8 +102,10 @@ async fn a_recreation_longer_than_the_client_waits_gets_the_503_first() {
         error.contains("temporarily unavailable"),
         "holdfast's 503, not the client's timeout: {error}"
     );
+    // The call's hold, and perhaps already the one of the client's GET stream, which holdfast
+    // asks for again meanwhile.
     let timed_out = "holdfast_holds_total{outcome=\"timed_out\"}";
-    assert_eq!(holdfast.metric(timed_out).await, 1.0);
+    assert!(holdfast.metric(timed_out).await >= 1.0);
 
     // The rest of the 7 s recreation (the scenario itself, not a wait for an event).
     tokio::time::sleep(Duration::from_secs(2)).await;
