@@ -32,8 +32,14 @@ use crate::session::MCP_SESSION_ID;
 /// The protocol version asked for unless `--protocol-version` says otherwise.
 pub const DEFAULT_PROTOCOL_VERSION: &str = "2025-11-25";
 
-/// Most `tools/list` pages followed.
+/// Most pages of a list followed.
 const MAX_PAGES: u64 = 20;
+
+/// A list read page by page.
+struct Paged {
+    listed: Listed,
+    pages: u64,
+}
 
 use crate::http1::names::MCP_PROTOCOL_VERSION;
 
@@ -403,7 +409,10 @@ impl Probe<'_> {
         }
         for list in [List::Prompts, List::Resources, List::Templates] {
             if result["capabilities"].get(list.capability()).is_some() {
-                server.lists.push(self.list(list, &extra).await);
+                let paged = self.pages(list, &extra, false, |_| {}).await;
+                server
+                    .lists
+                    .push(paged.map_or_else(|| Listed::unread(list), |p| p.listed));
             }
         }
         if session.is_some() {
@@ -438,35 +447,15 @@ impl Probe<'_> {
     /// `tools/list`, page after page (`modern`: as the 2026-07-28 revision asks, with `_meta`).
     async fn tools(&mut self, extra: &[(HeaderName, HeaderValue)], modern: bool) -> Option<Tools> {
         let mut tools = Tools::default();
-        let mut listing = Listing::default();
-        let mut cursor: Option<String> = None;
-        for page in 0..MAX_PAGES {
-            let params = match &cursor {
-                Some(c) => json!({ "cursor": c }),
-                None => json!({}),
-            };
-            let body = if modern {
-                era::request(2 + page, "tools/list", params)
-            } else {
-                json!({"jsonrpc": "2.0", "id": 2 + page, "method": "tools/list", "params": params})
-            };
-            let answer = self.post("tools/list", &body, extra).await.ok()?;
-            let crate::session::rpc::Reply::Result(result) = verdict::rpc_reply(&answer) else {
-                return None;
-            };
-            let _ = listing.page(List::Tools, &result);
-            for tool in result["tools"].as_array()? {
+        let paged = self
+            .pages(List::Tools, extra, modern, |tool| {
                 tools.count += 1;
                 let hint = |name: &str| tool["annotations"][name].as_bool() == Some(true);
                 tools.read_only_hint += usize::from(hint("readOnlyHint"));
                 tools.idempotent_hint += usize::from(hint("idempotentHint"));
-            }
-            cursor = result["nextCursor"].as_str().map(str::to_owned);
-            if cursor.is_none() {
-                break;
-            }
-            tools.paginates = true;
-        }
+            })
+            .await?;
+        tools.paginates = paged.pages > 1;
         if let Some(step) = self.steps.last_mut() {
             let pages = if tools.paginates {
                 ", over several pages"
@@ -475,51 +464,57 @@ impl Probe<'_> {
             };
             step.note = format!("{} tools{pages}", tools.count);
         }
-        tools.listed = Some(Listed {
-            list: List::Tools.as_str(),
-            items: tools.count,
-            digest: cursor.is_none().then(|| listing.finish().to_string()),
-        });
+        tools.listed = Some(paged.listed);
         Some(tools)
     }
 
-    /// Another list the server offers (prompts, resources, templates), page after page, as
-    /// holdfast digests it.
-    async fn list(&mut self, list: List, extra: &[(HeaderName, HeaderValue)]) -> Listed {
+    /// `list`, page after page (at most [`MAX_PAGES`]), each item given to `each`, digested as
+    /// holdfast digests what a client was told (`None`: a page was not answered with one).
+    async fn pages(
+        &mut self,
+        list: List,
+        extra: &[(HeaderName, HeaderValue)],
+        modern: bool,
+        mut each: impl FnMut(&Value),
+    ) -> Option<Paged> {
         let mut listing = Listing::default();
         let mut cursor: Option<String> = None;
-        let mut items = 0;
-        for page in 0..MAX_PAGES {
+        let (mut items, mut pages) = (0, 0);
+        while pages < MAX_PAGES {
             let params = match &cursor {
                 Some(c) => json!({ "cursor": c }),
                 None => json!({}),
             };
-            let id = 100 + page;
-            let body =
-                json!({"jsonrpc": "2.0", "id": id, "method": list.method(), "params": params});
-            let answer = self.post(list.method(), &body, extra).await.ok();
-            let result = match answer.as_ref().map(verdict::rpc_reply) {
-                Some(crate::session::rpc::Reply::Result(result)) => result,
-                _ => break,
+            let (id, method) = (2 + pages, list.method());
+            let body = if modern {
+                era::request(id, method, params)
+            } else {
+                json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})
             };
-            match listing.page(list, &result) {
-                Ok(next) => cursor = next,
-                Err(_) => break,
+            let answer = self.post(method, &body, extra).await.ok()?;
+            let crate::session::rpc::Reply::Result(result) = verdict::rpc_reply(&answer) else {
+                return None;
+            };
+            pages += 1;
+            cursor = listing.page(list, &result).ok()?;
+            for item in result[list.items()].as_array()? {
+                items += 1;
+                each(item);
             }
-            items += result[list.items()].as_array().map_or(0, Vec::len);
             if cursor.is_none() {
-                return Listed {
-                    list: list.as_str(),
-                    items,
-                    digest: Some(listing.finish().to_string()),
-                };
+                break;
             }
         }
-        Listed {
-            list: list.as_str(),
-            items,
-            digest: None,
-        }
+        let digest = cursor.is_none().then(|| listing.finish().to_string());
+        let list = list.as_str();
+        Some(Paged {
+            listed: Listed {
+                list,
+                items,
+                digest,
+            },
+            pages,
+        })
     }
 
     /// DELETEs the session the probe opened.

@@ -98,6 +98,17 @@ pub struct Listed {
     pub digest: Option<String>,
 }
 
+impl Listed {
+    /// `list`, which the server did not answer page by page.
+    pub fn unread(list: crate::session::told::List) -> Listed {
+        Listed {
+            list: list.as_str(),
+            items: 0,
+            digest: None,
+        }
+    }
+}
+
 /// The `tools/list` summary.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Tools {
