@@ -45,7 +45,7 @@ use crate::session::told;
 use crate::session::{Session, LAST_EVENT_ID, MCP_SESSION_ID};
 
 /// How often a comment is written while the server's stream is being reopened.
-pub(super) const KEEPALIVE: Duration = Duration::from_secs(15);
+const KEEPALIVE: Duration = Duration::from_secs(15);
 
 /// What is written while the server's stream is being reopened.
 const COMMENT: &[u8] = b": holdfast: the server's stream ended; reopening it\n\n";
